@@ -1,0 +1,47 @@
+"""Alembic environment: runs on alpstore's own connection, or on ``-x url=…`` from the shell."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Connection
+
+from alpstore.db.tables import metadata
+
+config = context.config
+target_metadata = metadata
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+        transaction_per_migration=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    database = config.attributes.get("database")
+    if database is not None:
+        with database.atomic() as connection:
+            _run(connection)
+        return
+    from alpstore.db.engine import open_database  # noqa: F401  (pragmas for sqlite URLs)
+    from alpstore.db.engine import _sqlite_engine
+    from sqlalchemy import create_engine
+
+    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
+        "sqlalchemy.url"
+    )
+    if not url:
+        raise SystemExit("alembic: pass -x url=DATABASE_URL")
+    engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url)
+    with engine.begin() as connection:
+        _run(connection)
+
+
+if context.is_offline_mode():
+    raise SystemExit("alpstore migrations run online only")
+run_migrations_online()

@@ -1,0 +1,1 @@
+"""The ``alpstore`` command line: thin Typer apps, one module per command group."""

@@ -1,0 +1,7 @@
+"""`alpstore archive`: commands (being built)."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(help="archive commands.", no_args_is_help=True)

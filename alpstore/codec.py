@@ -1,0 +1,251 @@
+"""Canonical JSON, BLAKE3 digests and zstd compression: the bytes every other layer agrees on.
+
+Canonical JSON is UTF-8, object keys sorted recursively, separators ``,`` and ``:``, non-ASCII left
+unescaped. NaN, Infinity, non-string keys and non-JSON types are refused with the path inside the
+document, so the same content always has one digest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, NewType
+
+import blake3
+import zstandard
+
+from alpstore.errors import CanonicalJSONError, IntegrityError, UsageError
+
+Digest = NewType("Digest", bytes)
+"""A 32-byte BLAKE3-256 digest of a blob's canonical bytes (the public, portable id)."""
+
+DIGEST_SIZE = 32
+DEFAULT_LEVEL = 3
+"""zstd level for blobs: level 3 is zstd's default and within a few % of level 9 on chat text."""
+
+CODEC_RAW = 0
+CODEC_ZSTD = 1
+CODEC_ZSTD_DICT = 2
+
+MAX_RAW_SIZE = 256 * 1024 * 1024
+"""No single blob may claim more than this many raw bytes (bounds every decompression)."""
+
+_encoder = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Return the canonical UTF-8 JSON bytes of ``value``.
+
+    Raises:
+        CanonicalJSONError: the value holds NaN/Infinity, a non-string key or a non-JSON type;
+            the message names the path (``$.messages[3].content``).
+    """
+    problem = _find_problem(value, "$")
+    if problem is not None:
+        raise CanonicalJSONError(problem)
+    try:
+        return _encoder.encode(value).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as exc:  # pragma: no cover - guarded above
+        raise CanonicalJSONError(f"not canonical JSON: {exc}") from exc
+
+
+def _find_problem(value: Any, path: str) -> str | None:
+    """Walk ``value`` and describe the first thing JSON cannot hold exactly, or None."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            if kind is str and _has_lone_surrogate(item):
+                return f"{where}: string holds a lone surrogate, not valid UTF-8"
+            continue
+        if kind is float:
+            if math.isnan(item) or math.isinf(item):
+                return f"{where}: {item!r} is not allowed in canonical JSON"
+            continue
+        if kind is dict:
+            for key, sub in item.items():
+                if type(key) is not str:
+                    return f"{where}: object key {key!r} is not a string"
+                stack.append((sub, f"{where}.{key}"))
+            continue
+        if kind is list or kind is tuple:
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+            continue
+        if isinstance(item, bool | int | str):
+            continue
+        if isinstance(item, float):
+            stack.append((float(item), where))
+            continue
+        return f"{where}: value of type {kind.__name__} is not JSON"
+    return None
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def parse_json(data: bytes | str, *, where: str) -> Any:
+    """Parse JSON, refusing NaN/Infinity literals; errors name ``where`` and the position.
+
+    Raises:
+        CanonicalJSONError: the text is not strict JSON.
+    """
+
+    def _no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not allowed")
+
+    try:
+        return json.loads(data, parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise CanonicalJSONError(f"{where}: not valid JSON ({exc})") from exc
+
+
+def digest_bytes(data: bytes) -> Digest:
+    """BLAKE3-256 of ``data``."""
+    return Digest(blake3.blake3(data).digest())
+
+
+def digest_hex(d: bytes) -> str:
+    """Hex spelling of a digest, as the CLI and exports show it."""
+    return d.hex()
+
+
+def parse_digest(text: str) -> Digest:
+    """Parse a 64-character hex digest.
+
+    Raises:
+        UsageError: the text is not 64 hex characters.
+    """
+    cleaned = text.strip().lower()
+    if len(cleaned) != 2 * DIGEST_SIZE:
+        raise UsageError(f"digest {text!r}: expected 64 hex characters, got {len(cleaned)}")
+    try:
+        return Digest(bytes.fromhex(cleaned))
+    except ValueError as exc:
+        raise UsageError(f"digest {text!r}: not hexadecimal") from exc
+
+
+class Compressor:
+    """zstd compression of blobs, optionally with a trained dictionary; keeps what shrinks."""
+
+    def __init__(self, level: int = DEFAULT_LEVEL, dictionary: bytes | None = None) -> None:
+        self.level = level
+        self._plain = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        self._dict: zstandard.ZstdCompressor | None = None
+        if dictionary is not None:
+            zdict = zstandard.ZstdCompressionDict(dictionary)
+            self._dict = zstandard.ZstdCompressor(
+                level=level, dict_data=zdict, write_content_size=True, write_dict_id=False
+            )
+
+    @property
+    def has_dictionary(self) -> bool:
+        """True when a trained dictionary is loaded."""
+        return self._dict is not None
+
+    def compress(self, raw: bytes, *, use_dictionary: bool = True) -> tuple[int, bytes]:
+        """Return ``(codec, payload)``; the raw bytes are kept when zstd does not shrink them."""
+        if self._dict is not None and use_dictionary:
+            packed = self._dict.compress(raw)
+            if len(packed) < len(raw):
+                return CODEC_ZSTD_DICT, packed
+        packed = self._plain.compress(raw)
+        if len(packed) < len(raw):
+            return CODEC_ZSTD, packed
+        return CODEC_RAW, raw
+
+
+class Decompressor:
+    """Bounded zstd decompression: output may never exceed the recorded raw size."""
+
+    def __init__(self) -> None:
+        self._plain = zstandard.ZstdDecompressor()
+        self._dicts: dict[int, zstandard.ZstdDecompressor] = {}
+
+    def add_dictionary(self, dict_id: int, data: bytes) -> None:
+        """Make dictionary ``dict_id`` available to ``decompress``."""
+        self._dicts[dict_id] = zstandard.ZstdDecompressor(
+            dict_data=zstandard.ZstdCompressionDict(data)
+        )
+
+    def has_dictionary(self, dict_id: int) -> bool:
+        """True when ``dict_id`` is loaded."""
+        return dict_id in self._dicts
+
+    def decompress(
+        self, codec: int, payload: bytes, raw_size: int, dict_id: int | None = None, *, what: str
+    ) -> bytes:
+        """Decompress ``payload`` into exactly ``raw_size`` bytes.
+
+        Raises:
+            IntegrityError: unknown codec, missing dictionary, corrupt frame, or a size that does
+                not match the record (a bomb is stopped at ``raw_size`` + 1 bytes).
+        """
+        if raw_size < 0 or raw_size > MAX_RAW_SIZE:
+            raise IntegrityError(f"{what}: recorded size {raw_size} is out of bounds")
+        if codec == CODEC_RAW:
+            out = payload
+        else:
+            if codec == CODEC_ZSTD:
+                dctx = self._plain
+            elif codec == CODEC_ZSTD_DICT and dict_id is not None and dict_id in self._dicts:
+                dctx = self._dicts[dict_id]
+            else:
+                raise IntegrityError(f"{what}: codec {codec} (dictionary {dict_id}) unavailable")
+            try:
+                out = bounded_decompress(dctx, payload, raw_size + 1)
+            except zstandard.ZstdError as exc:
+                raise IntegrityError(f"{what}: zstd frame is corrupt ({exc})") from exc
+        if len(out) != raw_size:
+            raise IntegrityError(
+                f"{what}: decompressed to {len(out)} bytes, recorded size is {raw_size}"
+            )
+        return out
+
+
+def bounded_decompress(dctx: zstandard.ZstdDecompressor, payload: bytes, limit: int) -> bytes:
+    """Decompress a zstd frame, never producing more than ``limit`` bytes (bomb-proof)."""
+    with dctx.stream_reader(payload, read_across_frames=True) as reader:
+        return bytes(reader.read(limit))
+
+
+def decompress_file_bytes(data: bytes, *, limit: int, what: str) -> bytes:
+    """Decompress a whole ``.zst`` file held in memory, refusing output over ``limit`` bytes.
+
+    Raises:
+        IntegrityError: corrupt frame or more than ``limit`` bytes of output (a bomb).
+    """
+    try:
+        out = bounded_decompress(zstandard.ZstdDecompressor(), data, limit + 1)
+    except zstandard.ZstdError as exc:
+        raise IntegrityError(f"{what}: not a valid zstd file ({exc})") from exc
+    if len(out) > limit:
+        raise IntegrityError(f"{what}: decompresses to more than {limit} bytes; refused")
+    return bytes(out)
+
+
+def train_dictionary(samples: Sequence[bytes], size: int) -> bytes:
+    """Train a zstd dictionary of at most ``size`` bytes from ``samples``.
+
+    Raises:
+        UsageError: too few or too uniform samples to learn from.
+    """
+    try:
+        return bytes(zstandard.train_dictionary(size, list(samples)).as_bytes())
+    except zstandard.ZstdError as exc:
+        raise UsageError(f"cannot train a dictionary from {len(samples)} samples: {exc}") from exc
+
+
+def ratio(raw_sizes: Iterable[int], stored_sizes: Iterable[int]) -> float:
+    """Compression ratio raw ÷ stored (1.0 for empty input)."""
+    raw = sum(raw_sizes)
+    stored = sum(stored_sizes)
+    return raw / stored if stored else 1.0

@@ -1,0 +1,69 @@
+"""Alembic glue: opening an archive brings its schema to head; a newer schema is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, text
+
+from alpstore.db.engine import Database, translate_errors
+from alpstore.errors import SchemaVersionError
+
+SCHEMA_HEAD = "0001"
+"""The newest migration this alpstore knows; a test checks it equals Alembic's head."""
+
+
+def script_location() -> Path:
+    """The migrations folder: packaged as ``alpstore/_alembic``, or ``alembic/`` in a checkout."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "_alembic"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "alembic"
+
+
+def alembic_config(db: Database | None = None) -> Config:
+    """An Alembic config pointing at our migrations (and at ``db`` when given)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location()))
+    if db is not None:
+        cfg.attributes["database"] = db
+    return cfg
+
+
+def current_revision(db: Database) -> str | None:
+    """The archive's schema revision, or None for an empty database."""
+    with db.read() as conn:
+        if not inspect(conn).has_table("alembic_version"):
+            return None
+        row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
+    return str(row[0]) if row else None
+
+
+def ensure_schema(db: Database) -> None:
+    """Upgrade the archive to head (a fast no-op when it is there already).
+
+    Raises:
+        SchemaVersionError: the archive's revision is unknown to this alpstore (newer).
+    """
+    with translate_errors(db.location):
+        rev = current_revision(db)
+    if rev == SCHEMA_HEAD:
+        return
+    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+    if rev is not None and rev not in known:
+        raise SchemaVersionError(
+            f"archive {db.location} has schema revision {rev!r}, which this alpstore does not "
+            f"know (newest known: {SCHEMA_HEAD})",
+            hint="upgrade alpstore to open it; nothing was changed",
+        )
+    upgrade(db)
+
+
+def upgrade(db: Database, revision: str = "head") -> None:
+    """Run the migrations up to ``revision`` in one transaction."""
+    with translate_errors(db.location):
+        command.upgrade(alembic_config(db), revision)

@@ -1,0 +1,169 @@
+"""SQLAlchemy Core tables: the archive's schema as the models Alembic migrations must equal.
+
+Rows refer to blobs by an integer surrogate key (``blobs.id``); the 32-byte BLAKE3 digest is the
+public id. A covering list (view) is a piece table: a segment holds the entries appended after it
+branched from its parent at ``base_length``; a view is ``(segment_id, length)``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING)
+
+BLOB_MESSAGE = 0
+BLOB_SUMMARY = 1
+BLOB_STATE = 2
+BLOB_MANIFEST = 3
+BLOB_KINDS = {BLOB_MESSAGE: "message", BLOB_SUMMARY: "summary", BLOB_STATE: "state",
+              BLOB_MANIFEST: "manifest"}
+
+zstd_dicts = Table(
+    "zstd_dicts",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("digest", LargeBinary(32), nullable=False, unique=True),
+    Column("size", Integer, nullable=False),
+    Column("sample_count", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    comment="Trained zstd dictionaries; a row is never changed once written.",
+)
+
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("digest", LargeBinary(32), nullable=False, unique=True),
+    Column("kind", SmallInteger, nullable=False),
+    Column("raw_size", Integer, nullable=False),
+    Column("codec", SmallInteger, nullable=False),
+    Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
+    Column("payload", LargeBinary, nullable=False),
+    comment="Content-addressed nodes: digest = BLAKE3-256 of the canonical JSON bytes.",
+)
+
+blob_refs = Table(
+    "blob_refs",
+    metadata,
+    Column("parent_id", Integer, ForeignKey("blobs.id"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("child_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
+    comment="The ordered digests a summary covers (also inside its content).",
+    sqlite_with_rowid=False,
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("uuid", String(64), nullable=False, unique=True),
+    Column("name", String(200), nullable=True),
+    Column("parent_id", Integer, ForeignKey("sessions.id"), nullable=True, index=True),
+    Column("source_checkpoint_id", Integer, nullable=True),
+    Column("root_id", Integer, nullable=True),
+    Column("origin", Text, nullable=True),
+    Column("manifest_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("head_segment_id", Integer, nullable=True),
+    Column("head_length", Integer, nullable=False),
+    Column("turn", Integer, nullable=False),
+    Column("backtrack_count", Integer, nullable=False),
+    Column("retention_mode", String(16), nullable=False),
+    Column("retention_n", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    comment="One agent session: its live covering head is (head_segment_id, head_length).",
+)
+
+segments = Table(
+    "segments",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=True, index=True),
+    Column("parent_id", Integer, ForeignKey("segments.id"), nullable=True, index=True),
+    Column("base_length", Integer, nullable=False),
+    Column("length", Integer, nullable=False),
+    comment="Piece-table segment: parent's first base_length entries, then its own entries.",
+)
+
+segment_entries = Table(
+    "segment_entries",
+    metadata,
+    Column("segment_id", Integer, ForeignKey("segments.id"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
+    comment="One row per appended covering entry; position is absolute in the covering list.",
+    sqlite_with_rowid=False,
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("turn", Integer, nullable=False),
+    Column("segment_id", Integer, ForeignKey("segments.id"), nullable=True, index=True),
+    Column("length", Integer, nullable=False),
+    Column("kernel_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("wm_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("label", String(200), nullable=True),
+    Column("trigger", String(32), nullable=True),
+    Column("abandoned", Boolean(name="ck_checkpoints_abandoned"), nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("session_id", "seq"),
+    comment="Shallow checkpoints: a pointer to a view (segment_id, length) plus state blobs.",
+)
+
+backtracks = Table(
+    "backtracks",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
+    Column("from_checkpoint_id", Integer, nullable=True),
+    Column("to_checkpoint_id", Integer, nullable=False),
+    Column("steps", Integer, nullable=False),
+    Column("steering_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("automatic", Boolean(name="ck_backtracks_automatic"), nullable=False),
+    Column("error_signature", String(200), nullable=True),
+    Column("created_at", Float, nullable=False),
+    comment="Every backtrack: where from, where to, and the steering message injected.",
+)
+
+session_events = Table(
+    "session_events",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False),
+    Column("checkpoint_id", Integer, nullable=True),
+    Column("kind", String(32), nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("created_at", Float, nullable=False),
+    Index(None, "session_id", "kind"),
+    comment="Decisions and notable events (folds, forks, recovery decisions) as JSON detail.",
+)
+
+ARCHIVE_TABLES = ("zstd_dicts", "blobs", "blob_refs", "sessions", "segments", "segment_entries",
+                  "checkpoints", "backtracks", "session_events")

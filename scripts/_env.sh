@@ -1,0 +1,17 @@
+# Shared by scripts/*: create .venv if missing and install the project (with extras in $1).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PYTHON:-python3}
+extras=${1:-}
+stamp=.venv/.alpstore-installed${extras:+-$extras}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}" 2>&1 \
+    | grep -v "^WARNING: Location" >&2 || true
+  .venv/bin/python -c "import alpstore" # the install must have worked
+  touch "$stamp"
+fi
+export PATH="$PWD/.venv/bin:$PATH"
