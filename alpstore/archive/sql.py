@@ -1,0 +1,374 @@
+"""The SQL blob store (SQLite or PostgreSQL through SQLAlchemy Core)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Integer, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from alpstore.archive.base import ArchiveStats, Problem, VerifyReport, summary_document
+from alpstore.codec import (
+    CODEC_RAW,
+    CODEC_ZSTD,
+    CODEC_ZSTD_DICT,
+    DEFAULT_LEVEL,
+    Compressor,
+    Decompressor,
+    Digest,
+    canonical_json,
+    digest_bytes,
+    digest_hex,
+    parse_json,
+    train_dictionary,
+)
+from alpstore.db.engine import Database
+from alpstore.db.tables import (
+    BLOB_MESSAGE,
+    BLOB_SUMMARY,
+    blob_refs,
+    blobs,
+    zstd_dicts,
+)
+from alpstore.errors import IntegrityError, NotFoundError, UsageError
+
+CHUNK = 500
+"""Digests per IN (...) query: well under every backend's bound-parameter limit."""
+
+SMALL_BLOB_MAX = 16 * 1024
+"""Blobs up to this raw size are compressed with the trained dictionary (where it helps most)."""
+
+AUTO_TRAIN_SAMPLES = 1000
+"""A dictionary is trained automatically once the archive holds this many small blobs."""
+
+DICT_SIZE = 112 * 1024
+"""Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
+
+Encoded = tuple[Digest, int, bytes]
+"""A document ready to store: (digest, kind, canonical bytes)."""
+
+
+def encode(value: Any, kind: int = BLOB_MESSAGE) -> Encoded:
+    """Canonicalise and hash a document."""
+    raw = canonical_json(value)
+    return digest_bytes(raw), kind, raw
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class SqlArchive:
+    """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary."""
+
+    def __init__(self, db: Database, *, level: int = DEFAULT_LEVEL, auto_train: bool = True) -> None:
+        self.db = db
+        self.level = level
+        self.auto_train = auto_train
+        self._dec = Decompressor()
+        self._dict_id: int | None = None
+        self._comp = Compressor(level)
+        self._small_count: int | None = None
+        self._pending_small = 0
+        self._load_newest_dictionary()
+
+    # ----------------------------------------------------------------- dictionaries
+    def _load_newest_dictionary(self) -> None:
+        with self.db.read() as conn:
+            row = conn.execute(
+                select(zstd_dicts.c.id, zstd_dicts.c.data).order_by(zstd_dicts.c.id.desc()).limit(1)
+            ).first()
+        if row is not None:
+            self._dict_id = int(row.id)
+            self._comp = Compressor(self.level, bytes(row.data))
+            self._dec.add_dictionary(int(row.id), bytes(row.data))
+
+    def _ensure_dictionary(self, conn: Connection, dict_id: int) -> None:
+        if self._dec.has_dictionary(dict_id):
+            return
+        data = conn.execute(select(zstd_dicts.c.data).where(zstd_dicts.c.id == dict_id)).scalar()
+        if data is None:
+            raise IntegrityError(f"zstd dictionary {dict_id} is missing from the archive")
+        self._dec.add_dictionary(dict_id, bytes(data))
+
+    def train_dictionary(self, *, samples: int = 4000, size: int = DICT_SIZE,
+                         recompress: bool = True) -> tuple[int, int, int]:
+        """Train a new dictionary from the archive's small blobs and use it from now on.
+
+        Returns ``(dict_id, samples_used, blobs_recompressed)``. Blobs it recompresses keep
+        their digest and content; only their stored encoding changes.
+
+        Raises:
+            UsageError: the archive holds too few small blobs to learn from.
+        """
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(blobs.c.id, blobs.c.codec, blobs.c.dict_id, blobs.c.raw_size,
+                       blobs.c.payload, blobs.c.digest)
+                .where(blobs.c.raw_size <= SMALL_BLOB_MAX, blobs.c.raw_size >= 16)
+                .order_by(blobs.c.id.desc())
+                .limit(samples)
+            ).all()
+            raws = [(int(r.id), self._decode_row(conn, r)) for r in rows]
+        if len(raws) < 8:
+            raise UsageError(
+                f"only {len(raws)} small blobs in the archive; a dictionary needs at least 8",
+                hint=f"it is trained automatically once {AUTO_TRAIN_SAMPLES} are stored",
+            )
+        total = sum(len(r) for _, r in raws)
+        data = train_dictionary([r for _, r in raws], max(1024, min(size, total // 8)))
+        ddig = digest_bytes(data)
+        with self.db.atomic() as conn:
+            conn.execute(self._insert(zstd_dicts).values(
+                digest=ddig, size=len(data), sample_count=len(raws), created_at=time.time(),
+                data=data).on_conflict_do_nothing(index_elements=["digest"]))
+            dict_id = int(conn.execute(select(zstd_dicts.c.id)
+                                       .where(zstd_dicts.c.digest == ddig)).scalar_one())
+            comp = Compressor(self.level, data)
+            changed = 0
+            if recompress:
+                current = {int(r.id): len(r.payload) for r in rows}
+                for blob_id, raw in raws:
+                    codec, payload = comp.compress(raw)
+                    if codec == CODEC_ZSTD_DICT and len(payload) < current[blob_id]:
+                        conn.execute(blobs.update().where(blobs.c.id == blob_id).values(
+                            codec=codec, dict_id=dict_id, payload=payload))
+                        changed += 1
+        self._dict_id = dict_id
+        self._comp = comp
+        self._dec.add_dictionary(dict_id, data)
+        return dict_id, len(raws), changed
+
+    def _maybe_auto_train(self, new_small: int) -> None:
+        if not self.auto_train or self._dict_id is not None or new_small == 0:
+            return
+        if self._small_count is None:
+            with self.db.read() as conn:
+                self._small_count = int(conn.execute(
+                    select(func.count()).select_from(blobs).where(
+                        blobs.c.raw_size <= SMALL_BLOB_MAX)).scalar_one())
+        else:
+            self._small_count += new_small
+        if self._small_count >= AUTO_TRAIN_SAMPLES:
+            self._load_newest_dictionary()  # another process may have trained one already
+            if self._dict_id is None:
+                self.train_dictionary(samples=self._small_count)
+
+    # ----------------------------------------------------------------- writing
+    def _insert(self, table: Any) -> Any:
+        if self.db.is_sqlite:
+            return sqlite.insert(table)
+        return postgresql.insert(table)
+
+    def compress(self, raw: bytes) -> tuple[int, int | None, bytes]:
+        """Encode canonical bytes for storage: ``(codec, dict_id, payload)``."""
+        use_dict = len(raw) <= SMALL_BLOB_MAX
+        codec, payload = self._comp.compress(raw, use_dictionary=use_dict)
+        return codec, (self._dict_id if codec == CODEC_ZSTD_DICT else None), payload
+
+    def store_encoded(self, conn: Connection, items: Sequence[Encoded]) -> list[int]:
+        """Insert what is missing (idempotent) and return every item's surrogate id, in order."""
+        if not items:
+            return []
+        wanted = list(dict.fromkeys(d for d, _, _ in items))
+        ids = self.ids_for(conn, wanted)
+        fresh: dict[bytes, Encoded] = {}
+        for item in items:
+            if item[0] not in ids and item[0] not in fresh:
+                fresh[item[0]] = item
+        if fresh:
+            rows = []
+            for digest, kind, raw in fresh.values():
+                codec, dict_id, payload = self.compress(raw)
+                rows.append({"digest": digest, "kind": kind, "raw_size": len(raw),
+                             "codec": codec, "dict_id": dict_id, "payload": payload})
+            stmt = self._insert(blobs).on_conflict_do_nothing(index_elements=["digest"])
+            conn.execute(stmt, rows)
+            ids.update(self.ids_for(conn, list(fresh)))
+            self._pending_small += sum(
+                1 for _, _, raw in fresh.values() if len(raw) <= SMALL_BLOB_MAX)
+        return [ids[d] for d, _, _ in items]
+
+    def ids_for(self, conn: Connection, digests: Sequence[bytes]) -> dict[bytes, int]:
+        """Surrogate ids of the stored digests among ``digests`` (unknown ones are absent)."""
+        found: dict[bytes, int] = {}
+        for part in chunks(digests):
+            for row in conn.execute(
+                select(blobs.c.digest, blobs.c.id).where(blobs.c.digest.in_(part))
+            ):
+                found[bytes(row.digest)] = int(row.id)
+        return found
+
+    def after_commit(self) -> None:
+        """Housekeeping once a write committed (automatic dictionary training)."""
+        pending = self._pending_small
+        self._pending_small = 0
+        self._maybe_auto_train(pending)
+
+    def put(self, value: Any, kind: int = BLOB_MESSAGE) -> Digest:
+        """Store ``value`` once; return its digest (idempotent)."""
+        return self.put_many([value], kind)[0]
+
+    def put_many(self, values: Sequence[Any], kind: int = BLOB_MESSAGE) -> list[Digest]:
+        """Store every value in one transaction; return their digests in order."""
+        items = [encode(v, kind) for v in values]
+        with self.db.atomic() as conn:
+            self.store_encoded(conn, items)
+        self.after_commit()
+        return [d for d, _, _ in items]
+
+    def put_summary(self, text: str, covers: Sequence[Digest]) -> Digest:
+        """Store a summary node covering ``covers`` (which must already be stored).
+
+        Raises:
+            NotFoundError: a covered digest is not in the archive.
+        """
+        with self.db.atomic() as conn:
+            _, digest = self.store_summary(conn, text, covers)
+        return digest
+
+    def store_summary(self, conn: Connection, text: str,
+                      covers: Sequence[bytes]) -> tuple[int, Digest]:
+        """Insert a summary node and its ordered references inside ``conn``'s transaction."""
+        child_ids = self.ids_for(conn, list(covers))
+        missing = [digest_hex(d) for d in covers if d not in child_ids]
+        if missing:
+            raise NotFoundError(f"summary covers unknown blob {missing[0]}")
+        item = encode(summary_document(text, covers), BLOB_SUMMARY)
+        before = self.ids_for(conn, [item[0]])
+        (sid,) = self.store_encoded(conn, [item])
+        if item[0] not in before:
+            conn.execute(
+                self._insert(blob_refs).on_conflict_do_nothing(
+                    index_elements=["parent_id", "position"]),
+                [{"parent_id": sid, "position": i, "child_id": child_ids[d]}
+                 for i, d in enumerate(covers)],
+            )
+        return sid, item[0]
+
+    # ----------------------------------------------------------------- reading
+    def _decode_row(self, conn: Connection, row: Any, *, verify: bool = False) -> bytes:
+        digest = bytes(row.digest)
+        if row.codec == CODEC_ZSTD_DICT and row.dict_id is not None:
+            self._ensure_dictionary(conn, int(row.dict_id))
+        raw = self._dec.decompress(int(row.codec), bytes(row.payload), int(row.raw_size),
+                                   None if row.dict_id is None else int(row.dict_id),
+                                   what=f"blob {digest_hex(digest)}")
+        if verify and digest_bytes(raw) != digest:
+            raise IntegrityError(f"blob {digest_hex(digest)}: content does not match its digest")
+        return raw
+
+    def load_by_ids(self, conn: Connection, ids: Iterable[int], *,
+                    verify: bool = False) -> dict[int, tuple[Digest, int, Any]]:
+        """Load ``{id: (digest, kind, document)}`` for the given surrogate ids."""
+        out: dict[int, tuple[Digest, int, Any]] = {}
+        unique = list(dict.fromkeys(ids))
+        cols = (blobs.c.id, blobs.c.digest, blobs.c.kind, blobs.c.raw_size, blobs.c.codec,
+                blobs.c.dict_id, blobs.c.payload)
+        for part in chunks(unique):
+            for row in conn.execute(select(*cols).where(blobs.c.id.in_(part))):
+                raw = self._decode_row(conn, row, verify=verify)
+                out[int(row.id)] = (Digest(bytes(row.digest)), int(row.kind),
+                                    parse_json(raw, where=f"blob {bytes(row.digest).hex()}"))
+        return out
+
+    def get(self, digest: Digest, *, verify: bool = False) -> Any:
+        """Return the document stored under ``digest``.
+
+        Raises:
+            NotFoundError: no such blob.
+            IntegrityError: the stored bytes are damaged.
+        """
+        return self.get_many([digest], verify=verify)[0]
+
+    def get_many(self, digests: Sequence[Digest], *, verify: bool = False) -> list[Any]:
+        """Return the documents stored under ``digests``, in order.
+
+        Raises:
+            NotFoundError: a digest is not stored (the first one is named).
+        """
+        with self.db.read() as conn:
+            ids = self.ids_for(conn, list(digests))
+            for d in digests:
+                if d not in ids:
+                    raise NotFoundError(f"no blob {digest_hex(d)} in the archive")
+            loaded = self.load_by_ids(conn, ids.values(), verify=verify)
+        return [loaded[ids[d]][2] for d in digests]
+
+    def get_raw(self, digest: Digest, *, verify: bool = True) -> tuple[int, bytes]:
+        """Return ``(kind, canonical bytes)`` of a blob.
+
+        Raises:
+            NotFoundError: no such blob.
+        """
+        with self.db.read() as conn:
+            row = conn.execute(select(blobs).where(blobs.c.digest == digest)).first()
+            if row is None:
+                raise NotFoundError(f"no blob {digest_hex(digest)} in the archive")
+            return int(row.kind), self._decode_row(conn, row, verify=verify)
+
+    def has(self, digest: Digest) -> bool:
+        """True when ``digest`` is stored."""
+        with self.db.read() as conn:
+            return bool(self.ids_for(conn, [digest]))
+
+    def stats(self) -> ArchiveStats:
+        """Counts and sizes of the stored blobs."""
+        with self.db.read() as conn:
+            row = conn.execute(select(
+                func.count(),
+                func.coalesce(func.sum(blobs.c.raw_size), 0),
+                func.coalesce(func.sum(func.length(blobs.c.payload)), 0),
+                func.coalesce(func.sum((blobs.c.kind == BLOB_MESSAGE).cast(Integer)), 0),
+                func.coalesce(func.sum((blobs.c.kind == BLOB_SUMMARY).cast(Integer)), 0),
+                func.coalesce(func.sum((blobs.c.codec == CODEC_ZSTD_DICT).cast(Integer)), 0),
+            )).one()
+            ndicts = int(conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one())
+        total, raw, stored, msgs, sums, dicted = (int(x) for x in row)
+        return ArchiveStats(blobs=total, messages=msgs, summaries=sums,
+                            other=total - msgs - sums, raw_bytes=raw, stored_bytes=stored,
+                            dictionaries=ndicts, dict_compressed=dicted)
+
+    def verify(self) -> VerifyReport:
+        """Decompress and re-hash every blob; check sizes, codecs and summary references."""
+        report = VerifyReport()
+        bad: list[tuple[int, bytes, str]] = []
+        with self.db.read() as conn:
+            last = 0
+            while True:
+                rows = conn.execute(select(blobs).where(blobs.c.id > last)
+                                    .order_by(blobs.c.id).limit(CHUNK)).all()
+                if not rows:
+                    break
+                for row in rows:
+                    last = int(row.id)
+                    report.blobs_checked += 1
+                    digest = bytes(row.digest)
+                    try:
+                        if row.codec not in (CODEC_RAW, CODEC_ZSTD, CODEC_ZSTD_DICT):
+                            raise IntegrityError(f"blob {digest.hex()}: unknown codec {row.codec}")
+                        raw = self._decode_row(conn, row, verify=True)
+                        doc = parse_json(raw, where=f"blob {digest.hex()}")
+                        if row.kind == BLOB_SUMMARY:
+                            self._check_summary_refs(conn, int(row.id), digest, doc)
+                    except Exception as exc:  # every failure of one blob is a finding
+                        bad.append((int(row.id), digest, str(exc)))
+        report.problems.extend(Problem(what=msg, digest=d.hex()) for _, d, msg in bad)
+        report.bad_blob_ids = [i for i, _, _ in bad]
+        return report
+
+    def _check_summary_refs(self, conn: Connection, blob_id: int, digest: bytes,
+                            doc: Any) -> None:
+        covers = doc.get("covers") if isinstance(doc, dict) else None
+        refs = conn.execute(
+            select(blobs.c.digest).select_from(
+                blob_refs.join(blobs, blobs.c.id == blob_refs.c.child_id))
+            .where(blob_refs.c.parent_id == blob_id).order_by(blob_refs.c.position)
+        ).scalars().all()
+        if covers != [bytes(r).hex() for r in refs]:
+            raise IntegrityError(
+                f"summary {digest.hex()}: covered list does not match its stored references")

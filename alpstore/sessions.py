@@ -1,0 +1,447 @@
+"""Sessions: a live covering head, append, fold, checkpoint, backtrack, fork and resume.
+
+The head of a session is an immutable :class:`~alpstore.views.View`; every operation produces a new
+view in O(delta) and moves the head to it (a pointer swap), so snapshots share structure and a
+backtrack never copies messages (AR-5).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid as uuidlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import Connection, and_, func, select, update
+
+from alpstore.archive.sql import encode
+from alpstore.codec import Digest, digest_hex
+from alpstore.db.tables import (
+    BLOB_MANIFEST,
+    BLOB_MESSAGE,
+    BLOB_STATE,
+    backtracks,
+    checkpoints,
+    sessions,
+)
+from alpstore.errors import NotFoundError, SessionStateError, UsageError
+from alpstore.views import View
+
+if TYPE_CHECKING:
+    from alpstore.store import Store
+
+Status = Literal["created", "active", "paused", "checkpointing", "terminated"]
+RETENTION_MODES = ("all", "single", "last_n")
+DEFAULT_RETENTION_N = 5
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How many of a session's checkpoints to keep (CK-8: only this session's are pruned)."""
+
+    mode: str = "all"
+    n: int = DEFAULT_RETENTION_N
+
+    def __post_init__(self) -> None:
+        if self.mode not in RETENTION_MODES:
+            raise UsageError(f"retention mode {self.mode!r}: expected all, single or last_n")
+        if type(self.n) is not int or self.n < 1:
+            raise UsageError(f"retention n {self.n!r}: expected a positive integer")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a covering list: a message (leaf) or a summary covering other entries."""
+
+    digest: Digest
+    kind: Literal["message", "summary"]
+    value: Any
+    covers: tuple[Digest, ...] = ()
+
+    @property
+    def hex(self) -> str:
+        """The digest in hex."""
+        return digest_hex(self.digest)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A shallow checkpoint: a pointer to a view plus kernel and working-memory blobs."""
+
+    id: int
+    session: str
+    seq: int
+    turn: int
+    label: str
+    trigger: str | None
+    view: View
+    abandoned: bool
+    created_at: float
+    kernel_digest: Digest | None = None
+    wm_digest: Digest | None = None
+
+    @property
+    def length(self) -> int:
+        """How many entries the covering list holds."""
+        return self.view.length
+
+    @property
+    def archive_view_id(self) -> str:
+        """The view this checkpoint points at."""
+        return self.view.archive_view_id
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session row, as the CLI and users see it."""
+
+    id: int
+    uuid: str
+    name: str | None
+    status: Status
+    turn: int
+    head: View
+    parent: str | None
+    root: str
+    source_checkpoint: int | None
+    backtrack_count: int
+    retention: Retention
+    created_at: float
+    updated_at: float
+    origin: dict[str, Any] | None
+
+    @property
+    def head_length(self) -> int:
+        """Entries in the live covering list."""
+        return self.head.length
+
+
+@dataclass(frozen=True)
+class BacktrackInfo:
+    """What a backtrack did."""
+
+    id: int
+    session: str
+    steps: int
+    from_checkpoint: int | None
+    to_checkpoint: CheckpointInfo
+    steering_digest: Digest | None
+    automatic: bool
+
+
+def default_label(turn: int) -> str:
+    """mas-lab's default checkpoint label: ``turn-NNNN``."""
+    return f"turn-{turn:04d}"
+
+
+def steering_message(text: str) -> dict[str, Any]:
+    """The steering text injected as the next user turn (``/steer <text>``)."""
+    return {"role": "user", "content": f"/steer {text}"}
+
+
+def count_user_turns(messages: Sequence[Any]) -> int:
+    """How many user turns a batch of messages starts (OpenAI ``role`` or Claude ``type``)."""
+    n = 0
+    for m in messages:
+        if isinstance(m, dict) and (m.get("role") == "user" or m.get("type") == "user"):
+            n += 1
+    return n
+
+
+class Session:
+    """A handle on one session of a store; every method is one transaction."""
+
+    def __init__(self, store: Store, info: SessionInfo) -> None:
+        self.store = store
+        self._info = info
+
+    # ---------------------------------------------------------------- reading
+    @property
+    def uuid(self) -> str:
+        """The session's public id."""
+        return self._info.uuid
+
+    @property
+    def id(self) -> int:
+        """The session's row id inside this archive."""
+        return self._info.id
+
+    @property
+    def head(self) -> View:
+        """The live covering head (an immutable view)."""
+        return self._info.head
+
+    def info(self, *, refresh: bool = True) -> SessionInfo:
+        """The session's current row."""
+        if refresh:
+            self._info = self.store.session_info(self.id)
+        return self._info
+
+    def history(self) -> list[Entry]:
+        """The live covering list, hydrated."""
+        return self.store.hydrate_view(self.info().head)
+
+    def checkpoints(self, *, include_abandoned: bool = False) -> list[CheckpointInfo]:
+        """This session's checkpoints, oldest first."""
+        return self.store.list_checkpoints(self.id, include_abandoned=include_abandoned)
+
+    def manifest(self) -> dict[str, Any] | None:
+        """The embedded Agent manifest, if any."""
+        return self.store.session_manifest(self.id)
+
+    # ---------------------------------------------------------------- writing
+    def _write(self, conn: Connection) -> SessionInfo:
+        info = self.store.session_info(self.id, conn=conn)
+        self._info = info
+        return info
+
+    def _require_writable(self, info: SessionInfo, what: str) -> None:
+        if info.status == "terminated":
+            raise SessionStateError(f"session {info.uuid} is terminated; cannot {what}")
+        if info.status == "paused":
+            raise SessionStateError(f"session {info.uuid} is paused; cannot {what}",
+                                    hint="`alpstore session resume-status` or unpause first")
+
+    def _move_head(self, conn: Connection, info: SessionInfo, view: View, *, turn: int,
+                   status: Status | None = None, backtrack_count: int | None = None) -> None:
+        values: dict[str, Any] = {"head_segment_id": view.segment_id,
+                                  "head_length": view.length, "turn": turn,
+                                  "updated_at": time.time()}
+        if status is not None:
+            values["status"] = status
+        if backtrack_count is not None:
+            values["backtrack_count"] = backtrack_count
+        conn.execute(update(sessions).where(sessions.c.id == info.id).values(**values))
+        self._info = replace(info, head=view, turn=turn,
+                             status=status or info.status,
+                             backtrack_count=(info.backtrack_count if backtrack_count is None
+                                              else backtrack_count))
+
+    def append(self, messages: Sequence[Any]) -> list[Digest]:
+        """Append messages to the covering head (stored once each); returns their digests.
+
+        Raises:
+            SessionStateError: the session is paused or terminated.
+            CanonicalJSONError: a message is not canonical JSON (nothing is stored).
+        """
+        items = [encode(m, BLOB_MESSAGE) for m in messages]
+        store = self.store
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            self._require_writable(info, "append")
+            ids = store.archive.store_encoded(conn, items)
+            view = store.views.append(conn, info.head, info.id, ids)
+            self._move_head(conn, info, view, turn=info.turn + count_user_turns(messages),
+                            status="active" if info.status == "created" else None)
+        store.archive.after_commit()
+        return [d for d, _, _ in items]
+
+    def append_summary(self, text: str, covers: Sequence[Digest]) -> Digest:
+        """Append a summary node covering ``covers`` (already in the archive)."""
+        store = self.store
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            self._require_writable(info, "append")
+            sid, digest = store.archive.store_summary(conn, text, covers)
+            view = store.views.append(conn, info.head, info.id, [sid])
+            self._move_head(conn, info, view, turn=info.turn)
+        return digest
+
+    def fold(self, start: int, end: int, summary: str) -> Digest:
+        """Replace entries ``[start, end)`` of the head with a summary node covering them.
+
+        The folded entries stay in the archive; the summary's digest commits to them.
+
+        Raises:
+            UsageError: an empty or out-of-range span.
+        """
+        store = self.store
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            self._require_writable(info, "fold")
+            if not 0 <= start < end <= info.head.length:
+                raise UsageError(
+                    f"fold {start}..{end}: not a non-empty span of the covering list "
+                    f"(0..{info.head.length})")
+            ids = store.views.read_ids(conn, info.head)
+            covered = ids[start:end]
+            digests = store.digests_for_ids(conn, covered)
+            sid, digest = store.archive.store_summary(conn, summary, digests)
+            view = store.views.splice(conn, info.head, info.id, start, end, [sid])
+            self._move_head(conn, info, view, turn=info.turn)
+            store.record_event(conn, info.id, "fold", None,
+                               {"start": start, "end": end, "summary": digest_hex(digest),
+                                "covered": end - start})
+        store.emit("fold", session=info.uuid, start=start, end=end, summary=digest_hex(digest))
+        return digest
+
+    def checkpoint(self, *, kernel: Any | None = None, working_memory: Any | None = None,
+                   label: str | None = None, trigger: str | None = "manual",
+                   turn: int | None = None) -> CheckpointInfo:
+        """Record a shallow checkpoint of the head (a row; O(1) in history length).
+
+        Raises:
+            SessionStateError: the session is terminated.
+        """
+        store = self.store
+        state = [encode(v, BLOB_STATE) for v in (kernel, working_memory) if v is not None]
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            if info.status == "terminated":
+                raise SessionStateError(f"session {info.uuid} is terminated; cannot checkpoint")
+            state_ids = store.archive.store_encoded(conn, state)
+            k_id = state_ids.pop(0) if kernel is not None else None
+            w_id = state_ids.pop(0) if working_memory is not None else None
+            ck = store.insert_checkpoint(conn, info, info.head, turn=info.turn if turn is None
+                                         else turn, label=label, trigger=trigger,
+                                         kernel_id=k_id, wm_id=w_id)
+            if turn is not None and turn != info.turn:
+                self._move_head(conn, info, info.head, turn=turn)
+            store.apply_retention(conn, info)
+        store.emit("checkpoint", session=info.uuid, checkpoint=ck.id, turn=ck.turn,
+                   label=ck.label, trigger=trigger, view=ck.archive_view_id)
+        return ck
+
+    def backtrack(self, steps: int = 1, steering: str | None = None, *, automatic: bool = False,
+                  error_signature: str | None = None) -> BacktrackInfo:
+        """Rewind ``steps`` checkpoints back from the latest retained one, cut the retained
+        history back to it, and inject ``steering`` as the next user turn (``/steer …``).
+
+        Raises:
+            UsageError: ``steps`` < 1.
+            SessionStateError: fewer than ``steps`` + 1 retained checkpoints, or terminated.
+        """
+        if type(steps) is not int or steps < 1:
+            raise UsageError(f"backtrack steps {steps!r}: expected an integer ≥ 1")
+        store = self.store
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            if info.status == "terminated":
+                raise SessionStateError(f"session {info.uuid} is terminated; cannot backtrack")
+            retained = store.list_checkpoints(info.id, conn=conn)
+            if steps >= len(retained):
+                raise SessionStateError(
+                    f"session {info.uuid}: cannot backtrack {steps} step(s); only "
+                    f"{len(retained)} checkpoint(s) retained (at most {max(len(retained) - 1, 0)})")
+            target = retained[-1 - steps]
+            latest = retained[-1]
+            store.abandon_after(conn, info.id, target.seq)
+            view, turn = target.view, target.turn
+            steer_digest: Digest | None = None
+            steer_id: int | None = None
+            if steering is not None:
+                item = encode(steering_message(steering), BLOB_MESSAGE)
+                (steer_id,) = store.archive.store_encoded(conn, [item])
+                steer_digest = item[0]
+                view = store.views.append(conn, view, info.id, [steer_id])
+                turn += 1
+            count = info.backtrack_count + (1 if automatic else 0)
+            self._move_head(conn, info, view, turn=turn, backtrack_count=count,
+                            status="active" if info.status in ("created", "checkpointing")
+                            else None)
+            bt_id = int(conn.execute(backtracks.insert().values(
+                session_id=info.id, from_checkpoint_id=latest.id, to_checkpoint_id=target.id,
+                steps=steps, steering_blob_id=steer_id, automatic=automatic,
+                error_signature=error_signature, created_at=time.time(),
+            )).inserted_primary_key[0])
+        store.emit("backtrack", session=info.uuid, steps=steps, to_checkpoint=target.id,
+                   to_turn=target.turn, automatic=automatic,
+                   steering=digest_hex(steer_digest) if steer_digest else None)
+        return BacktrackInfo(bt_id, info.uuid, steps, latest.id, target, steer_digest, automatic)
+
+    def resume(self, checkpoint: CheckpointInfo | None = None) -> CheckpointInfo:
+        """Move the head back to ``checkpoint`` (default: the latest retained one) and make the
+        session active; later checkpoints are kept but no longer retained.
+
+        Raises:
+            NotFoundError: the checkpoint is not this session's or there is none.
+            SessionStateError: the session is terminated.
+        """
+        store = self.store
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            if info.status == "terminated":
+                raise SessionStateError(f"session {info.uuid} is terminated; cannot resume")
+            if checkpoint is None:
+                retained = store.list_checkpoints(info.id, conn=conn)
+                if not retained:
+                    raise NotFoundError(f"session {info.uuid} has no checkpoint to resume")
+                checkpoint = retained[-1]
+            elif checkpoint.session != info.uuid:
+                raise NotFoundError(
+                    f"checkpoint {checkpoint.id} belongs to session {checkpoint.session}, "
+                    f"not {info.uuid}", hint="use fork to continue another session's history")
+            store.abandon_after(conn, info.id, checkpoint.seq)
+            self._move_head(conn, info, checkpoint.view, turn=checkpoint.turn, status="active")
+            store.record_event(conn, info.id, "resume", checkpoint.id, {"turn": checkpoint.turn})
+        store.emit("resume", session=info.uuid, checkpoint=checkpoint.id, turn=checkpoint.turn)
+        return checkpoint
+
+    def fork(self, checkpoint: CheckpointInfo | None = None, *, session_id: str | None = None,
+             name: str | None = None) -> Session:
+        """A new session whose history is this one's up to ``checkpoint`` (default: latest).
+
+        The child shares structure with the parent but no mutable state: its appends branch a
+        segment of its own.
+
+        Raises:
+            NotFoundError: no checkpoint to fork from.
+        """
+        if checkpoint is None:
+            retained = self.checkpoints()
+            if not retained:
+                raise NotFoundError(f"session {self.uuid} has no checkpoint to fork from")
+            checkpoint = retained[-1]
+        return self.store.fork_checkpoint(checkpoint, session_id=session_id, name=name)
+
+    def set_status(self, status: Status) -> None:
+        """Pause, reactivate or terminate the session.
+
+        Raises:
+            SessionStateError: a terminated session cannot change status.
+        """
+        with self.store.db.atomic() as conn:
+            info = self._write(conn)
+            if info.status == "terminated" and status != "terminated":
+                raise SessionStateError(f"session {info.uuid} is terminated; cannot be resumed")
+            self._move_head(conn, info, info.head, turn=info.turn, status=status)
+            self.store.record_event(conn, info.id, "status", None, {"status": status})
+
+    def record_decision(self, kind: str, detail: dict[str, Any],
+                        checkpoint_id: int | None = None) -> None:
+        """Record a decision (e.g. of error recovery) visible in SQL and in `session log`."""
+        with self.store.db.atomic() as conn:
+            self.store.record_event(conn, self.id, kind, checkpoint_id, detail)
+        self.store.emit(kind, session=self.uuid, **detail)
+
+
+def new_session_uuid() -> str:
+    """A fresh session id (UUID4 text)."""
+    return str(uuidlib.uuid4())
+
+
+def manifest_blob(conn: Connection, store: Store, manifest: Any | None) -> int | None:
+    """Store a manifest blob and return its id (None for no manifest)."""
+    if manifest is None:
+        return None
+    (mid,) = store.archive.store_encoded(conn, [encode(manifest, BLOB_MANIFEST)])
+    return mid
+
+
+def next_seq(conn: Connection, session_id: int) -> int:
+    """The next checkpoint ordinal of a session."""
+    current = conn.execute(select(func.max(checkpoints.c.seq))
+                           .where(checkpoints.c.session_id == session_id)).scalar()
+    return int(current or 0) + 1
+
+
+def event_detail(detail: dict[str, Any]) -> str:
+    """Serialise an event's detail for the ``session_events`` table."""
+    return json.dumps(detail, ensure_ascii=False, sort_keys=True)
+
+
+def active_checkpoint_filter(session_id: int) -> Any:
+    """SQL filter: a session's retained (not abandoned) checkpoints."""
+    return and_(checkpoints.c.session_id == session_id, checkpoints.c.abandoned.is_(False))

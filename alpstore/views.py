@@ -1,0 +1,186 @@
+"""Covering lists as a piece table: persistent, structurally shared, O(delta) to extend.
+
+A *segment* holds the entries appended after it branched from its parent segment at
+``base_length``; positions are absolute. A *view* ``(segment_id, length)`` is the first
+``length`` entries of that chain. Appending at the tip of a segment its session owns extends it in
+place; anything else (a backtrack, a fork, a fold) starts a new segment. Moving a head to another
+view is O(1); reading a view is one range scan per segment of its chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, select, update
+
+from alpstore.db.tables import segment_entries, segments
+from alpstore.errors import IntegrityError, UsageError
+
+MAX_CHAIN_DEPTH = 48
+"""A new segment whose chain would be deeper than this is flattened (one O(length) copy),
+so reading a view never needs more than this many range scans."""
+
+
+@dataclass(frozen=True)
+class View:
+    """An immutable covering list: the first ``length`` entries of segment ``segment_id``."""
+
+    segment_id: int | None
+    length: int
+
+    @property
+    def archive_view_id(self) -> str:
+        """The public id of this view (``segment:length``)."""
+        return f"{self.segment_id or 0}:{self.length}"
+
+
+EMPTY = View(None, 0)
+
+
+@dataclass(frozen=True)
+class SegmentRow:
+    """A segment's immutable shape (its length may only grow)."""
+
+    id: int
+    session_id: int | None
+    parent_id: int | None
+    base_length: int
+
+
+class ViewStore:
+    """Piece-table operations inside a caller's transaction."""
+
+    def __init__(self) -> None:
+        self._shape: dict[int, SegmentRow] = {}
+
+    def segment(self, conn: Connection, segment_id: int) -> SegmentRow:
+        """The (cached) shape of a segment.
+
+        Raises:
+            IntegrityError: the segment row is missing.
+        """
+        row = self._shape.get(segment_id)
+        if row is None:
+            found = conn.execute(
+                select(segments.c.id, segments.c.session_id, segments.c.parent_id,
+                       segments.c.base_length).where(segments.c.id == segment_id)).first()
+            if found is None:
+                raise IntegrityError(f"view segment {segment_id} is missing from the archive")
+            row = SegmentRow(int(found.id), found.session_id, found.parent_id,
+                             int(found.base_length))
+            self._shape[segment_id] = row
+        return row
+
+    def chain(self, conn: Connection, view: View) -> list[tuple[int, int, int]]:
+        """The ranges ``(segment_id, lo, hi)`` that make up ``view``, oldest first."""
+        out: list[tuple[int, int, int]] = []
+        seg_id, hi = view.segment_id, view.length
+        while seg_id is not None and hi > 0:
+            seg = self.segment(conn, seg_id)
+            lo = min(seg.base_length, hi)
+            if hi > lo:
+                out.append((seg_id, lo, hi))
+            seg_id, hi = seg.parent_id, lo
+        out.reverse()
+        return out
+
+    def read_ids(self, conn: Connection, view: View) -> list[int]:
+        """The blob ids of ``view`` in order: one range scan per segment of the chain.
+
+        Raises:
+            IntegrityError: entries are missing (a damaged or wrongly pruned view).
+        """
+        ids: list[int] = []
+        for seg_id, lo, hi in self.chain(conn, view):
+            rows = conn.execute(
+                select(segment_entries.c.blob_id).where(
+                    segment_entries.c.segment_id == seg_id,
+                    segment_entries.c.position >= lo,
+                    segment_entries.c.position < hi,
+                ).order_by(segment_entries.c.position)
+            ).scalars().all()
+            if len(rows) != hi - lo:
+                raise IntegrityError(
+                    f"view {view.archive_view_id}: segment {seg_id} holds {len(rows)} of the "
+                    f"{hi - lo} entries in positions {lo}..{hi - 1}")
+            ids.extend(rows)
+        return ids
+
+    def depth(self, conn: Connection, view: View) -> int:
+        """How many segments the view's chain spans."""
+        return len(self.chain(conn, view))
+
+    def append(self, conn: Connection, view: View, session_id: int,
+               blob_ids: Sequence[int]) -> View:
+        """The view with ``blob_ids`` appended: extends the segment in place when the view is
+        at the tip of a segment this session owns, else branches a new segment."""
+        if not blob_ids:
+            return view
+        new_length = view.length + len(blob_ids)
+        if view.segment_id is not None:
+            seg = self.segment(conn, view.segment_id)
+            if seg.session_id == session_id:
+                grown = conn.execute(
+                    update(segments)
+                    .where(and_(segments.c.id == seg.id, segments.c.length == view.length))
+                    .values(length=new_length))
+                if grown.rowcount == 1:
+                    self._insert_entries(conn, seg.id, view.length, blob_ids)
+                    return View(seg.id, new_length)
+        return self._branch(conn, view, session_id, blob_ids)
+
+    def _branch(self, conn: Connection, view: View, session_id: int,
+                blob_ids: Sequence[int]) -> View:
+        parent, base, prefix = view.segment_id, view.length, list[int]()
+        if parent is not None and self.depth(conn, view) >= MAX_CHAIN_DEPTH:
+            prefix = self.read_ids(conn, view)
+            parent, base = None, 0
+        seg_id = self._new_segment(conn, session_id, parent, base,
+                                   base + len(prefix) + len(blob_ids))
+        self._insert_entries(conn, seg_id, base, [*prefix, *blob_ids])
+        return View(seg_id, base + len(prefix) + len(blob_ids))
+
+    def splice(self, conn: Connection, view: View, session_id: int, start: int, end: int,
+               blob_ids: Sequence[int]) -> View:
+        """The view with entries ``[start, end)`` replaced by ``blob_ids`` (a fold).
+
+        Costs O(len(blob_ids) + length - end): the prefix is shared, the tail re-appended.
+
+        Raises:
+            UsageError: the range is empty or out of bounds.
+        """
+        if not 0 <= start < end <= view.length:
+            raise UsageError(
+                f"range {start}..{end} is not a non-empty span of a covering list of "
+                f"{view.length} entries")
+        tail = self.read_ids(conn, view)[end:] if end < view.length else []
+        prefix = View(view.segment_id, start) if start else EMPTY
+        return self._branch(conn, prefix, session_id, [*blob_ids, *tail]) if (
+            prefix.segment_id is not None) else self._fresh(conn, session_id,
+                                                            [*blob_ids, *tail])
+
+    def _fresh(self, conn: Connection, session_id: int, blob_ids: Sequence[int]) -> View:
+        seg_id = self._new_segment(conn, session_id, None, 0, len(blob_ids))
+        self._insert_entries(conn, seg_id, 0, blob_ids)
+        return View(seg_id, len(blob_ids))
+
+    def _new_segment(self, conn: Connection, session_id: int, parent: int | None, base: int,
+                     length: int) -> int:
+        seg_id = int(conn.execute(segments.insert().values(
+            session_id=session_id, parent_id=parent, base_length=base, length=length
+        )).inserted_primary_key[0])
+        self._shape[seg_id] = SegmentRow(seg_id, session_id, parent, base)
+        return seg_id
+
+    @staticmethod
+    def _insert_entries(conn: Connection, seg_id: int, start: int,
+                        blob_ids: Sequence[int]) -> None:
+        if blob_ids:
+            conn.execute(segment_entries.insert(), [
+                {"segment_id": seg_id, "position": start + i, "blob_id": b}
+                for i, b in enumerate(blob_ids)])
+
+    def forget(self) -> None:
+        """Drop cached segment shapes (after GC removed segments)."""
+        self._shape.clear()
