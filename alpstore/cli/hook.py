@@ -1,7 +1,130 @@
-"""`alpstore hook`: commands (being built)."""
+"""`alpstore hook`: the commands Claude Code (or Codex) runs, and their registration.
+
+A hook must never break the runtime that runs it: every problem goes to stderr and the exit code
+stays 0.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="hook commands.", no_args_is_help=True)
+from alpstore.cli._common import echo, print_json, warn
+from alpstore.cli.context import ENV_EXECUTION, alp_home
+from alpstore.continuity import hooks
+from alpstore.continuity.checkpoint import read_checkpoint
+from alpstore.continuity.journal import append_line, build_line
+from alpstore.continuity.paths import ExecutionPaths
+from alpstore.continuity.render import render
+
+app = typer.Typer(
+    help="Runtime hooks: record compactions in the journal, reinject continuity at "
+    "SessionStart, and install or uninstall them in .claude/settings.json.",
+    no_args_is_help=True,
+)
+
+ENV_BRIDGE = "ALP_COMPACT_BRIDGE"
+
+ProjectOpt = Annotated[
+    Path,
+    typer.Option("--project", help="Project folder holding .claude/settings.json (default: .)."),
+]
+ExecutableOpt = Annotated[
+    str,
+    typer.Option("--executable", help="How the hook commands invoke alpstore."),
+]
+
+
+def _read_stdin() -> bytes:
+    return sys.stdin.buffer.read(hooks.MAX_PAYLOAD_BYTES)
+
+
+def _inside_execution() -> ExecutionPaths | None:
+    execution_id = os.environ.get(ENV_EXECUTION)
+    if not execution_id:
+        warn(f"hook: {ENV_EXECUTION} is not set (not inside an execution); nothing done")
+        return None
+    return ExecutionPaths.of(alp_home(), execution_id)
+
+
+@app.command("compact-record")
+def compact_record(
+    phase: Annotated[str, typer.Argument(metavar="pre|post", help="Which side of the compaction.")],
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="The runtime running the hook: claude or codex.")
+    ] = "claude",
+) -> None:
+    """Append one line to the compaction journal from the hook payload on stdin (exit 0 always)."""
+    try:
+        payload = _read_stdin()
+        paths = _inside_execution()
+        if paths is None:
+            return
+        try:
+            checkpoint = read_checkpoint(paths)
+            policy_hash = checkpoint.policy_hash if checkpoint and checkpoint.policy_hash else None
+        except Exception:  # an unverifiable checkpoint only costs the journal its policyHash
+            policy_hash = None
+        line = build_line(
+            execution_id=paths.execution_id,
+            policy_hash=policy_hash,
+            runtime=runtime,
+            phase=phase,
+            payload=payload,
+        )
+        append_line(paths, line)
+    except Exception as exc:  # the hook never fails the runtime
+        warn(f"hook compact-record: {exc}; nothing recorded")
+
+
+@app.command("session-start")
+def session_start() -> None:
+    """Print the continuity as SessionStart additionalContext after a compaction or resume."""
+    try:
+        source = hooks.session_start_source(_read_stdin())
+        if source not in hooks.REINJECT_SOURCES:
+            return
+        paths = _inside_execution()
+        if paths is None:
+            return
+        checkpoint = read_checkpoint(paths)
+        if checkpoint is None:
+            return
+        rendering = render(checkpoint)
+        if not rendering.is_empty:
+            print_json(hooks.session_start_output(rendering.text))
+    except Exception as exc:  # the hook never fails the runtime
+        warn(f"hook session-start: {exc}; nothing injected")
+
+
+@app.command("install")
+def install_command(
+    project: ProjectOpt = Path("."),
+    executable: ExecutableOpt = "alpstore",
+) -> None:
+    """Register the hooks in .claude/settings.json (compaction ones with ALP_COMPACT_BRIDGE=1)."""
+    bridge = os.environ.get(ENV_BRIDGE) == "1"
+    path = hooks.settings_path(project)
+    added = hooks.install(path, hooks.hook_entries(executable, bridge=bridge))
+    for entry in added:
+        matcher = f" [{entry.matcher}]" if entry.matcher else ""
+        echo(f"added {entry.event}{matcher}: {entry.command}")
+    if not added:
+        echo(f"{path}: already installed; unchanged")
+    if not bridge:
+        warn(f"compaction journal hooks not registered ({ENV_BRIDGE}=1 enables them)")
+
+
+@app.command("uninstall")
+def uninstall_command(
+    project: ProjectOpt = Path("."),
+    executable: ExecutableOpt = "alpstore",
+) -> None:
+    """Remove exactly the hook commands `hook install` adds, leaving every other hook alone."""
+    path = hooks.settings_path(project)
+    removed = hooks.uninstall(path, hooks.hook_entries(executable, bridge=True))
+    echo(f"{path}: removed {removed} hook command(s)")

@@ -73,7 +73,12 @@ class Pin:
 
     def to_json(self) -> dict[str, Any]:
         """The pin as alp-code writes it (key order included)."""
-        return {"id": self.id, "text": self.text, "source": self.source, "createdAt": self.created_at}
+        return {
+            "id": self.id,
+            "text": self.text,
+            "source": self.source,
+            "createdAt": self.created_at,
+        }
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ class Checkpoint:
     )
 
     def pins(self, section: str) -> tuple[Pin, ...]:
-        """The pins of one section (``decisions``, ``constraints``, ``openItems``, ``nextActions``)."""
+        """Return the pins of one section (see :data:`SECTIONS`)."""
         return self.sections.get(section, ())
 
     def all_pins(self) -> list[tuple[str, Pin]]:
@@ -139,6 +144,16 @@ def checkpoint_digest(doc: Mapping[str, Any]) -> str:
     """
     body = {key: value for key, value in doc.items() if key != "integrity"}
     return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def digest_matches(doc: Mapping[str, Any]) -> bool:
+    """True when ``doc``'s recorded ``integrity.checkpointSha256`` is its canonical digest."""
+    integrity = doc.get("integrity")
+    recorded = integrity.get("checkpointSha256") if isinstance(integrity, dict) else None
+    try:
+        return recorded == checkpoint_digest(doc)
+    except CanonicalJSONError:
+        return False
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
@@ -224,7 +239,9 @@ def read_checkpoint(paths: ExecutionPaths, *, policy_hash: str | None = None) ->
     return verify_checkpoint(data, paths.execution_id, policy_hash=policy_hash)
 
 
-def verify_checkpoint(data: bytes, execution_id: str, *, policy_hash: str | None = None) -> Checkpoint:
+def verify_checkpoint(
+    data: bytes, execution_id: str, *, policy_hash: str | None = None
+) -> Checkpoint:
     """Decode and verify the bytes of a checkpoint file of ``execution_id``.
 
     Raises:
@@ -321,7 +338,7 @@ def decode_checkpoint(doc: Mapping[str, Any], where: str) -> Checkpoint:
             raise fail(f"$.{name}", "not a list")
         pins: list[Pin] = []
         for index, item in enumerate(items):
-            pin = _decode_pin(item, f"$.{name}[{index}]", fail)
+            pin = decode_pin(item, f"$.{name}[{index}]", fail)
             if pin.id in seen:
                 raise fail(f"$.{name}[{index}].id", f"pin id {pin.id} appears twice")
             seen.add(pin.id)
@@ -338,7 +355,7 @@ def decode_checkpoint(doc: Mapping[str, Any], where: str) -> Checkpoint:
     )
 
 
-def _decode_pin(item: Any, path: str, fail: Any) -> Pin:
+def decode_pin(item: Any, path: str, fail: Any) -> Pin:
     """Check one pin object; ``fail(path, what)`` builds the error to raise."""
     if not isinstance(item, dict):
         raise fail(path, "a pin is an object")
@@ -360,4 +377,6 @@ def _decode_pin(item: Any, path: str, fail: Any) -> Pin:
         raise fail(f"{path}.text", f"{size} bytes, over the {MAX_PIN_BYTES // 1024} KiB limit")
     if item["source"] not in PIN_SOURCES:
         raise fail(f"{path}.source", f"expected one of {', '.join(PIN_SOURCES)}")
-    return Pin(id=item["id"], text=item["text"], source=item["source"], created_at=item["createdAt"])
+    return Pin(
+        id=item["id"], text=item["text"], source=item["source"], created_at=item["createdAt"]
+    )

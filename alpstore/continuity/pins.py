@@ -72,7 +72,7 @@ def pin_section(kind: str) -> str:
 
 
 def clean_objective(task: str | None) -> str | None:
-    """The objective seeded from a task: None for the interactive sentinel; stray controls dropped."""
+    """Return the objective a task seeds: None for the interactive sentinel; controls dropped."""
     if task is None or is_sentinel_task(task):
         return None
     return _CONTROL_NOT_NEWLINE.sub("", task.replace("\r\n", "\n")).strip() or None

@@ -72,10 +72,14 @@ def render(checkpoint: Checkpoint, *, limit: int = MAX_RENDER_BYTES) -> Renderin
     if objective is not None:
         entries[OBJECTIVE].append(("", objective))
     for name in SECTIONS:
-        entries[name] = [(pin.created_at, text) for pin in checkpoint.pins(name) if (text := _text(pin))]
+        entries[name] = [
+            (pin.created_at, text) for pin in checkpoint.pins(name) if (text := _text(pin))
+        ]
 
     header = _header(checkpoint.execution_id)
-    item_sizes = {name: [_size(_item(name, text)) for _, text in items] for name, items in entries.items()}
+    item_sizes = {
+        name: [_size(_item(name, text)) for _, text in items] for name, items in entries.items()
+    }
     section_sizes = {
         name: (_size(_heading(name)) + sum(sizes)) if sizes else 0
         for name, sizes in item_sizes.items()
@@ -85,7 +89,8 @@ def render(checkpoint: Checkpoint, *, limit: int = MAX_RENDER_BYTES) -> Renderin
     dropped: dict[str, int] = {}
     for name in CUT_ORDER:
         # Oldest first: by createdAt, ties broken by position in the list.
-        order = sorted(range(len(entries[name])), key=lambda i, n=name: (entries[n][i][0], i))
+        stamps = [stamp for stamp, _ in entries[name]]
+        order = sorted(range(len(stamps)), key=lambda i: (stamps[i], i))
         gone: set[int] = set()
         for index in order:
             if total <= limit:
