@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alembic import context
 from sqlalchemy import Connection
 
+from alembic import context
 from alpstore.db.tables import metadata
 
 config = context.config
@@ -28,9 +28,12 @@ def run_migrations_online() -> None:
         with database.atomic() as connection:
             _run(connection)
         return
-    from alpstore.db.engine import open_database  # noqa: F401  (pragmas for sqlite URLs)
-    from alpstore.db.engine import _sqlite_engine
     from sqlalchemy import create_engine
+
+    from alpstore.db.engine import (
+        _sqlite_engine,
+        open_database,  # noqa: F401  (pragmas for sqlite URLs)
+    )
 
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
         "sqlalchemy.url"

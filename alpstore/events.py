@@ -20,8 +20,15 @@ class EventLog:
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Append one event line. A failure to log never fails the operation it describes."""
-        line = json.dumps({"at": time.time(), "event": kind, **fields}, ensure_ascii=False,
-                          sort_keys=True, default=str) + "\n"
+        line = (
+            json.dumps(
+                {"at": time.time(), "event": kind, **fields},
+                ensure_ascii=False,
+                sort_keys=True,
+                default=str,
+            )
+            + "\n"
+        )
         try:
             if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)

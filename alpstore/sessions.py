@@ -14,17 +14,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import Connection, and_, func, select
 
 from alpstore.archive.sql import encode
 from alpstore.codec import Digest, digest_hex
+from alpstore.db import raw as rsql
+from alpstore.db.engine import inserted_id
 from alpstore.db.tables import (
     BLOB_MANIFEST,
     BLOB_MESSAGE,
     BLOB_STATE,
     backtracks,
     checkpoints,
-    sessions,
 )
 from alpstore.errors import NotFoundError, SessionStateError, UsageError
 from alpstore.views import View
@@ -193,7 +194,22 @@ class Session:
 
     # ---------------------------------------------------------------- writing
     def _write(self, conn: Connection) -> SessionInfo:
-        info = self.store.session_info(self.id, conn=conn)
+        """Re-read the mutable part of the session row inside a write transaction."""
+        row = rsql.fetchone(
+            conn,
+            "SELECT status, head_segment_id, head_length, turn, "
+            "backtrack_count FROM sessions WHERE id = ?",
+            (self.id,),
+        )
+        if row is None:
+            raise NotFoundError(f"session {self.uuid} no longer exists")
+        info = replace(
+            self._info,
+            status=row[0],
+            head=View(row[1], int(row[2])),
+            turn=int(row[3]),
+            backtrack_count=int(row[4]),
+        )
         self._info = info
         return info
 
@@ -201,23 +217,42 @@ class Session:
         if info.status == "terminated":
             raise SessionStateError(f"session {info.uuid} is terminated; cannot {what}")
         if info.status == "paused":
-            raise SessionStateError(f"session {info.uuid} is paused; cannot {what}",
-                                    hint="`alpstore session resume-status` or unpause first")
+            raise SessionStateError(
+                f"session {info.uuid} is paused; cannot {what}",
+                hint="`alpstore session resume-status` or unpause first",
+            )
 
-    def _move_head(self, conn: Connection, info: SessionInfo, view: View, *, turn: int,
-                   status: Status | None = None, backtrack_count: int | None = None) -> None:
-        values: dict[str, Any] = {"head_segment_id": view.segment_id,
-                                  "head_length": view.length, "turn": turn,
-                                  "updated_at": time.time()}
-        if status is not None:
-            values["status"] = status
-        if backtrack_count is not None:
-            values["backtrack_count"] = backtrack_count
-        conn.execute(update(sessions).where(sessions.c.id == info.id).values(**values))
-        self._info = replace(info, head=view, turn=turn,
-                             status=status or info.status,
-                             backtrack_count=(info.backtrack_count if backtrack_count is None
-                                              else backtrack_count))
+    def _move_head(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        view: View,
+        *,
+        turn: int,
+        status: Status | None = None,
+        backtrack_count: int | None = None,
+    ) -> None:
+        rsql.execute(
+            conn,
+            "UPDATE sessions SET head_segment_id = ?, head_length = ?, turn = ?, "
+            "updated_at = ?, status = ?, backtrack_count = ? WHERE id = ?",
+            (
+                view.segment_id,
+                view.length,
+                turn,
+                time.time(),
+                status or info.status,
+                info.backtrack_count if backtrack_count is None else backtrack_count,
+                info.id,
+            ),
+        )
+        self._info = replace(
+            info,
+            head=view,
+            turn=turn,
+            status=status or info.status,
+            backtrack_count=(info.backtrack_count if backtrack_count is None else backtrack_count),
+        )
 
     def append(self, messages: Sequence[Any]) -> list[Digest]:
         """Append messages to the covering head (stored once each); returns their digests.
@@ -226,16 +261,66 @@ class Session:
             SessionStateError: the session is paused or terminated.
             CanonicalJSONError: a message is not canonical JSON (nothing is stored).
         """
+        return self._append(messages, keep=None, checkpoint=None)
+
+    def truncate_and_append(self, keep: int, messages: Sequence[Any]) -> list[Digest]:
+        """Cut the head to its first ``keep`` entries, then append ``messages`` (O(delta)).
+
+        For callers whose history is rewritten rather than extended (edits, removals).
+
+        Raises:
+            UsageError: ``keep`` is not within the head.
+        """
+        return self._append(messages, keep=keep, checkpoint=None)
+
+    def commit_turn(
+        self,
+        messages: Sequence[Any],
+        *,
+        kernel: Any | None = None,
+        working_memory: Any | None = None,
+        label: str | None = None,
+        trigger: str | None = "every_turn",
+    ) -> CheckpointInfo:
+        """Append a turn's messages and checkpoint the result, in one transaction."""
+        box: list[CheckpointInfo] = []
+        self._append(messages, keep=None, checkpoint=(kernel, working_memory, label, trigger, box))
+        return box[0]
+
+    def _append(
+        self,
+        messages: Sequence[Any],
+        *,
+        keep: int | None,
+        checkpoint: tuple[Any, Any, str | None, str | None, list[CheckpointInfo]] | None,
+    ) -> list[Digest]:
         items = [encode(m, BLOB_MESSAGE) for m in messages]
         store = self.store
+        ck: CheckpointInfo | None = None
         with store.db.atomic() as conn:
             info = self._write(conn)
             self._require_writable(info, "append")
+            head = info.head
+            if keep is not None:
+                if not 0 <= keep <= head.length:
+                    raise UsageError(f"keep {keep}: the head holds {head.length} entries")
+                head = View(head.segment_id if keep else None, keep)
             ids = store.archive.store_encoded(conn, items)
-            view = store.views.append(conn, info.head, info.id, ids)
-            self._move_head(conn, info, view, turn=info.turn + count_user_turns(messages),
-                            status="active" if info.status == "created" else None)
+            view = store.views.append(conn, head, info.id, ids)
+            self._move_head(
+                conn,
+                info,
+                view,
+                turn=info.turn + count_user_turns(messages),
+                status="active" if info.status == "created" else None,
+            )
+            if checkpoint is not None:
+                kernel, wm, label, trigger, box = checkpoint
+                ck = self._checkpoint_in(conn, self._info, kernel, wm, label, trigger, None)
+                box.append(ck)
         store.archive.after_commit()
+        if ck is not None:
+            self._emit_checkpoint(ck)
         return [d for d, _, _ in items]
 
     def append_summary(self, text: str, covers: Sequence[Digest]) -> Digest:
@@ -264,48 +349,96 @@ class Session:
             if not 0 <= start < end <= info.head.length:
                 raise UsageError(
                     f"fold {start}..{end}: not a non-empty span of the covering list "
-                    f"(0..{info.head.length})")
+                    f"(0..{info.head.length})"
+                )
             ids = store.views.read_ids(conn, info.head)
             covered = ids[start:end]
             digests = store.digests_for_ids(conn, covered)
             sid, digest = store.archive.store_summary(conn, summary, digests)
             view = store.views.splice(conn, info.head, info.id, start, end, [sid])
             self._move_head(conn, info, view, turn=info.turn)
-            store.record_event(conn, info.id, "fold", None,
-                               {"start": start, "end": end, "summary": digest_hex(digest),
-                                "covered": end - start})
+            store.record_event(
+                conn,
+                info.id,
+                "fold",
+                None,
+                {"start": start, "end": end, "summary": digest_hex(digest), "covered": end - start},
+            )
         store.emit("fold", session=info.uuid, start=start, end=end, summary=digest_hex(digest))
         return digest
 
-    def checkpoint(self, *, kernel: Any | None = None, working_memory: Any | None = None,
-                   label: str | None = None, trigger: str | None = "manual",
-                   turn: int | None = None) -> CheckpointInfo:
+    def checkpoint(
+        self,
+        *,
+        kernel: Any | None = None,
+        working_memory: Any | None = None,
+        label: str | None = None,
+        trigger: str | None = "manual",
+        turn: int | None = None,
+    ) -> CheckpointInfo:
         """Record a shallow checkpoint of the head (a row; O(1) in history length).
 
         Raises:
             SessionStateError: the session is terminated.
         """
-        store = self.store
-        state = [encode(v, BLOB_STATE) for v in (kernel, working_memory) if v is not None]
-        with store.db.atomic() as conn:
+        with self.store.db.atomic() as conn:
             info = self._write(conn)
-            if info.status == "terminated":
-                raise SessionStateError(f"session {info.uuid} is terminated; cannot checkpoint")
-            state_ids = store.archive.store_encoded(conn, state)
-            k_id = state_ids.pop(0) if kernel is not None else None
-            w_id = state_ids.pop(0) if working_memory is not None else None
-            ck = store.insert_checkpoint(conn, info, info.head, turn=info.turn if turn is None
-                                         else turn, label=label, trigger=trigger,
-                                         kernel_id=k_id, wm_id=w_id)
-            if turn is not None and turn != info.turn:
-                self._move_head(conn, info, info.head, turn=turn)
-            store.apply_retention(conn, info)
-        store.emit("checkpoint", session=info.uuid, checkpoint=ck.id, turn=ck.turn,
-                   label=ck.label, trigger=trigger, view=ck.archive_view_id)
+            ck = self._checkpoint_in(conn, info, kernel, working_memory, label, trigger, turn)
+        self._emit_checkpoint(ck)
         return ck
 
-    def backtrack(self, steps: int = 1, steering: str | None = None, *, automatic: bool = False,
-                  error_signature: str | None = None) -> BacktrackInfo:
+    def _checkpoint_in(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        kernel: Any | None,
+        working_memory: Any | None,
+        label: str | None,
+        trigger: str | None,
+        turn: int | None,
+    ) -> CheckpointInfo:
+        if info.status == "terminated":
+            raise SessionStateError(f"session {info.uuid} is terminated; cannot checkpoint")
+        store = self.store
+        state = [encode(v, BLOB_STATE) for v in (kernel, working_memory) if v is not None]
+        state_ids = store.archive.store_encoded(conn, state)
+        k_id = state_ids.pop(0) if kernel is not None else None
+        w_id = state_ids.pop(0) if working_memory is not None else None
+        ck = store.insert_checkpoint(
+            conn,
+            info,
+            info.head,
+            turn=info.turn if turn is None else turn,
+            label=label,
+            trigger=trigger,
+            kernel_id=k_id,
+            wm_id=w_id,
+        )
+        if turn is not None and turn != info.turn:
+            self._move_head(conn, info, info.head, turn=turn)
+        if info.retention.mode != "all":
+            store.apply_retention(conn, info)
+        return ck
+
+    def _emit_checkpoint(self, ck: CheckpointInfo) -> None:
+        self.store.emit(
+            "checkpoint",
+            session=ck.session,
+            checkpoint=ck.id,
+            turn=ck.turn,
+            label=ck.label,
+            trigger=ck.trigger,
+            view=ck.archive_view_id,
+        )
+
+    def backtrack(
+        self,
+        steps: int = 1,
+        steering: str | None = None,
+        *,
+        automatic: bool = False,
+        error_signature: str | None = None,
+    ) -> BacktrackInfo:
         """Rewind ``steps`` checkpoints back from the latest retained one, cut the retained
         history back to it, and inject ``steering`` as the next user turn (``/steer …``).
 
@@ -324,7 +457,8 @@ class Session:
             if steps >= len(retained):
                 raise SessionStateError(
                     f"session {info.uuid}: cannot backtrack {steps} step(s); only "
-                    f"{len(retained)} checkpoint(s) retained (at most {max(len(retained) - 1, 0)})")
+                    f"{len(retained)} checkpoint(s) retained (at most {max(len(retained) - 1, 0)})"
+                )
             target = retained[-1 - steps]
             latest = retained[-1]
             store.abandon_after(conn, info.id, target.seq)
@@ -338,17 +472,37 @@ class Session:
                 view = store.views.append(conn, view, info.id, [steer_id])
                 turn += 1
             count = info.backtrack_count + (1 if automatic else 0)
-            self._move_head(conn, info, view, turn=turn, backtrack_count=count,
-                            status="active" if info.status in ("created", "checkpointing")
-                            else None)
-            bt_id = int(conn.execute(backtracks.insert().values(
-                session_id=info.id, from_checkpoint_id=latest.id, to_checkpoint_id=target.id,
-                steps=steps, steering_blob_id=steer_id, automatic=automatic,
-                error_signature=error_signature, created_at=time.time(),
-            )).inserted_primary_key[0])
-        store.emit("backtrack", session=info.uuid, steps=steps, to_checkpoint=target.id,
-                   to_turn=target.turn, automatic=automatic,
-                   steering=digest_hex(steer_digest) if steer_digest else None)
+            self._move_head(
+                conn,
+                info,
+                view,
+                turn=turn,
+                backtrack_count=count,
+                status="active" if info.status in ("created", "checkpointing") else None,
+            )
+            bt_id = inserted_id(
+                conn.execute(
+                    backtracks.insert().values(
+                        session_id=info.id,
+                        from_checkpoint_id=latest.id,
+                        to_checkpoint_id=target.id,
+                        steps=steps,
+                        steering_blob_id=steer_id,
+                        automatic=automatic,
+                        error_signature=error_signature,
+                        created_at=time.time(),
+                    )
+                )
+            )
+        store.emit(
+            "backtrack",
+            session=info.uuid,
+            steps=steps,
+            to_checkpoint=target.id,
+            to_turn=target.turn,
+            automatic=automatic,
+            steering=digest_hex(steer_digest) if steer_digest else None,
+        )
         return BacktrackInfo(bt_id, info.uuid, steps, latest.id, target, steer_digest, automatic)
 
     def resume(self, checkpoint: CheckpointInfo | None = None) -> CheckpointInfo:
@@ -372,15 +526,22 @@ class Session:
             elif checkpoint.session != info.uuid:
                 raise NotFoundError(
                     f"checkpoint {checkpoint.id} belongs to session {checkpoint.session}, "
-                    f"not {info.uuid}", hint="use fork to continue another session's history")
+                    f"not {info.uuid}",
+                    hint="use fork to continue another session's history",
+                )
             store.abandon_after(conn, info.id, checkpoint.seq)
             self._move_head(conn, info, checkpoint.view, turn=checkpoint.turn, status="active")
             store.record_event(conn, info.id, "resume", checkpoint.id, {"turn": checkpoint.turn})
         store.emit("resume", session=info.uuid, checkpoint=checkpoint.id, turn=checkpoint.turn)
         return checkpoint
 
-    def fork(self, checkpoint: CheckpointInfo | None = None, *, session_id: str | None = None,
-             name: str | None = None) -> Session:
+    def fork(
+        self,
+        checkpoint: CheckpointInfo | None = None,
+        *,
+        session_id: str | None = None,
+        name: str | None = None,
+    ) -> Session:
         """A new session whose history is this one's up to ``checkpoint`` (default: latest).
 
         The child shares structure with the parent but no mutable state: its appends branch a
@@ -409,8 +570,9 @@ class Session:
             self._move_head(conn, info, info.head, turn=info.turn, status=status)
             self.store.record_event(conn, info.id, "status", None, {"status": status})
 
-    def record_decision(self, kind: str, detail: dict[str, Any],
-                        checkpoint_id: int | None = None) -> None:
+    def record_decision(
+        self, kind: str, detail: dict[str, Any], checkpoint_id: int | None = None
+    ) -> None:
         """Record a decision (e.g. of error recovery) visible in SQL and in `session log`."""
         with self.store.db.atomic() as conn:
             self.store.record_event(conn, self.id, kind, checkpoint_id, detail)
@@ -432,8 +594,9 @@ def manifest_blob(conn: Connection, store: Store, manifest: Any | None) -> int |
 
 def next_seq(conn: Connection, session_id: int) -> int:
     """The next checkpoint ordinal of a session."""
-    current = conn.execute(select(func.max(checkpoints.c.seq))
-                           .where(checkpoints.c.session_id == session_id)).scalar()
+    current = conn.execute(
+        select(func.max(checkpoints.c.seq)).where(checkpoints.c.session_id == session_id)
+    ).scalar()
     return int(current or 0) + 1
 
 

@@ -13,8 +13,16 @@ from sqlalchemy import Connection, delete, func, select, update
 
 from alpstore.archive.sql import SqlArchive, encode
 from alpstore.codec import Digest, parse_json
-from alpstore.db.engine import Database, open_database
-from alpstore.db.tables import BLOB_STATE, BLOB_SUMMARY, blobs, checkpoints, session_events, sessions
+from alpstore.db import raw as rsql
+from alpstore.db.engine import Database, inserted_id, open_database
+from alpstore.db.tables import (
+    BLOB_STATE,
+    BLOB_SUMMARY,
+    blobs,
+    checkpoints,
+    session_events,
+    sessions,
+)
 from alpstore.errors import NotFoundError, UsageError
 from alpstore.events import EventLog
 from alpstore.sessions import (
@@ -27,9 +35,14 @@ from alpstore.sessions import (
     event_detail,
     manifest_blob,
     new_session_uuid,
-    next_seq,
 )
 from alpstore.views import EMPTY, View, ViewStore
+
+INSERT_CHECKPOINT = (
+    "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
+    "wm_blob_id, label, trigger, abandoned, created_at) VALUES (?, (SELECT COALESCE(MAX(seq), 0)"
+    " + 1 FROM checkpoints WHERE session_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
+)
 
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
 
@@ -70,9 +83,15 @@ class Store:
         self.events.emit(kind, **fields)
 
     # ---------------------------------------------------------------- sessions
-    def create_session(self, *, session_id: str | None = None, name: str | None = None,
-                       manifest: Any | None = None, retention: Retention | None = None,
-                       origin: dict[str, Any] | None = None) -> Session:
+    def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        name: str | None = None,
+        manifest: Any | None = None,
+        retention: Retention | None = None,
+        origin: dict[str, Any] | None = None,
+    ) -> Session:
         """Create an empty session.
 
         Raises:
@@ -87,13 +106,28 @@ class Store:
             if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
                 raise UsageError(f"session {uuid} already exists in this archive")
             mid = manifest_blob(conn, self, manifest)
-            sid = int(conn.execute(sessions.insert().values(
-                uuid=uuid, name=name, parent_id=None, source_checkpoint_id=None, root_id=None,
-                origin=json.dumps(origin, sort_keys=True) if origin else None,
-                manifest_blob_id=mid, status="created", head_segment_id=None, head_length=0,
-                turn=0, backtrack_count=0, retention_mode=retention.mode,
-                retention_n=retention.n, created_at=now, updated_at=now,
-            )).inserted_primary_key[0])
+            sid = inserted_id(
+                conn.execute(
+                    sessions.insert().values(
+                        uuid=uuid,
+                        name=name,
+                        parent_id=None,
+                        source_checkpoint_id=None,
+                        root_id=None,
+                        origin=json.dumps(origin, sort_keys=True) if origin else None,
+                        manifest_blob_id=mid,
+                        status="created",
+                        head_segment_id=None,
+                        head_length=0,
+                        turn=0,
+                        backtrack_count=0,
+                        retention_mode=retention.mode,
+                        retention_n=retention.n,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            )
             conn.execute(update(sessions).where(sessions.c.id == sid).values(root_id=sid))
             info = self.session_info(sid, conn=conn)
         self.emit("session", session=uuid, name=name)
@@ -117,16 +151,27 @@ class Store:
         names = {}
         wanted = {i for i in (row.parent_id, row.root_id) if i is not None}
         if wanted:
-            names = dict(conn.execute(select(sessions.c.id, sessions.c.uuid)
-                                      .where(sessions.c.id.in_(wanted))).tuples().all())
+            names = dict(
+                conn.execute(
+                    select(sessions.c.id, sessions.c.uuid).where(sessions.c.id.in_(wanted))
+                )
+                .tuples()
+                .all()
+            )
         return SessionInfo(
-            id=int(row.id), uuid=row.uuid, name=row.name, status=row.status, turn=int(row.turn),
+            id=int(row.id),
+            uuid=row.uuid,
+            name=row.name,
+            status=row.status,
+            turn=int(row.turn),
             head=View(row.head_segment_id, int(row.head_length)),
-            parent=names.get(row.parent_id), root=names.get(row.root_id, row.uuid),
+            parent=names.get(row.parent_id),
+            root=names.get(row.root_id, row.uuid),
             source_checkpoint=row.source_checkpoint_id,
             backtrack_count=int(row.backtrack_count),
             retention=Retention(row.retention_mode, int(row.retention_n)),
-            created_at=float(row.created_at), updated_at=float(row.updated_at),
+            created_at=float(row.created_at),
+            updated_at=float(row.updated_at),
             origin=json.loads(row.origin) if row.origin else None,
         )
 
@@ -141,15 +186,19 @@ class Store:
             if row is None:
                 rows = conn.execute(select(sessions).where(sessions.c.name == ref)).all()
                 if not rows and len(ref) >= 4:
-                    rows = conn.execute(select(sessions).where(
-                        sessions.c.uuid.startswith(ref, autoescape=True))).all()
+                    rows = conn.execute(
+                        select(sessions).where(sessions.c.uuid.startswith(ref, autoescape=True))
+                    ).all()
                 if len(rows) > 1:
-                    raise NotFoundError(f"session {ref!r} is ambiguous ({len(rows)} match)",
-                                        hint="give more of the id")
+                    raise NotFoundError(
+                        f"session {ref!r} is ambiguous ({len(rows)} match)",
+                        hint="give more of the id",
+                    )
                 row = rows[0] if rows else None
             if row is None:
-                raise NotFoundError(f"no session {ref!r} in this archive",
-                                    hint="`alpstore session list` shows them")
+                raise NotFoundError(
+                    f"no session {ref!r} in this archive", hint="`alpstore session list` shows them"
+                )
             return Session(self, self._info(conn, row))
 
     def list_sessions(self) -> list[SessionInfo]:
@@ -161,8 +210,9 @@ class Store:
     def session_manifest(self, session_id: int) -> Any | None:
         """The manifest embedded in a session, or None."""
         with self.db.read() as conn:
-            mid = conn.execute(select(sessions.c.manifest_blob_id)
-                               .where(sessions.c.id == session_id)).scalar()
+            mid = conn.execute(
+                select(sessions.c.manifest_blob_id).where(sessions.c.id == session_id)
+            ).scalar()
             if mid is None:
                 return None
             return self.archive.load_by_ids(conn, [int(mid)])[int(mid)][2]
@@ -171,21 +221,28 @@ class Store:
     def _ck(self, row: Any, uuid: str, digests: dict[int, Digest] | None = None) -> CheckpointInfo:
         digests = digests or {}
         return CheckpointInfo(
-            id=int(row.id), session=uuid, seq=int(row.seq), turn=int(row.turn),
-            label=row.label or default_label(int(row.turn)), trigger=row.trigger,
-            view=View(row.segment_id, int(row.length)), abandoned=bool(row.abandoned),
+            id=int(row.id),
+            session=uuid,
+            seq=int(row.seq),
+            turn=int(row.turn),
+            label=row.label or default_label(int(row.turn)),
+            trigger=row.trigger,
+            view=View(row.segment_id, int(row.length)),
+            abandoned=bool(row.abandoned),
             created_at=float(row.created_at),
             kernel_digest=digests.get(row.kernel_blob_id) if row.kernel_blob_id else None,
             wm_digest=digests.get(row.wm_blob_id) if row.wm_blob_id else None,
         )
 
-    def list_checkpoints(self, session_id: int, *, include_abandoned: bool = False,
-                         conn: Connection | None = None) -> list[CheckpointInfo]:
+    def list_checkpoints(
+        self, session_id: int, *, include_abandoned: bool = False, conn: Connection | None = None
+    ) -> list[CheckpointInfo]:
         """A session's checkpoints by sequence (retained ones only unless asked)."""
         if conn is None:
             with self.db.read() as c:
-                return self.list_checkpoints(session_id, include_abandoned=include_abandoned,
-                                             conn=c)
+                return self.list_checkpoints(
+                    session_id, include_abandoned=include_abandoned, conn=c
+                )
         uuid = conn.execute(select(sessions.c.uuid).where(sessions.c.id == session_id)).scalar()
         query = select(checkpoints).where(checkpoints.c.session_id == session_id)
         if not include_abandoned:
@@ -200,16 +257,22 @@ class Store:
             NotFoundError: no such checkpoint.
         """
         with self.db.read() as conn:
-            row = conn.execute(select(checkpoints, sessions.c.uuid.label("session_uuid"))
-                               .join(sessions, sessions.c.id == checkpoints.c.session_id)
-                               .where(checkpoints.c.id == checkpoint_id)).first()
+            row = conn.execute(
+                select(checkpoints, sessions.c.uuid.label("session_uuid"))
+                .join(sessions, sessions.c.id == checkpoints.c.session_id)
+                .where(checkpoints.c.id == checkpoint_id)
+            ).first()
             if row is None:
                 raise NotFoundError(f"no checkpoint {checkpoint_id} in this archive")
             ids = [i for i in (row.kernel_blob_id, row.wm_blob_id) if i is not None]
             digests = {}
             if ids:
-                digests = {int(i): Digest(bytes(d)) for i, d in conn.execute(
-                    select(blobs.c.id, blobs.c.digest).where(blobs.c.id.in_(ids)))}
+                digests = {
+                    int(i): Digest(bytes(d))
+                    for i, d in conn.execute(
+                        select(blobs.c.id, blobs.c.digest).where(blobs.c.id.in_(ids))
+                    )
+                }
             return self._ck(row, row.session_uuid, digests)
 
     def resolve_checkpoint(self, ref: str) -> CheckpointInfo:
@@ -225,7 +288,8 @@ class Store:
         match = _CK_REF.match(ref)
         if not match:
             raise NotFoundError(
-                f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest")
+                f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest"
+            )
         session = self.get_session(match["session"])
         cks = self.list_checkpoints(session.id, include_abandoned=True)
         if match["at"] == "latest":
@@ -240,76 +304,148 @@ class Store:
         retained = [c for c in at_turn if not c.abandoned]
         return self.get_checkpoint((retained or at_turn)[-1].id)
 
-    def insert_checkpoint(self, conn: Connection, info: SessionInfo, view: View, *, turn: int,
-                          label: str | None, trigger: str | None, kernel_id: int | None,
-                          wm_id: int | None) -> CheckpointInfo:
+    def insert_checkpoint(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        view: View,
+        *,
+        turn: int,
+        label: str | None,
+        trigger: str | None,
+        kernel_id: int | None,
+        wm_id: int | None,
+    ) -> CheckpointInfo:
         """Insert a checkpoint row for ``info`` inside the caller's transaction."""
-        seq = next_seq(conn, info.id)
         stored_label = None if label in (None, default_label(turn)) else label
         now = time.time()
-        ck_id = int(conn.execute(checkpoints.insert().values(
-            session_id=info.id, seq=seq, turn=turn, segment_id=view.segment_id,
-            length=view.length, kernel_blob_id=kernel_id, wm_blob_id=wm_id, label=stored_label,
-            trigger=trigger, abandoned=False, created_at=now,
-        )).inserted_primary_key[0])
-        return CheckpointInfo(ck_id, info.uuid, seq, turn, label or default_label(turn), trigger,
-                              view, False, now)
+        ck_id, seq = rsql.fetchone(
+            conn,
+            INSERT_CHECKPOINT,
+            (
+                info.id,
+                info.id,
+                turn,
+                view.segment_id,
+                view.length,
+                kernel_id,
+                wm_id,
+                stored_label,
+                trigger,
+                False,
+                now,
+            ),
+        )
+        return CheckpointInfo(
+            ck_id, info.uuid, seq, turn, label or default_label(turn), trigger, view, False, now
+        )
 
     def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
         """Mark a session's checkpoints after ``seq`` as no longer retained (kept for debug)."""
-        return int(conn.execute(update(checkpoints).where(
-            checkpoints.c.session_id == session_id, checkpoints.c.seq > seq,
-            checkpoints.c.abandoned.is_(False)).values(abandoned=True)).rowcount)
+        result = conn.execute(
+            update(checkpoints)
+            .where(
+                checkpoints.c.session_id == session_id,
+                checkpoints.c.seq > seq,
+                checkpoints.c.abandoned.is_(False),
+            )
+            .values(abandoned=True)
+        )
+        return int(result.rowcount)
 
     def apply_retention(self, conn: Connection, info: SessionInfo) -> list[int]:
         """Prune this session's oldest retained checkpoints beyond its retention (never a fork
-        source, never another session's). Returns the pruned ids."""
+        source, never another session's). Returns the pruned ids.
+        """
         keep = {"all": None, "single": 1, "last_n": info.retention.n}[info.retention.mode]
         if keep is None:
             return []
-        rows = conn.execute(select(checkpoints.c.id).where(
-            checkpoints.c.session_id == info.id, checkpoints.c.abandoned.is_(False))
-            .order_by(checkpoints.c.seq.desc()).offset(keep)).scalars().all()
+        rows = (
+            conn.execute(
+                select(checkpoints.c.id)
+                .where(checkpoints.c.session_id == info.id, checkpoints.c.abandoned.is_(False))
+                .order_by(checkpoints.c.seq.desc())
+                .offset(keep)
+            )
+            .scalars()
+            .all()
+        )
         if not rows:
             return []
-        sources = set(conn.execute(select(sessions.c.source_checkpoint_id).where(
-            sessions.c.source_checkpoint_id.in_(rows))).scalars().all())
+        sources = set(
+            conn.execute(
+                select(sessions.c.source_checkpoint_id).where(
+                    sessions.c.source_checkpoint_id.in_(rows)
+                )
+            )
+            .scalars()
+            .all()
+        )
         doomed = [int(r) for r in rows if r not in sources]
         if doomed:
-            conn.execute(delete(checkpoints).where(checkpoints.c.id.in_(doomed),
-                                                   checkpoints.c.session_id == info.id))
+            conn.execute(
+                delete(checkpoints).where(
+                    checkpoints.c.id.in_(doomed), checkpoints.c.session_id == info.id
+                )
+            )
         return doomed
 
-    def fork_checkpoint(self, checkpoint: CheckpointInfo, *, session_id: str | None = None,
-                        name: str | None = None) -> Session:
+    def fork_checkpoint(
+        self, checkpoint: CheckpointInfo, *, session_id: str | None = None, name: str | None = None
+    ) -> Session:
         """Create a session from ``checkpoint``: same history, parent and source recorded, and a
-        first checkpoint (trigger ``fork``) at the fork point."""
+        first checkpoint (trigger ``fork``) at the fork point.
+        """
         uuid = session_id or new_session_uuid()
         now = time.time()
         with self.db.atomic() as conn:
             if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
                 raise UsageError(f"session {uuid} already exists in this archive")
-            parent = conn.execute(select(sessions).join(
-                checkpoints, checkpoints.c.session_id == sessions.c.id).where(
-                checkpoints.c.id == checkpoint.id)).first()
+            parent = conn.execute(
+                select(sessions)
+                .join(checkpoints, checkpoints.c.session_id == sessions.c.id)
+                .where(checkpoints.c.id == checkpoint.id)
+            ).first()
             src = conn.execute(select(checkpoints).where(checkpoints.c.id == checkpoint.id)).first()
             if parent is None or src is None:
                 raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
-            sid = int(conn.execute(sessions.insert().values(
-                uuid=uuid, name=name, parent_id=parent.id, source_checkpoint_id=checkpoint.id,
-                root_id=parent.root_id or parent.id, origin=None,
-                manifest_blob_id=parent.manifest_blob_id, status="active",
-                head_segment_id=src.segment_id, head_length=src.length, turn=src.turn,
-                backtrack_count=0, retention_mode=parent.retention_mode,
-                retention_n=parent.retention_n, created_at=now, updated_at=now,
-            )).inserted_primary_key[0])
+            sid = inserted_id(
+                conn.execute(
+                    sessions.insert().values(
+                        uuid=uuid,
+                        name=name,
+                        parent_id=parent.id,
+                        source_checkpoint_id=checkpoint.id,
+                        root_id=parent.root_id or parent.id,
+                        origin=None,
+                        manifest_blob_id=parent.manifest_blob_id,
+                        status="active",
+                        head_segment_id=src.segment_id,
+                        head_length=src.length,
+                        turn=src.turn,
+                        backtrack_count=0,
+                        retention_mode=parent.retention_mode,
+                        retention_n=parent.retention_n,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
+            )
             info = self.session_info(sid, conn=conn)
-            self.insert_checkpoint(conn, info, info.head, turn=int(src.turn), label=None,
-                                   trigger="fork", kernel_id=src.kernel_blob_id,
-                                   wm_id=src.wm_blob_id)
+            self.insert_checkpoint(
+                conn,
+                info,
+                info.head,
+                turn=int(src.turn),
+                label=None,
+                trigger="fork",
+                kernel_id=src.kernel_blob_id,
+                wm_id=src.wm_blob_id,
+            )
             self.record_event(conn, int(parent.id), "fork", checkpoint.id, {"child": uuid})
-        self.emit("fork", session=uuid, parent=parent.uuid, checkpoint=checkpoint.id,
-                  turn=checkpoint.turn)
+        self.emit(
+            "fork", session=uuid, parent=parent.uuid, checkpoint=checkpoint.id, turn=checkpoint.turn
+        )
         return Session(self, info)
 
     # ---------------------------------------------------------------- hydration
@@ -344,17 +480,24 @@ class Store:
         out = []
         for d in entry.covers:
             digest, kind, value = loaded[ids[d]]
-            covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", [])) if (
-                kind == BLOB_SUMMARY) else ()
-            out.append(Entry(digest, "summary" if kind == BLOB_SUMMARY else "message", value,
-                             covers))
+            covers = (
+                tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
+                if (kind == BLOB_SUMMARY)
+                else ()
+            )
+            out.append(
+                Entry(digest, "summary" if kind == BLOB_SUMMARY else "message", value, covers)
+            )
         return out
 
     def checkpoint_state(self, checkpoint: CheckpointInfo) -> tuple[Any | None, Any | None]:
         """The kernel and working-memory documents stored with a checkpoint."""
         with self.db.read() as conn:
-            row = conn.execute(select(checkpoints.c.kernel_blob_id, checkpoints.c.wm_blob_id)
-                               .where(checkpoints.c.id == checkpoint.id)).first()
+            row = conn.execute(
+                select(checkpoints.c.kernel_blob_id, checkpoints.c.wm_blob_id).where(
+                    checkpoints.c.id == checkpoint.id
+                )
+            ).first()
             if row is None:
                 raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
             ids = [int(i) for i in row if i is not None]
@@ -369,27 +512,49 @@ class Store:
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), 500):
             part = unique[start : start + 500]
-            for i, d in conn.execute(select(blobs.c.id, blobs.c.digest)
-                                     .where(blobs.c.id.in_(part))):
+            for i, d in conn.execute(
+                select(blobs.c.id, blobs.c.digest).where(blobs.c.id.in_(part))
+            ):
                 found[int(i)] = Digest(bytes(d))
         return [found[i] for i in ids]
 
     # ---------------------------------------------------------------- events
-    def record_event(self, conn: Connection, session_id: int, kind: str,
-                     checkpoint_id: int | None, detail: dict[str, Any]) -> None:
+    def record_event(
+        self,
+        conn: Connection,
+        session_id: int,
+        kind: str,
+        checkpoint_id: int | None,
+        detail: dict[str, Any],
+    ) -> None:
         """Insert a row into ``session_events`` inside the caller's transaction."""
-        conn.execute(session_events.insert().values(
-            session_id=session_id, checkpoint_id=checkpoint_id, kind=kind,
-            detail=event_detail(detail), created_at=time.time()))
+        conn.execute(
+            session_events.insert().values(
+                session_id=session_id,
+                checkpoint_id=checkpoint_id,
+                kind=kind,
+                detail=event_detail(detail),
+                created_at=time.time(),
+            )
+        )
 
     def session_events(self, session_id: int) -> list[dict[str, Any]]:
         """A session's recorded events, oldest first."""
         with self.db.read() as conn:
-            rows = conn.execute(select(session_events).where(
-                session_events.c.session_id == session_id).order_by(session_events.c.id)).all()
-        return [{"kind": r.kind, "checkpoint": r.checkpoint_id, "at": r.created_at,
-                 "detail": parse_json(r.detail, where="event") if r.detail else {}}
-                for r in rows]
+            rows = conn.execute(
+                select(session_events)
+                .where(session_events.c.session_id == session_id)
+                .order_by(session_events.c.id)
+            ).all()
+        return [
+            {
+                "kind": r.kind,
+                "checkpoint": r.checkpoint_id,
+                "at": r.created_at,
+                "detail": parse_json(r.detail, where="event") if r.detail else {},
+            }
+            for r in rows
+        ]
 
     def put_state(self, value: Any) -> Digest:
         """Store a kernel/working-memory document; return its digest."""

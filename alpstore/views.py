@@ -12,10 +12,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection
 
-from alpstore.db.tables import segment_entries, segments
+from alpstore.db import raw as rsql
+from alpstore.db.engine import inserted_id
+from alpstore.db.tables import segments
 from alpstore.errors import IntegrityError, UsageError
+
+READ_RANGE = (
+    "SELECT blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? AND position < ?"
+    " ORDER BY position"
+)
 
 MAX_CHAIN_DEPTH = 48
 """A new segment whose chain would be deeper than this is flattened (one O(length) copy),
@@ -62,13 +69,14 @@ class ViewStore:
         """
         row = self._shape.get(segment_id)
         if row is None:
-            found = conn.execute(
-                select(segments.c.id, segments.c.session_id, segments.c.parent_id,
-                       segments.c.base_length).where(segments.c.id == segment_id)).first()
+            found = rsql.fetchone(
+                conn,
+                "SELECT id, session_id, parent_id, base_length FROM segments WHERE id = ?",
+                (segment_id,),
+            )
             if found is None:
                 raise IntegrityError(f"view segment {segment_id} is missing from the archive")
-            row = SegmentRow(int(found.id), found.session_id, found.parent_id,
-                             int(found.base_length))
+            row = SegmentRow(int(found[0]), found[1], found[2], int(found[3]))
             self._shape[segment_id] = row
         return row
 
@@ -93,17 +101,12 @@ class ViewStore:
         """
         ids: list[int] = []
         for seg_id, lo, hi in self.chain(conn, view):
-            rows = conn.execute(
-                select(segment_entries.c.blob_id).where(
-                    segment_entries.c.segment_id == seg_id,
-                    segment_entries.c.position >= lo,
-                    segment_entries.c.position < hi,
-                ).order_by(segment_entries.c.position)
-            ).scalars().all()
+            rows = [r[0] for r in rsql.fetchall(conn, READ_RANGE, (seg_id, lo, hi))]
             if len(rows) != hi - lo:
                 raise IntegrityError(
                     f"view {view.archive_view_id}: segment {seg_id} holds {len(rows)} of the "
-                    f"{hi - lo} entries in positions {lo}..{hi - 1}")
+                    f"{hi - lo} entries in positions {lo}..{hi - 1}"
+                )
             ids.extend(rows)
         return ids
 
@@ -111,38 +114,50 @@ class ViewStore:
         """How many segments the view's chain spans."""
         return len(self.chain(conn, view))
 
-    def append(self, conn: Connection, view: View, session_id: int,
-               blob_ids: Sequence[int]) -> View:
+    def append(
+        self, conn: Connection, view: View, session_id: int, blob_ids: Sequence[int]
+    ) -> View:
         """The view with ``blob_ids`` appended: extends the segment in place when the view is
-        at the tip of a segment this session owns, else branches a new segment."""
+        at the tip of a segment this session owns, else branches a new segment.
+        """
         if not blob_ids:
             return view
         new_length = view.length + len(blob_ids)
         if view.segment_id is not None:
             seg = self.segment(conn, view.segment_id)
             if seg.session_id == session_id:
-                grown = conn.execute(
-                    update(segments)
-                    .where(and_(segments.c.id == seg.id, segments.c.length == view.length))
-                    .values(length=new_length))
+                grown = rsql.execute(
+                    conn,
+                    "UPDATE segments SET length = ? WHERE id = ? AND length = ?",
+                    (new_length, seg.id, view.length),
+                )
                 if grown.rowcount == 1:
                     self._insert_entries(conn, seg.id, view.length, blob_ids)
                     return View(seg.id, new_length)
         return self._branch(conn, view, session_id, blob_ids)
 
-    def _branch(self, conn: Connection, view: View, session_id: int,
-                blob_ids: Sequence[int]) -> View:
+    def _branch(
+        self, conn: Connection, view: View, session_id: int, blob_ids: Sequence[int]
+    ) -> View:
         parent, base, prefix = view.segment_id, view.length, list[int]()
         if parent is not None and self.depth(conn, view) >= MAX_CHAIN_DEPTH:
             prefix = self.read_ids(conn, view)
             parent, base = None, 0
-        seg_id = self._new_segment(conn, session_id, parent, base,
-                                   base + len(prefix) + len(blob_ids))
+        seg_id = self._new_segment(
+            conn, session_id, parent, base, base + len(prefix) + len(blob_ids)
+        )
         self._insert_entries(conn, seg_id, base, [*prefix, *blob_ids])
         return View(seg_id, base + len(prefix) + len(blob_ids))
 
-    def splice(self, conn: Connection, view: View, session_id: int, start: int, end: int,
-               blob_ids: Sequence[int]) -> View:
+    def splice(
+        self,
+        conn: Connection,
+        view: View,
+        session_id: int,
+        start: int,
+        end: int,
+        blob_ids: Sequence[int],
+    ) -> View:
         """The view with entries ``[start, end)`` replaced by ``blob_ids`` (a fold).
 
         Costs O(len(blob_ids) + length - end): the prefix is shared, the tail re-appended.
@@ -153,33 +168,41 @@ class ViewStore:
         if not 0 <= start < end <= view.length:
             raise UsageError(
                 f"range {start}..{end} is not a non-empty span of a covering list of "
-                f"{view.length} entries")
+                f"{view.length} entries"
+            )
         tail = self.read_ids(conn, view)[end:] if end < view.length else []
         prefix = View(view.segment_id, start) if start else EMPTY
-        return self._branch(conn, prefix, session_id, [*blob_ids, *tail]) if (
-            prefix.segment_id is not None) else self._fresh(conn, session_id,
-                                                            [*blob_ids, *tail])
+        return (
+            self._branch(conn, prefix, session_id, [*blob_ids, *tail])
+            if (prefix.segment_id is not None)
+            else self._fresh(conn, session_id, [*blob_ids, *tail])
+        )
 
     def _fresh(self, conn: Connection, session_id: int, blob_ids: Sequence[int]) -> View:
         seg_id = self._new_segment(conn, session_id, None, 0, len(blob_ids))
         self._insert_entries(conn, seg_id, 0, blob_ids)
         return View(seg_id, len(blob_ids))
 
-    def _new_segment(self, conn: Connection, session_id: int, parent: int | None, base: int,
-                     length: int) -> int:
-        seg_id = int(conn.execute(segments.insert().values(
-            session_id=session_id, parent_id=parent, base_length=base, length=length
-        )).inserted_primary_key[0])
+    def _new_segment(
+        self, conn: Connection, session_id: int, parent: int | None, base: int, length: int
+    ) -> int:
+        seg_id = inserted_id(
+            conn.execute(
+                segments.insert().values(
+                    session_id=session_id, parent_id=parent, base_length=base, length=length
+                )
+            )
+        )
         self._shape[seg_id] = SegmentRow(seg_id, session_id, parent, base)
         return seg_id
 
     @staticmethod
-    def _insert_entries(conn: Connection, seg_id: int, start: int,
-                        blob_ids: Sequence[int]) -> None:
-        if blob_ids:
-            conn.execute(segment_entries.insert(), [
-                {"segment_id": seg_id, "position": start + i, "blob_id": b}
-                for i, b in enumerate(blob_ids)])
+    def _insert_entries(conn: Connection, seg_id: int, start: int, blob_ids: Sequence[int]) -> None:
+        rsql.executemany(
+            conn,
+            "INSERT INTO segment_entries (segment_id, position, blob_id) VALUES (?, ?, ?)",
+            [(seg_id, start + i, b) for i, b in enumerate(blob_ids)],
+        )
 
     def forget(self) -> None:
         """Drop cached segment shapes (after GC removed segments)."""

@@ -34,17 +34,33 @@ class Result:
     err: str
 
 
-def run_cli(*args: str, cwd: Path | None = None, input: str | bytes | None = None,
-            env: dict[str, str] | None = None, timeout: float = 120) -> Result:
+def run_cli(
+    *args: str,
+    cwd: Path | None = None,
+    input: str | bytes | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> Result:
     """Run the real `alpstore` command in a subprocess."""
     full_env = {**os.environ, **(env or {})}
-    full_env.pop("ALPSTORE_DATABASE_URL", None) if env is None or \
-        "ALPSTORE_DATABASE_URL" not in env else None
+    full_env.pop(
+        "ALPSTORE_DATABASE_URL", None
+    ) if env is None or "ALPSTORE_DATABASE_URL" not in env else None
     data = input.encode() if isinstance(input, str) else input
-    proc = subprocess.run([ALPSTORE, *args], cwd=cwd, input=data, capture_output=True,
-                          env=full_env, timeout=timeout, check=False)
-    return Result(proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                  proc.stderr.decode("utf-8", "replace"))
+    proc = subprocess.run(
+        [ALPSTORE, *args],
+        cwd=cwd,
+        input=data,
+        capture_output=True,
+        env=full_env,
+        timeout=timeout,
+        check=False,
+    )
+    return Result(
+        proc.returncode,
+        proc.stdout.decode("utf-8", "replace"),
+        proc.stderr.decode("utf-8", "replace"),
+    )
 
 
 @pytest.fixture

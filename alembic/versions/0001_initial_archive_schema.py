@@ -9,8 +9,8 @@ Create Date: 2026-11-30 19:34:55.034727
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 
+from alembic import op
 
 revision = "0001"
 down_revision = None

@@ -97,7 +97,10 @@ class MemoryArchive:
         msgs = kinds.count(BLOB_MESSAGE)
         sums = kinds.count(BLOB_SUMMARY)
         return ArchiveStats(
-            blobs=len(kinds), messages=msgs, summaries=sums, other=len(kinds) - msgs - sums,
+            blobs=len(kinds),
+            messages=msgs,
+            summaries=sums,
+            other=len(kinds) - msgs - sums,
             raw_bytes=sum(s for _, s, _, _ in self._blobs.values()),
             stored_bytes=sum(len(p) for _, _, _, p in self._blobs.values()),
             dictionaries=0,
@@ -116,7 +119,10 @@ class MemoryArchive:
         for parent, children in self._refs.items():
             for child in children:
                 if child not in self._blobs:
-                    report.problems.append(Problem(
-                        what=f"summary {parent.hex()} covers missing blob {child.hex()}",
-                        digest=parent.hex()))
+                    report.problems.append(
+                        Problem(
+                            what=f"summary {parent.hex()} covers missing blob {child.hex()}",
+                            digest=parent.hex(),
+                        )
+                    )
         return report

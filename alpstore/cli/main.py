@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from alpstore import __version__
-from alpstore.cli._common import ENV_DATABASE_URL, GlobalOptions, options
+from alpstore.cli._common import ENV_DATABASE_URL, options
 from alpstore.errors import AlpstoreError
 
 app = typer.Typer(
@@ -54,12 +54,17 @@ def root(
     ] = None,
     db: Annotated[
         str | None,
-        typer.Option("--db", help=f"SQLAlchemy database URL (default: ${ENV_DATABASE_URL}, "
-                     "else SQLite in the run root)."),
+        typer.Option(
+            "--db",
+            help=f"SQLAlchemy database URL (default: ${ENV_DATABASE_URL}, "
+            "else SQLite in the run root).",
+        ),
     ] = None,
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True,
-                           help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     """Global options shared by every command."""

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, exc
+from sqlalchemy import Connection, CursorResult, Engine, create_engine, event, exc
 from sqlalchemy.engine import make_url
 
 from alpstore.errors import CorruptArchiveError, DatabaseError, StorageError, UsageError
@@ -36,6 +36,14 @@ fsync the WAL on every commit and cost ~10x per checkpoint for that last case on
 
 WRITE_RETRIES = 8
 """Bounded retries with backoff when the database asks for one (busy, serialization, deadlock)."""
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key an INSERT produced."""
+    key = result.inserted_primary_key
+    if key is None or key[0] is None:  # pragma: no cover - every table has an integer key
+        raise DatabaseError("the database did not report the inserted row's id")
+    return int(key[0])
 
 
 def sqlite_path_for_root(root: Path) -> Path:
@@ -143,8 +151,13 @@ class Database:
         self.engine.dispose()
 
 
-TRANSIENT_MARKERS = ("database is locked", "busy", "could not serialize", "deadlock detected",
-                     "serialization failure")
+TRANSIENT_MARKERS = (
+    "database is locked",
+    "busy",
+    "could not serialize",
+    "deadlock detected",
+    "serialization failure",
+)
 
 
 @contextmanager
@@ -164,15 +177,17 @@ def translate_errors(location: str) -> Iterator[None]:
         if "readonly" in low or "read-only" in low:
             raise StorageError(f"archive {location} is read-only: {first}") from err
         if "disk is full" in low or "no space" in low or "disk i/o" in low:
-            raise StorageError(f"archive {location}: {first}",
-                               hint="free space and try again; nothing was written") from err
+            raise StorageError(
+                f"archive {location}: {first}", hint="free space and try again; nothing was written"
+            ) from err
         dberr = DatabaseError(f"archive {location}: {first}")
         dberr.transient = any(m in low for m in TRANSIENT_MARKERS)  # type: ignore[attr-defined]
         raise dberr from err
 
 
-def open_database(*, root: Path | None = None, url: str | None = None,
-                  create: bool = True) -> Database:
+def open_database(
+    *, root: Path | None = None, url: str | None = None, create: bool = True
+) -> Database:
     """Open (and migrate to head) the archive of ``root`` or at ``url``.
 
     Raises:
@@ -207,8 +222,10 @@ def open_database(*, root: Path | None = None, url: str | None = None,
         path = sqlite_path_for_root(root)
         if not path.exists():
             if not create:
-                raise NotFoundError(f"no archive at {path}",
-                                    hint="create one with any write, e.g. `alpstore archive put`")
+                raise NotFoundError(
+                    f"no archive at {path}",
+                    hint="create one with any write, e.g. `alpstore archive put`",
+                )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
+from alembic import command
 from alpstore.db.engine import Database, translate_errors
 from alpstore.errors import SchemaVersionError
 

@@ -36,8 +36,12 @@ BLOB_MESSAGE = 0
 BLOB_SUMMARY = 1
 BLOB_STATE = 2
 BLOB_MANIFEST = 3
-BLOB_KINDS = {BLOB_MESSAGE: "message", BLOB_SUMMARY: "summary", BLOB_STATE: "state",
-              BLOB_MANIFEST: "manifest"}
+BLOB_KINDS = {
+    BLOB_MESSAGE: "message",
+    BLOB_SUMMARY: "summary",
+    BLOB_STATE: "state",
+    BLOB_MANIFEST: "manifest",
+}
 
 zstd_dicts = Table(
     "zstd_dicts",
@@ -165,5 +169,14 @@ session_events = Table(
     comment="Decisions and notable events (folds, forks, recovery decisions) as JSON detail.",
 )
 
-ARCHIVE_TABLES = ("zstd_dicts", "blobs", "blob_refs", "sessions", "segments", "segment_entries",
-                  "checkpoints", "backtracks", "session_events")
+ARCHIVE_TABLES = (
+    "zstd_dicts",
+    "blobs",
+    "blob_refs",
+    "sessions",
+    "segments",
+    "segment_entries",
+    "checkpoints",
+    "backtracks",
+    "session_events",
+)
