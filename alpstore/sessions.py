@@ -28,6 +28,7 @@ from alpstore.db.tables import (
     checkpoints,
 )
 from alpstore.errors import NotFoundError, SessionStateError, UsageError
+from alpstore.importers import is_user_turn
 from alpstore.views import View
 
 if TYPE_CHECKING:
@@ -143,12 +144,8 @@ def steering_message(text: str) -> dict[str, Any]:
 
 
 def count_user_turns(messages: Sequence[Any]) -> int:
-    """How many user turns a batch of messages starts (OpenAI ``role`` or Claude ``type``)."""
-    n = 0
-    for m in messages:
-        if isinstance(m, dict) and (m.get("role") == "user" or m.get("type") == "user"):
-            n += 1
-    return n
+    """How many user turns a batch of messages starts (tool results fed back do not count)."""
+    return sum(1 for m in messages if is_user_turn(m))
 
 
 class Session:

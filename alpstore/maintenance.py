@@ -1,0 +1,298 @@
+"""Archive-wide maintenance: structural verify (naming what damage affects) and garbage collection.
+
+GC marks from every session head and every checkpoint (retained or kept for debugging), trims
+each segment to the longest prefix any view still needs, and sweeps blobs nothing references.
+Blob roots are found from the schema itself: every column with a foreign key to ``blobs.id``
+(except the summary edges, which are followed), so tables added later are protected too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, delete, func, select
+
+from alpstore.archive.base import Problem, VerifyReport
+from alpstore.db.tables import (
+    blob_refs,
+    blobs,
+    checkpoints,
+    metadata,
+    segment_entries,
+    segments,
+    sessions,
+)
+from alpstore.views import View
+
+if TYPE_CHECKING:
+    from alpstore.store import Store
+
+
+@dataclass
+class GcReport:
+    """What a garbage collection removed (or would remove, on a dry run)."""
+
+    segments_removed: int = 0
+    entries_removed: int = 0
+    blobs_removed: int = 0
+    bytes_freed: int = 0
+    dry_run: bool = False
+
+
+@dataclass
+class _Views:
+    """Every view in the archive: session heads and checkpoints, with who owns them."""
+
+    items: list[tuple[View, str, int | None]] = field(default_factory=list)
+
+
+def _all_views(conn: Connection) -> _Views:
+    out = _Views()
+    uuids = dict(conn.execute(select(sessions.c.id, sessions.c.uuid)).tuples().all())
+    for sid, seg, length in conn.execute(
+        select(sessions.c.id, sessions.c.head_segment_id, sessions.c.head_length)
+    ):
+        out.items.append((View(seg, int(length)), uuids[sid], None))
+    for ck_id, sid, seg, length in conn.execute(
+        select(
+            checkpoints.c.id,
+            checkpoints.c.session_id,
+            checkpoints.c.segment_id,
+            checkpoints.c.length,
+        )
+    ):
+        out.items.append((View(seg, int(length)), uuids[sid], int(ck_id)))
+    return out
+
+
+def _shapes(conn: Connection) -> dict[int, tuple[int | None, int, int]]:
+    """``{segment: (parent, base_length, length)}`` for every segment."""
+    return {
+        int(i): (p, int(b), int(n))
+        for i, p, b, n in conn.execute(
+            select(segments.c.id, segments.c.parent_id, segments.c.base_length, segments.c.length)
+        )
+    }
+
+
+def _chain(
+    shapes: dict[int, tuple[int | None, int, int]], view: View
+) -> list[tuple[int, int, int]]:
+    out = []
+    seg, hi = view.segment_id, view.length
+    while seg is not None and hi > 0 and seg in shapes:
+        parent, base, _ = shapes[seg]
+        lo = min(base, hi)
+        if hi > lo:
+            out.append((seg, lo, hi))
+        seg, hi = parent, lo
+    return out
+
+
+def blob_root_columns() -> list[tuple[str, str]]:
+    """``(table, column)`` pairs that reference ``blobs.id`` and keep a blob alive."""
+    roots = []
+    for table in metadata.sorted_tables:
+        if table.name in ("blob_refs", "segment_entries", "blobs"):
+            continue
+        for column in table.columns:
+            if any(fk.column.table.name == "blobs" for fk in column.foreign_keys):
+                roots.append((table.name, column.name))
+    return roots
+
+
+def gc(store: Store, *, dry_run: bool = False) -> GcReport:
+    """Remove what no view and no row references, in one write transaction."""
+    report = GcReport(dry_run=dry_run)
+    with store.db.atomic() as conn:
+        shapes = _shapes(conn)
+        need: dict[int, int] = {}
+        for view, _, _ in _all_views(conn).items:
+            for seg, _lo, hi in _chain(shapes, view):
+                if need.get(seg, 0) >= hi:
+                    break
+                need[seg] = hi
+        # a segment is kept while a kept segment descends from it, even with base_length 0
+        keep = set(need)
+        for seg in list(need):
+            parent = shapes[seg][0]
+            while parent is not None and parent not in keep:
+                keep.add(parent)
+                need.setdefault(parent, 0)
+                parent = shapes[parent][0]
+        doomed_segments = [s for s in shapes if s not in keep]
+        trims = [(s, need[s]) for s in keep if need[s] < shapes[s][2]]
+        live_blobs = _reachable_blobs(conn, keep, need)
+        rows = conn.execute(select(blobs.c.id)).scalars().all()
+        doomed_blobs = [int(b) for b in rows if int(b) not in live_blobs]
+        report.segments_removed = len(doomed_segments)
+        report.blobs_removed = len(doomed_blobs)
+        if doomed_blobs:
+            for start in range(0, len(doomed_blobs), 500):
+                part = doomed_blobs[start : start + 500]
+                report.bytes_freed += int(
+                    conn.execute(
+                        select(func.coalesce(func.sum(func.length(blobs.c.payload)), 0)).where(
+                            blobs.c.id.in_(part)
+                        )
+                    ).scalar_one()
+                )
+        for seg in doomed_segments:
+            report.entries_removed += shapes[seg][2] - shapes[seg][1]
+        for seg, hi in trims:
+            report.entries_removed += shapes[seg][2] - max(hi, shapes[seg][1])
+        if dry_run:
+            return report
+        for seg, hi in trims:
+            conn.execute(
+                delete(segment_entries).where(
+                    segment_entries.c.segment_id == seg, segment_entries.c.position >= hi
+                )
+            )
+            conn.execute(
+                segments.update().where(segments.c.id == seg).values(length=max(hi, shapes[seg][1]))
+            )
+        for start in range(0, len(doomed_segments), 500):
+            part = doomed_segments[start : start + 500]
+            conn.execute(delete(segment_entries).where(segment_entries.c.segment_id.in_(part)))
+        # children before parents
+        order = sorted(doomed_segments, key=lambda s: -_depth(shapes, s))
+        for seg in order:
+            conn.execute(delete(segments).where(segments.c.id == seg))
+        for start in range(0, len(doomed_blobs), 500):
+            part = doomed_blobs[start : start + 500]
+            conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
+            conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
+    store.views.forget()
+    return report
+
+
+def _depth(shapes: dict[int, tuple[int | None, int, int]], seg: int) -> int:
+    depth = 0
+    parent = shapes[seg][0]
+    while parent is not None and parent in shapes:
+        depth += 1
+        parent = shapes[parent][0]
+    return depth
+
+
+def _reachable_blobs(conn: Connection, keep: set[int], need: dict[int, int]) -> set[int]:
+    live: set[int] = set()
+    for seg in keep:
+        if need[seg] > 0:
+            live.update(
+                int(b)
+                for b in conn.execute(
+                    select(segment_entries.c.blob_id).where(
+                        segment_entries.c.segment_id == seg, segment_entries.c.position < need[seg]
+                    )
+                ).scalars()
+            )
+    for table_name, column in blob_root_columns():
+        table = metadata.tables[table_name]
+        col = table.c[column]
+        live.update(int(b) for b in conn.execute(select(col).where(col.is_not(None))).scalars())
+    edges: dict[int, list[int]] = defaultdict(list)
+    for parent, child in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
+        edges[int(parent)].append(int(child))
+    frontier = [b for b in live if b in edges]
+    while frontier:
+        nxt = []
+        for parent in frontier:
+            for child in edges.get(parent, ()):
+                if child not in live:
+                    live.add(child)
+                    nxt.append(child)
+        frontier = nxt
+    return live
+
+
+def _owner(ck: int | None, uuid: str) -> str:
+    return f"checkpoint {ck}" if ck else f"head of session {uuid}"
+
+
+def verify(store: Store) -> VerifyReport:
+    """Verify every blob, every view and every reference; name what each problem affects."""
+    report = store.archive.verify()
+    with store.db.read() as conn:
+        shapes = _shapes(conn)
+        counts: dict[int, int] = dict(
+            conn.execute(
+                select(segment_entries.c.segment_id, func.count()).group_by(
+                    segment_entries.c.segment_id
+                )
+            )
+            .tuples()
+            .all()
+        )
+        for seg, (_parent, base, length) in shapes.items():
+            report.rows_checked += 1
+            have = int(counts.get(seg, 0))
+            if have != length - base:
+                report.problems.append(
+                    Problem(
+                        what=f"view segment {seg} holds {have} entries, expected {length - base}"
+                    )
+                )
+        bad_positions: dict[int, list[int]] = defaultdict(list)
+        bad = set(report.bad_blob_ids)
+        if bad:
+            parents: dict[int, list[int]] = defaultdict(list)
+            for p, c in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
+                parents[int(c)].append(int(p))
+            frontier = list(bad)
+            while frontier:
+                nxt = [p for c in frontier for p in parents.get(c, ()) if p not in bad]
+                bad.update(nxt)
+                frontier = nxt
+            for seg, pos, blob in conn.execute(
+                select(
+                    segment_entries.c.segment_id,
+                    segment_entries.c.position,
+                    segment_entries.c.blob_id,
+                )
+            ):
+                if int(blob) in bad:
+                    bad_positions[int(seg)].append(int(pos))
+        state_bad: dict[int, bool] = {}
+        if bad:
+            for ck_id, k, w in conn.execute(
+                select(checkpoints.c.id, checkpoints.c.kernel_blob_id, checkpoints.c.wm_blob_id)
+            ):
+                if (k is not None and int(k) in bad) or (w is not None and int(w) in bad):
+                    state_bad[int(ck_id)] = True
+        affected_sessions: set[str] = set()
+        affected_cks: list[int] = []
+        for view, uuid, ck in _all_views(conn).items:
+            if view.segment_id is not None and view.segment_id not in shapes:
+                report.problems.append(
+                    Problem(
+                        what=f"{_owner(ck, uuid)} points at missing view segment {view.segment_id}",
+                        sessions=(uuid,),
+                        checkpoints=(ck,) if ck else (),
+                    )
+                )
+                continue
+            hit = (ck is not None and state_bad.get(ck, False)) or any(
+                lo <= p < hi
+                for seg, lo, hi in _chain(shapes, view)
+                for p in bad_positions.get(seg, ())
+            )
+            if hit:
+                affected_sessions.add(uuid)
+                if ck is not None:
+                    affected_cks.append(ck)
+    if report.problems and (affected_sessions or affected_cks):
+        report.problems.append(
+            Problem(
+                what="damaged content is reachable",
+                sessions=tuple(sorted(affected_sessions)),
+                checkpoints=tuple(sorted(affected_cks)),
+            )
+        )
+    return report
+
+
+__all__ = ["GcReport", "gc", "verify"]
