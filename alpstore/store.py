@@ -18,6 +18,7 @@ from alpstore.db.engine import Database, inserted_id, open_database
 from alpstore.db.tables import (
     BLOB_STATE,
     BLOB_SUMMARY,
+    backtracks,
     blobs,
     checkpoints,
     session_events,
@@ -518,6 +519,36 @@ class Store:
                 found[int(i)] = Digest(bytes(d))
         return [found[i] for i in ids]
 
+    def session_backtracks(self, session_id: int) -> list[dict[str, Any]]:
+        """A session's backtracks, oldest first, with their steering text."""
+        store = self
+        with store.db.read() as conn:
+            rows = conn.execute(
+                select(backtracks, blobs.c.digest)
+                .outerjoin(blobs, blobs.c.id == backtracks.c.steering_blob_id)
+                .where(backtracks.c.session_id == session_id)
+                .order_by(backtracks.c.id)
+            ).all()
+            out = []
+            for r in rows:
+                steering = None
+                if r.steering_blob_id is not None:
+                    msg = store.archive.load_by_ids(conn, [int(r.steering_blob_id)])
+                    steering = msg[int(r.steering_blob_id)][2].get("content")
+                out.append(
+                    {
+                        "backtrack": int(r.id),
+                        "steps": int(r.steps),
+                        "from_checkpoint": r.from_checkpoint_id,
+                        "to_checkpoint": r.to_checkpoint_id,
+                        "automatic": bool(r.automatic),
+                        "error_signature": r.error_signature,
+                        "steering": steering,
+                        "at": float(r.created_at),
+                    }
+                )
+        return out
+
     # ---------------------------------------------------------------- events
     def record_event(
         self,
@@ -567,3 +598,28 @@ class Store:
 
 
 __all__ = ["Store", "encode"]
+
+
+def checkpoint_deltas(store: Store, cks: list[CheckpointInfo]) -> dict[int, tuple[int, int]]:
+    """For each checkpoint, ``(entries, stored bytes)`` its view adds over the previous one."""
+    from alpstore.views import clip, common_prefix
+
+    out: dict[int, tuple[int, int]] = {}
+    sql = (
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(b.payload)), 0) FROM segment_entries e "
+        "JOIN blobs b ON b.id = e.blob_id WHERE e.segment_id = ? AND e.position >= ? "
+        "AND e.position < ?"
+    )
+    with store.db.read() as conn:
+        previous: list[tuple[int, int, int]] = []
+        for ck in cks:
+            chain = store.views.chain(conn, ck.view)
+            start = common_prefix(previous, chain)
+            entries = total = 0
+            for seg, lo, hi in clip(chain, start):
+                n, size = rsql.fetchone(conn, sql, (seg, lo, hi))
+                entries += int(n)
+                total += int(size)
+            out[ck.id] = (entries, total)
+            previous = chain
+    return out

@@ -207,3 +207,20 @@ class ViewStore:
     def forget(self) -> None:
         """Drop cached segment shapes (after GC removed segments)."""
         self._shape.clear()
+
+
+def common_prefix(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> int:
+    """How many leading entries two views share structurally (from their chains)."""
+    common = 0
+    for (sa, la, ha), (sb, lb, hb) in zip(a, b, strict=False):
+        if sa != sb or la != lb:
+            return common
+        if ha != hb:
+            return min(ha, hb)
+        common = ha
+    return common
+
+
+def clip(chain: list[tuple[int, int, int]], start: int) -> list[tuple[int, int, int]]:
+    """The ranges of a chain at positions ``start`` and after."""
+    return [(s, max(lo, start), hi) for s, lo, hi in chain if hi > start]
