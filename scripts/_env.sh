@@ -1,8 +1,8 @@
-# Shared by scripts/*: create .venv if missing and install the project (with extras in $1).
+# Shared by scripts/*: create .venv if missing and install the project (extras: $ALPSTORE_EXTRAS).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
-extras=${1:-}
+extras=${ALPSTORE_EXTRAS:-}
 stamp=.venv/.alpstore-installed${extras:+-$extras}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

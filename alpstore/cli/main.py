@@ -104,6 +104,14 @@ def main() -> None:
         where = f" {err.filename}:" if getattr(err, "filename", None) else ""
         sys.stderr.write(f"alpstore: error:{where} {err.strerror or err}\n")
         sys.exit(14)
+    except Exception as err:  # a bug: say so in one line, keep the traceback on demand
+        if os.environ.get("ALPSTORE_DEBUG"):
+            raise
+        first = (str(err).strip().splitlines() or [""])[0]
+        sys.stderr.write(f"alpstore: internal error: {type(err).__name__}: {first}\n")
+        sys.stderr.write("alpstore: hint: this is a bug; rerun with ALPSTORE_DEBUG=1 for the "
+                         "traceback and report it\n")
+        sys.exit(70)
 
 
 if __name__ == "__main__":  # pragma: no cover
