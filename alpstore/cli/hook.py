@@ -17,7 +17,14 @@ from alpstore.cli._common import echo, print_json, warn
 from alpstore.cli.context import ENV_EXECUTION, alp_home
 from alpstore.continuity import hooks
 from alpstore.continuity.checkpoint import read_checkpoint
-from alpstore.continuity.journal import append_line, build_line
+from alpstore.continuity.journal import (
+    PHASES,
+    append_line,
+    build_line,
+    needs_sequence,
+    next_sequence,
+    source_of,
+)
 from alpstore.continuity.paths import ExecutionPaths
 from alpstore.continuity.render import render
 
@@ -69,12 +76,17 @@ def compact_record(
             policy_hash = checkpoint.policy_hash if checkpoint and checkpoint.policy_hash else None
         except Exception:  # an unverifiable checkpoint only costs the journal its policyHash
             policy_hash = None
+        source = source_of(runtime, payload)
+        seq = None
+        if phase in PHASES and needs_sequence(runtime, source):
+            seq = next_sequence(paths, phase)
         line = build_line(
             execution_id=paths.execution_id,
             policy_hash=policy_hash,
             runtime=runtime,
             phase=phase,
-            payload=payload,
+            source=source,
+            seq=seq,
         )
         append_line(paths, line)
     except Exception as exc:  # the hook never fails the runtime

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from alpstore.continuity.files import iso_now, locked
+from alpstore.continuity.files import atomic_write, iso_now, locked
 from alpstore.continuity.paths import ExecutionPaths
 from alpstore.errors import ContinuityError, StorageError
 
@@ -35,6 +35,8 @@ WHITELIST: dict[str, tuple[str, ...]] = {
 }
 """Payload keys kept per runtime; everything else (compact_summary, transcript_path…) is dropped."""
 EVENT_ID_KEY = {"claude": "prompt_id", "codex": "turn_id"}
+SEQUENCE_FILE = "compact-events.seq"
+"""Counter of compactions begun, for payloads without an event id (see :func:`next_sequence`)."""
 
 
 def _as_string(value: Any) -> str | None:
@@ -54,7 +56,13 @@ def _as_string(value: Any) -> str | None:
 
 
 def source_of(runtime: str, payload: bytes) -> dict[str, str]:
-    """The whitelisted, stringified, cut scalars of a hook payload; ``{parseError}`` if not JSON."""
+    """The whitelisted, stringified, cut scalars of a hook payload; ``{parseError}`` if not JSON.
+
+    Raises:
+        ContinuityError: unknown runtime.
+    """
+    if runtime not in WHITELIST:
+        raise ContinuityError(f"unknown runtime {runtime!r}", hint="use claude or codex")
     try:
         doc = json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -75,12 +83,14 @@ def build_line(
     policy_hash: str | None,
     runtime: str,
     phase: str,
-    payload: bytes,
+    source: dict[str, str],
+    seq: int | None = None,
     now: datetime | None = None,
 ) -> bytes:
     """One journal line (with its newline) in alp-code's envelope.
 
-    The phase is the hook's own argument, never the payload's ``hook_event_name``.
+    The phase is the hook's own argument, never the payload's ``hook_event_name``; ``source``
+    comes from :func:`source_of`; ``seq`` is added only when given (see :func:`next_sequence`).
 
     Raises:
         ContinuityError: unknown runtime or phase, or a line over 16 KiB.
@@ -89,15 +99,17 @@ def build_line(
         raise ContinuityError(f"unknown runtime {runtime!r}", hint="use claude or codex")
     if phase not in PHASES:
         raise ContinuityError(f"unknown phase {phase!r}", hint="use pre or post")
-    doc = {
+    doc: dict[str, Any] = {
         "v": 1,
         "at": iso_now(now),
         "executionId": execution_id,
         "policyHash": policy_hash,
         "runtime": runtime,
         "phase": phase,
-        "source": source_of(runtime, payload),
     }
+    if seq is not None:
+        doc["seq"] = seq
+    doc["source"] = source
     line = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     if len(line) > MAX_LINE_BYTES:
         raise ContinuityError(
@@ -105,6 +117,37 @@ def build_line(
             "not recorded"
         )
     return line + b"\n"
+
+
+def needs_sequence(runtime: str, source: dict[str, str]) -> bool:
+    """True when the payload carries no event id to pair a pre with its post.
+
+    Claude Code's PreCompact/PostCompact payloads usually have no ``prompt_id``; without a
+    sequence number their identity would be the line's ``at``, and no post would ever match its
+    pre.
+    """
+    return EVENT_ID_KEY.get(runtime, "") not in source
+
+
+def next_sequence(paths: ExecutionPaths, phase: str) -> int:
+    """The compaction sequence number for an append: a pre opens number n + 1, a post takes n.
+
+    The counter lives in ``compact-events.seq`` beside the journal, updated under the lock, so it
+    costs the hook O(1) whatever the journal's size and keeps increasing across rotations.
+
+    Raises:
+        StorageError: the counter cannot be written.
+    """
+    counter = paths.context_dir / SEQUENCE_FILE
+    with locked(paths.lock):
+        try:
+            current = int(counter.read_text(encoding="ascii").strip() or "0")
+        except (FileNotFoundError, ValueError, UnicodeDecodeError):
+            current = 0
+        if phase == "pre":
+            current += 1
+            atomic_write(counter, f"{current}\n".encode("ascii"), mode=0o600)
+    return current
 
 
 def append_line(paths: ExecutionPaths, line: bytes) -> None:

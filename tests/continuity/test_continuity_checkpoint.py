@@ -39,24 +39,48 @@ from alpstore.errors import ContinuityError, ValidationFinding
 VECTORS: list[tuple[dict[str, Any], str]] = [
     (
         {
-            "version": 1, "executionId": "exec_vn", "policyHash": "ph", "runtime": None,
-            "createdAt": "2026-01-01T00:00:00.000Z", "updatedAt": "2026-01-01T00:00:00.000Z",
+            "version": 1,
+            "executionId": "exec_vn",
+            "policyHash": "ph",
+            "runtime": None,
+            "createdAt": "2026-01-01T00:00:00.000Z",
+            "updatedAt": "2026-01-01T00:00:00.000Z",
             "objective": "Viết lại bộ nhớ đệm — không mất dữ liệu",
-            "decisions": [{"id": "a1", "text": "Dùng WAL cho SQLite", "source": "principal",
-                           "createdAt": "2026-01-01T00:00:01.000Z"}],
-            "constraints": [], "openItems": [], "nextActions": [],
+            "decisions": [
+                {
+                    "id": "a1",
+                    "text": "Dùng WAL cho SQLite",
+                    "source": "principal",
+                    "createdAt": "2026-01-01T00:00:01.000Z",
+                }
+            ],
+            "constraints": [],
+            "openItems": [],
+            "nextActions": [],
         },
         "00bd24204d86130e8dec5b3b16b60b5c85f796b955631599e604acb74d98d5ba",
     ),
     (
         {
-            "version": 1, "executionId": "exec_mix", "policyHash": "p\u00e9", "runtime": "claude",
-            "createdAt": "t0", "updatedAt": "t1",
-            "objective": "line1\nline2\t\"quoted\" \\ back \u2028 sep \U0001f680 中文 \u00a0nbsp",
+            "version": 1,
+            "executionId": "exec_mix",
+            "policyHash": "p\u00e9",
+            "runtime": "claude",
+            "createdAt": "t0",
+            "updatedAt": "t1",
+            "objective": 'line1\nline2\t"quoted" \\ back \u2028 sep \U0001f680 中文 \u00a0nbsp',
             "decisions": [],
-            "constraints": [{"createdAt": "t2", "source": "agent", "text": "日本語 ✓ ü", "id": "c1"}],
-            "openItems": [{"id": "o1", "text": "emoji 👩\u200d💻 zwj", "source": "execution",
-                           "createdAt": "t3"}],
+            "constraints": [
+                {"createdAt": "t2", "source": "agent", "text": "日本語 ✓ ü", "id": "c1"}
+            ],
+            "openItems": [
+                {
+                    "id": "o1",
+                    "text": "emoji 👩\u200d💻 zwj",
+                    "source": "execution",
+                    "createdAt": "t3",
+                }
+            ],
             "nextActions": [],
         },
         "6c31e46a446b932c555adc8851556a3271d2833680c4131d837d6fcbcc4011d3",
@@ -68,7 +92,8 @@ const fs = require('fs'); const crypto = require('crypto');
 const sort = v => Array.isArray(v) ? v.map(sort) : (v && typeof v === 'object')
   ? Object.keys(v).sort().reduce((o, k) => (o[k] = sort(v[k]), o), {}) : v;
 const doc = JSON.parse(fs.readFileSync(0, 'utf8')); delete doc.integrity;
-process.stdout.write(crypto.createHash('sha256').update(JSON.stringify(sort(doc)), 'utf8').digest('hex'));
+const text = JSON.stringify(sort(doc));
+process.stdout.write(crypto.createHash('sha256').update(text, 'utf8').digest('hex'));
 """
 
 
@@ -80,12 +105,20 @@ def paths(tmp_path: Path) -> ExecutionPaths:
 def make_checkpoint(**sections: list[str]) -> Checkpoint:
     pins = {
         name: tuple(
-            Pin(id=f"{name}-{i}", text=t, source="principal", created_at=f"2026-01-01T00:00:{i:02d}Z")
+            Pin(
+                id=f"{name}-{i}",
+                text=t,
+                source="principal",
+                created_at=f"2026-01-01T00:00:{i:02d}Z",
+            )
             for i, t in enumerate(texts)
         )
         for name, texts in sections.items()
     }
-    full = {name: pins.get(name, ()) for name in ("decisions", "constraints", "openItems", "nextActions")}
+    full = {
+        name: pins.get(name, ())
+        for name in ("decisions", "constraints", "openItems", "nextActions")
+    }
     return Checkpoint("exec_test", "ph", None, "t0", "t1", "Objective", full)
 
 
@@ -106,7 +139,9 @@ def test_digest_matches_node_live(doc: dict[str, Any], expected: str) -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 

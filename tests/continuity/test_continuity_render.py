@@ -13,9 +13,7 @@ from alpstore.continuity.render import MAX_RENDER_BYTES, render
 KIB = 1000  # each pin text is exactly 1000 bytes, so a rendered item is 1003
 
 
-def build(
-    objective: str | None, *, reverse: str | None = None, **counts: int
-) -> Checkpoint:
+def build(objective: str | None, *, reverse: str | None = None, **counts: int) -> Checkpoint:
     sections: dict[str, tuple[Pin, ...]] = {}
     for name in SECTIONS:
         pins = [
@@ -71,16 +69,36 @@ def test_pin_newlines_cannot_forge_a_heading() -> None:
 # Each row is just over 24 KiB so that cutting must reach one more step of
 # nextActions → openItems → objective → constraints → decisions.
 TABLE = [
-    ("nextActions", None, {"decisions": 10, "constraints": 5, "openItems": 4, "nextActions": 6},
-     {"nextActions": 1}),
-    ("openItems", None, {"decisions": 14, "constraints": 6, "openItems": 5, "nextActions": 1},
-     {"nextActions": 1, "openItems": 1}),
-    ("objective", 3000, {"decisions": 14, "constraints": 8, "openItems": 1, "nextActions": 1},
-     {"nextActions": 1, "openItems": 1, "objective": 1}),
-    ("constraints", 1000, {"decisions": 14, "constraints": 11, "openItems": 1, "nextActions": 1},
-     {"nextActions": 1, "openItems": 1, "objective": 1, "constraints": 1}),
-    ("decisions", 100, {"decisions": 26, "constraints": 1, "openItems": 1, "nextActions": 1},
-     {"nextActions": 1, "openItems": 1, "objective": 1, "constraints": 1, "decisions": 2}),
+    (
+        "nextActions",
+        None,
+        {"decisions": 10, "constraints": 5, "openItems": 4, "nextActions": 6},
+        {"nextActions": 1},
+    ),
+    (
+        "openItems",
+        None,
+        {"decisions": 14, "constraints": 6, "openItems": 5, "nextActions": 1},
+        {"nextActions": 1, "openItems": 1},
+    ),
+    (
+        "objective",
+        3000,
+        {"decisions": 14, "constraints": 8, "openItems": 1, "nextActions": 1},
+        {"nextActions": 1, "openItems": 1, "objective": 1},
+    ),
+    (
+        "constraints",
+        1000,
+        {"decisions": 14, "constraints": 11, "openItems": 1, "nextActions": 1},
+        {"nextActions": 1, "openItems": 1, "objective": 1, "constraints": 1},
+    ),
+    (
+        "decisions",
+        100,
+        {"decisions": 26, "constraints": 1, "openItems": 1, "nextActions": 1},
+        {"nextActions": 1, "openItems": 1, "objective": 1, "constraints": 1, "decisions": 2},
+    ),
 ]
 
 
