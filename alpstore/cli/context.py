@@ -33,7 +33,7 @@ DEFAULT_SOURCE = "principal"
 ExecutionArg = Annotated[
     str | None,
     typer.Argument(
-        metavar="[EXEC_ID]",
+        metavar="EXEC_ID",
         help=f"Execution id (default: ${ENV_EXECUTION}, when inside an execution).",
         show_default=False,
     ),
