@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -355,7 +355,7 @@ def decode_checkpoint(doc: Mapping[str, Any], where: str) -> Checkpoint:
     )
 
 
-def decode_pin(item: Any, path: str, fail: Any) -> Pin:
+def decode_pin(item: Any, path: str, fail: Callable[[str, str], Exception]) -> Pin:
     """Check one pin object; ``fail(path, what)`` builds the error to raise."""
     if not isinstance(item, dict):
         raise fail(path, "a pin is an object")

@@ -162,11 +162,11 @@ def uninstall(path: Path, entries: list[HookEntry]) -> int:
                 continue
             kept = [h for h in inner if not (isinstance(h, dict) and h.get("command") in commands)]
             removed += len(inner) - len(kept)
-            if kept or len(kept) == len(inner):
+            if kept or not inner:  # a group emptied by us goes; one the user left empty stays
                 kept_groups.append({**group, "hooks": kept})
         if kept_groups:
             hooks[event] = kept_groups
-        elif len(kept_groups) != len(groups):
+        else:
             del hooks[event]
     if removed:
         if "hooks" in doc and not hooks:
