@@ -1,7 +1,306 @@
-"""`alpstore checkpoint`: commands (being built)."""
+"""`alpstore checkpoint`: list, show, fork, resume, save, export, import and validate checkpoints.
+
+Files are mas-lab session checkpoints (version 1 or 2, ``.json`` or ``.json.zst``); the archive's
+shallow checkpoints are named ``archive:SESSION@TURN`` or ``archive:ID`` wherever a file is
+accepted.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-app = typer.Typer(help="checkpoint commands.", no_args_is_help=True)
+from alpstore.cli._common import echo, options, print_json, store, warn
+from alpstore.errors import NotFoundError, UsageError
+from alpstore.policy import load_manifest, policy_of_manifest
+from alpstore.policy.overlays import apply_overlays
+from alpstore.portable.cadence import default_store_dir
+from alpstore.portable.deep import (
+    build_export,
+    export_snapshot,
+    import_document,
+    import_plan,
+    plan_import,
+    snapshot_of_checkpoint,
+    snapshot_of_head,
+)
+from alpstore.portable.files import (
+    checkpoint_file_name,
+    contained_path,
+    fork_document,
+    is_compressed,
+    list_checkpoint_files,
+    load_checkpoint_file,
+    read_document,
+    write_checkpoint_file,
+)
+from alpstore.sessions import new_session_uuid
+
+app = typer.Typer(
+    help="Checkpoint files (mas-lab v1/v2) and the archive's checkpoints: list, show, fork, "
+    "resume, save, export, import, validate.",
+    no_args_is_help=True,
+)
+
+ARCHIVE_PREFIX = "archive:"
+_ARCHIVE_REF = re.compile(r"^(\d+|[^@/\\]+@(?:latest|\d+))$")
+
+CheckpointDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--checkpoint-dir",
+        help="Checkpoint directory (overrides storage.path); bare file names are looked up here.",
+    ),
+]
+RefArg = Annotated[
+    str,
+    typer.Argument(help="A checkpoint file, or archive:SESSION@TURN / archive:ID."),
+]
+
+
+def _archive_ref(ref: str) -> str | None:
+    if ref.startswith(ARCHIVE_PREFIX):
+        return ref[len(ARCHIVE_PREFIX) :]
+    return None
+
+
+def _file(ref: str, checkpoint_dir: Path | None) -> Path:
+    path = Path(ref).expanduser()
+    if path.exists() or checkpoint_dir is None or path.is_absolute():
+        return path
+    candidate = contained_path(checkpoint_dir, ref)
+    return candidate if candidate.exists() else path
+
+
+def _resolve(ctx: typer.Context, ref: str, checkpoint_dir: Path | None) -> tuple[str, Any]:
+    """("archive", CheckpointInfo) or ("file", Path) for a reference given on the command line."""
+    inner = _archive_ref(ref)
+    if inner is not None:
+        return "archive", store(ctx, create=False).resolve_checkpoint(inner)
+    path = _file(ref, checkpoint_dir)
+    if not path.exists() and _ARCHIVE_REF.match(ref):
+        return "archive", store(ctx, create=False).resolve_checkpoint(ref)
+    return "file", path
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    directory: Annotated[
+        Path | None, typer.Argument(help="Directory of checkpoint files (default: see below).")
+    ] = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+    archive: Annotated[
+        bool,
+        typer.Option("--archive/--no-archive", help="Also list the archive's checkpoints."),
+    ] = True,
+) -> None:
+    """Print checkpoint file names, one per line (DIR, else --checkpoint-dir, else
+    <root>/checkpoints), then the archive's checkpoints as archive:SESSION@TURN names.
+    """
+    opts_root = options(ctx).root
+    folder = directory or checkpoint_dir or default_store_dir(opts_root)
+    if directory is not None or folder.is_dir():
+        for path in list_checkpoint_files(folder):
+            echo(path.name)
+    if not archive:
+        return
+    try:
+        st = store(ctx, create=False)
+    except NotFoundError:
+        return
+    for info in st.list_sessions():
+        cks = st.list_checkpoints(info.id)
+        turns = [c.turn for c in cks]
+        for ck in cks:
+            name = f"{info.uuid}@{ck.turn}" if turns.count(ck.turn) == 1 else str(ck.id)
+            echo(f"{ARCHIVE_PREFIX}{name}")
+
+
+@app.command("show")
+def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
+    """Pretty-print a checkpoint's JSON (an archive checkpoint is hydrated first)."""
+    kind, target = _resolve(ctx, ref, checkpoint_dir)
+    if kind == "archive":
+        st = store(ctx, create=False)
+        print_json(build_export(st, snapshot_of_checkpoint(st, target)))
+        return
+    print_json(read_document(target))
+
+
+@app.command("validate")
+def validate(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
+    """Check a file against checkpoint.schema.yaml and its embedded manifest hash."""
+    path = _file(ref, checkpoint_dir)
+    doc = load_checkpoint_file(path)
+    if doc["version"] == 1:
+        echo(f"ok: {path}: version 1 (kernel only), turn {doc.get('turn', 0)}")
+        return
+    echo(
+        f"ok: {path}: version 2, session {doc['lineage']['session_id']}, turn {doc['turn']}, "
+        f"label {doc['label']}, manifest hash {doc['manifest']['content_hash'][:12]}… matches"
+    )
+
+
+@app.command("fork")
+def fork(
+    ctx: typer.Context,
+    ref: RefArg,
+    output_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-dir", help="Where the fork goes (default: beside the source)."
+        ),
+    ] = None,
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="The new session id (default: a UUID).")
+    ] = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+) -> None:
+    """Fork a version 2 checkpoint into a new session id; print the new file's path (or, for an
+    archive checkpoint, the new session's id).
+    """
+    kind, target = _resolve(ctx, ref, checkpoint_dir)
+    if kind == "archive":
+        child = store(ctx, create=False).fork_checkpoint(target, session_id=session_id)
+        echo(child.uuid)
+        return
+    doc = load_checkpoint_file(target)
+    new_id = session_id or new_session_uuid()
+    forked = fork_document(doc, source_name=target.name, session_id=new_id)
+    name = checkpoint_file_name(new_id, forked["label"], compress=is_compressed(target))
+    out = contained_path(output_dir or target.parent, name)
+    write_checkpoint_file(forked, out, overwrite=False)
+    echo(str(out))
+
+
+@app.command("resume")
+def resume(
+    ctx: typer.Context,
+    ref: RefArg,
+    manifest: Annotated[
+        Path | None,
+        typer.Option("--manifest", help="Agent manifest (required for a version 1 file)."),
+    ] = None,
+    overlay: Annotated[
+        list[str] | None,
+        typer.Option("--overlay", help="Overlay to apply to --manifest (repeatable)."),
+    ] = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+) -> None:
+    """Load a checkpoint into the archive keeping its session id and history; print the session.
+
+    Version 2 uses its embedded manifest; version 1 (kernel only) needs --manifest.
+    """
+    kind, target = _resolve(ctx, ref, checkpoint_dir)
+    st = store(ctx)
+    if kind == "archive":
+        session = st.get_session(target.session)
+        session.resume(target)
+        echo(f"resumed session {session.uuid} at turn {target.turn} ({target.label})")
+        return
+    doc = load_checkpoint_file(target)
+    man = None
+    if manifest is not None:
+        man = apply_overlays(load_manifest(manifest), list(overlay or []), cwd=Path.cwd())
+    elif overlay:
+        raise UsageError("--overlay applies to --manifest; pass both")
+    plan = plan_import(doc, where=str(target))
+    result = import_plan(st, plan, source_name=target.name, manifest=man)
+    if result.existing:
+        result.session.resume(result.checkpoint)
+    ck = result.checkpoint
+    echo(f"resumed session {result.session.uuid} at turn {ck.turn} ({ck.label}) from {target}")
+
+
+@app.command("save")
+def save(
+    ctx: typer.Context,
+    session: Annotated[str, typer.Argument(help="Session id, unique prefix or name.")],
+    checkpoint_dir: CheckpointDirOpt = None,
+    label: Annotated[
+        str | None, typer.Option("--label", help="Checkpoint label (default: turn-NNNN).")
+    ] = None,
+    zst: Annotated[bool, typer.Option("--zst", help="Write .json.zst.")] = False,
+) -> None:
+    """Save the session's head as a deep (self-contained) checkpoint file; print its path.
+
+    The directory is --checkpoint-dir, else storage.path of the session's manifest, else
+    <root>/checkpoints.
+    """
+    st = store(ctx, create=False)
+    s = st.get_session(session)
+    folder = checkpoint_dir
+    if folder is None:
+        policy = policy_of_manifest(s.manifest())
+        root = options(ctx).root
+        folder = Path(policy.storage_path) if policy.storage_path else default_store_dir(root)
+    snap = snapshot_of_head(st, s)
+    if label is not None:
+        snap = replace(snap, label=label)
+    doc = export_snapshot(st, snap)
+    path = contained_path(folder, checkpoint_file_name(s.uuid, doc["label"], compress=zst))
+    write_checkpoint_file(doc, path, compress=zst)
+    kernel, wm = snap.kernel, snap.working_memory
+    s.checkpoint(kernel=kernel, working_memory=wm, label=label, trigger="manual")
+    echo(str(path))
+
+
+@app.command("export")
+def export(
+    ctx: typer.Context,
+    ref: Annotated[
+        str,
+        typer.Argument(help="Session (its head) or checkpoint (ID, SESSION@TURN, SESSION@latest)."),
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="File to write (.json, or .json.zst).")
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+) -> None:
+    """Export a deep, self-contained version 2 checkpoint file for another machine."""
+    st = store(ctx, create=False)
+    inner = _archive_ref(ref) or ref
+    if _ARCHIVE_REF.match(inner) and ("@" in inner or inner.isdigit()):
+        snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
+    else:
+        snap = snapshot_of_head(st, st.get_session(inner))
+    doc = export_snapshot(st, snap)
+    write_checkpoint_file(doc, output, overwrite=force)
+    echo(str(output))
+
+
+@app.command("import")
+def import_(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="A version 2 checkpoint file.")],
+    fork_: Annotated[
+        bool, typer.Option("--fork", help="Load as a new session (parent = the file's session).")
+    ] = False,
+    session_id: Annotated[
+        str | None, typer.Option("--session-id", help="Id of the new session (with --fork).")
+    ] = None,
+    checkpoint_dir: CheckpointDirOpt = None,
+) -> None:
+    """Import a deep checkpoint file into this archive (re-deriving every digest, storing each
+    blob once); keeps the session id unless --fork.
+    """
+    path = _file(str(file), checkpoint_dir)
+    doc = load_checkpoint_file(path)
+    if doc["version"] != 2:
+        raise UsageError(
+            f"{path}: import needs a version 2 file", hint="use `checkpoint resume --manifest`"
+        )
+    st = store(ctx)
+    result = import_document(st, doc, source_name=path.name, fork=fork_, session_id=session_id)
+    if result.existing:
+        warn(f"session {result.session.uuid} already holds this history; nothing imported")
+    echo(
+        f"imported session {result.session.uuid}: {result.entries} entries, {result.covered} "
+        f"covered, {result.new_blobs} new blobs, checkpoint {result.checkpoint.id} "
+        f"(turn {result.checkpoint.turn}, {result.checkpoint.label})"
+    )
