@@ -50,7 +50,7 @@ class _Views:
 
 def _all_views(conn: Connection) -> _Views:
     out = _Views()
-    uuids = dict(conn.execute(select(sessions.c.id, sessions.c.uuid)).tuples().all())
+    uuids = dict(conn.execute(select(sessions.c.id, sessions.c.uuid)).all())
     for sid, seg, length in conn.execute(
         select(sessions.c.id, sessions.c.head_segment_id, sessions.c.head_length)
     ):

@@ -74,16 +74,37 @@ def root(
     ctx.call_on_close(opts.close)
 
 
-def _register() -> None:
+GLOBAL_OPTIONS_WITH_VALUE = ("--root", "--db")
+
+
+def invoked_name(argv: list[str]) -> str | None:
+    """The command group or command named on the command line, if it is one of ours.
+
+    Only that module is imported, so a hook run by Claude Code does not pay for SQLAlchemy.
+    """
+    args = iter(argv)
+    for arg in args:
+        if arg in GLOBAL_OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif arg.startswith("-"):
+            continue
+        else:
+            return arg if arg in GROUPS or arg in COMMANDS else None
+    return None
+
+
+def _register(only: str | None) -> None:
     for name in GROUPS:
-        module = importlib.import_module(f"alpstore.cli.{name}")
-        app.add_typer(module.app, name=name)
+        if only is None or name == only:
+            module = importlib.import_module(f"alpstore.cli.{name}")
+            app.add_typer(module.app, name=name)
     for name in COMMANDS:
-        module = importlib.import_module(f"alpstore.cli.{name}")
-        app.command(name=name)(module.command)
+        if only is None or name == only:
+            module = importlib.import_module(f"alpstore.cli.{name}")
+            app.command(name=name)(module.command)
 
 
-_register()
+_register(invoked_name(sys.argv[1:]) if Path(sys.argv[0]).name == "alpstore" else None)
 
 
 def main() -> None:

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, select, text
+
+from alpstore.archive import MemoryArchive, SqlArchive
+from alpstore.archive.sql import AUTO_TRAIN_SAMPLES
+from alpstore.db import open_database
+from alpstore.db.tables import blobs
+from alpstore.errors import NotFoundError
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> SqlArchive:
+    return SqlArchive(open_database(root=tmp_path / "run"))
+
+
+def _count(a: SqlArchive) -> int:
+    with a.db.read() as conn:
+        return int(conn.execute(select(func.count()).select_from(blobs)).scalar_one())
+
+
+def test_same_content_is_stored_once(archive: SqlArchive) -> None:
+    d1 = archive.put({"role": "user", "content": "hi", "n": 1})
+    d2 = archive.put({"n": 1, "content": "hi", "role": "user"})
+    assert d1 == d2
+    assert _count(archive) == 1
+    assert archive.get(d1) == {"role": "user", "content": "hi", "n": 1}
+
+
+def test_put_many_is_idempotent_and_ordered(archive: SqlArchive) -> None:
+    docs = [{"i": i % 3} for i in range(9)]
+    digests = archive.put_many(docs)
+    assert archive.put_many(docs) == digests
+    assert _count(archive) == 3
+    assert archive.get_many(digests) == docs
+
+
+def test_unknown_digest(archive: SqlArchive) -> None:
+    with pytest.raises(NotFoundError, match="00" * 32):
+        archive.get(bytes(32))  # type: ignore[arg-type]
+    assert not archive.has(bytes(32))  # type: ignore[arg-type]
+
+
+def test_summary_commits_to_what_it_covers(archive: SqlArchive) -> None:
+    a, b = archive.put_many([{"m": 1}, {"m": 2}])
+    s1 = archive.put_summary("two messages", [a, b])
+    s2 = archive.put_summary("two messages", [b, a])
+    assert s1 != s2
+    assert archive.get(s1)["covers"] == [a.hex(), b.hex()]
+    with pytest.raises(NotFoundError):
+        archive.put_summary("x", [bytes(32)])  # type: ignore[list-item]
+
+
+def test_flipped_byte_is_named_by_verify(archive: SqlArchive) -> None:
+    digests = archive.put_many([{"content": "x" * 300, "i": i} for i in range(5)])
+    assert archive.verify().ok
+    with archive.db.atomic() as conn:
+        payload = conn.execute(select(blobs.c.payload).where(blobs.c.digest == digests[2])).scalar()
+        damaged = bytearray(payload)
+        damaged[len(damaged) // 2] ^= 0xFF
+        conn.execute(
+            blobs.update().where(blobs.c.digest == digests[2]).values(payload=bytes(damaged))
+        )
+    report = archive.verify()
+    assert not report.ok
+    assert [p.digest for p in report.problems] == [digests[2].hex()]
+
+
+def test_dictionary_is_trained_automatically_and_used(archive: SqlArchive) -> None:
+    docs = [
+        {"role": "tool", "content": f"ok {i} " + "log line " * (i % 7)}
+        for i in range(AUTO_TRAIN_SAMPLES + 10)
+    ]
+    digests = archive.put_many(docs[:AUTO_TRAIN_SAMPLES])
+    stats = archive.stats()
+    assert stats.dictionaries == 1 and stats.dict_compressed > 0
+    more = archive.put_many(docs[AUTO_TRAIN_SAMPLES:])
+    assert archive.get_many(digests + more) == docs
+    assert archive.verify().ok
+    with archive.db.read() as conn:
+        assert conn.execute(text("select count(*) from blobs where codec = 2")).scalar_one() > 0
+
+
+contract_docs = st.lists(
+    st.dictionaries(
+        st.sampled_from(["role", "content", "n"]), st.text(max_size=40) | st.integers(), max_size=3
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=25)
+@given(contract_docs)
+def test_memory_and_sql_archives_agree(
+    tmp_path_factory: pytest.TempPathFactory, docs: list[dict[str, object]]
+) -> None:
+    sql = SqlArchive(open_database(root=tmp_path_factory.mktemp("a")), auto_train=False)
+    mem = MemoryArchive()
+    assert sql.put_many(docs) == mem.put_many(docs)
+    assert sql.stats().blobs == mem.stats().blobs == len({str(sorted(d.items())) for d in docs})
+    assert sql.get_many(mem.put_many(docs)) == docs

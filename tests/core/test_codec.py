@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
+
+from alpstore.codec import (
+    CODEC_RAW,
+    Compressor,
+    Decompressor,
+    canonical_json,
+    decompress_file_bytes,
+    digest_bytes,
+    parse_digest,
+    parse_json,
+)
+from alpstore.errors import CanonicalJSONError, IntegrityError, UsageError
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text()
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+def test_canonical_bytes_are_sorted_compact_and_utf8() -> None:
+    assert canonical_json({"b": 1, "a": ["é", {"d": None, "c": True}]}) == (
+        '{"a":["é",{"c":true,"d":null}],"b":1}'.encode()
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "path"),
+    [
+        ({"a": [1, float("nan")]}, "$.a[1]"),
+        ({"a": {"b": math.inf}}, "$.a.b"),
+        ({"x": {1: "one"}}, "$.x"),
+        ({"when": object()}, "$.when"),
+        ({"s": "\ud800"}, "$.s"),
+    ],
+)
+def test_non_canonical_values_are_refused_with_their_path(value: object, path: str) -> None:
+    with pytest.raises(CanonicalJSONError) as err:
+        canonical_json(value)
+    assert err.value.message.startswith(path)
+
+
+@given(json_values)
+def test_round_trip(value: object) -> None:
+    assert json.loads(canonical_json(value)) == value
+
+
+@given(st.dictionaries(st.text(max_size=6), st.integers(), min_size=2, max_size=8))
+def test_key_order_never_changes_the_digest(d: dict[str, int]) -> None:
+    reordered = dict(reversed(list(d.items())))
+    assert digest_bytes(canonical_json(d)) == digest_bytes(canonical_json(reordered))
+
+
+@given(st.binary(max_size=3000))
+def test_compress_round_trip_and_never_grows(raw: bytes) -> None:
+    codec, payload = Compressor().compress(raw)
+    assert len(payload) <= len(raw)
+    assert Decompressor().decompress(codec, payload, len(raw), what="t") == raw
+
+
+def test_incompressible_data_is_stored_raw() -> None:
+    raw = bytes(range(256))
+    codec, payload = Compressor().compress(raw)
+    assert codec == CODEC_RAW and payload == raw
+
+
+def test_decompression_is_bounded_by_the_recorded_size() -> None:
+    bomb = zstandard.ZstdCompressor().compress(b"\0" * (64 << 20))
+    with pytest.raises(IntegrityError, match="recorded size is 1000"):
+        Decompressor().decompress(1, bomb, 1000, what="blob x")
+    with pytest.raises(IntegrityError, match="more than 4096 bytes"):
+        decompress_file_bytes(bomb, limit=4096, what="f.zst")
+
+
+def test_corrupt_frame_is_an_integrity_error() -> None:
+    with pytest.raises(IntegrityError, match="blob y"):
+        Decompressor().decompress(1, b"\x28\xb5\x2f\xfd garbage", 10, what="blob y")
+
+
+def test_parse_digest_and_json_errors() -> None:
+    assert parse_digest("AB" * 32) == bytes.fromhex("ab" * 32)
+    with pytest.raises(UsageError):
+        parse_digest("abc")
+    with pytest.raises(UsageError):
+        parse_digest("zz" * 32)
+    with pytest.raises(CanonicalJSONError, match="stdin"):
+        parse_json(b"{nope", where="stdin")
+    with pytest.raises(CanonicalJSONError):
+        parse_json(b"[NaN]", where="x")
