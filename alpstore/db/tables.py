@@ -180,3 +180,66 @@ ARCHIVE_TABLES = (
     "backtracks",
     "session_events",
 )
+
+# ---------------------------------------------------------------- LangGraph checkpointer (0002)
+lg_threads = Table(
+    "lg_threads",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("thread_id", String(255), nullable=False),
+    Column("checkpoint_ns", String(255), nullable=False),
+    Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
+    UniqueConstraint("thread_id", "checkpoint_ns"),
+    comment="A LangGraph thread + namespace, mapped to the alpstore session holding it.",
+)
+
+lg_checkpoints = Table(
+    "lg_checkpoints",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("thread_ref", Integer, ForeignKey("lg_threads.id"), nullable=False),
+    Column("checkpoint_id", String(64), nullable=False),
+    Column("parent_checkpoint_id", String(64), nullable=True),
+    Column("alp_checkpoint_id", Integer, ForeignKey("checkpoints.id"), nullable=False, index=True),
+    Column("run_id", String(64), nullable=True, index=True),
+    UniqueConstraint("thread_ref", "checkpoint_id"),
+    comment="A LangGraph checkpoint: its alpstore checkpoint (view + kernel blob) and parent.",
+)
+
+lg_channel_values = Table(
+    "lg_channel_values",
+    metadata,
+    Column("thread_ref", Integer, ForeignKey("lg_threads.id"), primary_key=True),
+    Column("channel", String(255), primary_key=True),
+    Column("version", String(64), primary_key=True),
+    Column("kind", SmallInteger, nullable=False),
+    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=True, index=True),
+    comment="A channel's value at one version, stored content-addressed (kind: json|serde|…).",
+    sqlite_with_rowid=False,
+)
+
+lg_writes = Table(
+    "lg_writes",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("thread_ref", Integer, ForeignKey("lg_threads.id"), nullable=False),
+    Column("checkpoint_id", String(64), nullable=False),
+    Column("task_id", String(255), nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("channel", String(255), nullable=False),
+    Column("task_path", Text, nullable=False),
+    Column("kind", SmallInteger, nullable=False),
+    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=True, index=True),
+    UniqueConstraint("thread_ref", "checkpoint_id", "task_id", "idx"),
+    comment="Pending writes of a LangGraph checkpoint; one blob per message in message lists.",
+)
+
+lg_write_items = Table(
+    "lg_write_items",
+    metadata,
+    Column("write_id", Integer, ForeignKey("lg_writes.id"), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
+    comment="The messages of a pending write that is a list of messages, one blob each.",
+    sqlite_with_rowid=False,
+)
