@@ -68,7 +68,9 @@ def open_command(
     portability, notice = effective_portability(policy, archive_enabled=workspace.archive_enabled)
     if notice:
         warn(notice)
-    folder = resolve_checkpoint_dir(policy, cli_dir=checkpoint_dir, manifest_path=manifest, cwd=cwd)
+    folder = resolve_checkpoint_dir(
+        policy, cli_dir=checkpoint_dir, manifest_path=manifest.absolute(), cwd=cwd
+    )
     st = store(ctx)
     content_hash = manifest_hash(effective)
     resumed_from: Path | None = None

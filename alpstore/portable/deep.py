@@ -22,9 +22,9 @@ from alpstore.archive.base import summary_document
 from alpstore.codec import Digest, canonical_json, digest_bytes, digest_hex
 from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
 from alpstore.portable.files import (
-    EMPTY_KERNEL,
     build_v2,
     check_for_secrets,
+    empty_kernel,
     iso_from_timestamp,
     validate_document,
 )
@@ -286,7 +286,7 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
     kernel = snap.kernel
     if kernel is None:
         block["kernel_absent"] = True
-        kernel = dict(EMPTY_KERNEL)
+        kernel = empty_kernel()
     elif not isinstance(kernel, dict):
         raise CheckpointFileError(f"session {info.uuid}: the kernel snapshot is not an object")
     else:

@@ -39,8 +39,12 @@ MAX_CHECKPOINT_BYTES: Final = 128 * 1024 * 1024
 ZST_SUFFIX: Final = ".zst"
 JSON_SUFFIX: Final = ".json"
 ZST_LEVEL: Final = 3
-EMPTY_KERNEL: Final[dict[str, Any]] = {"q": {}, "run": {}}
-"""The kernel snapshot written when the runtime gave none (the schema requires q and run)."""
+
+
+def empty_kernel() -> dict[str, Any]:
+    """The kernel snapshot written when the runtime gave none (the schema requires q and run)."""
+    return {"q": {}, "run": {}}
+
 
 _SAFE_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+=-]*$")
 
@@ -329,7 +333,7 @@ def build_v1(
     turn: int | None = None,
 ) -> dict[str, Any]:
     """A version 1 (kernel-only) document."""
-    doc: dict[str, Any] = {"version": 1, "kernel": kernel if kernel is not None else EMPTY_KERNEL}
+    doc: dict[str, Any] = {"version": 1, "kernel": kernel if kernel is not None else empty_kernel()}
     if label is not None:
         doc["label"] = label
     if turn is not None:
@@ -363,7 +367,7 @@ def build_v2(
             "root_session_id": root_session_id or parent_session_id or session_id,
             "created_at": created_at or now_iso(),
         },
-        "kernel": kernel if kernel is not None else dict(EMPTY_KERNEL),
+        "kernel": kernel if kernel is not None else empty_kernel(),
         "working_memory": working_memory,
         "manifest": {"content": manifest, "content_hash": manifest_hash(manifest)},
     }

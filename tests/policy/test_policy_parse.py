@@ -97,8 +97,13 @@ def test_duplicate_triggers_collapse_keeping_the_first() -> None:
 
 @pytest.mark.parametrize(
     ("retention", "keep"),
-    [({"mode": "all"}, None), ({"mode": "single"}, 1), ({"mode": "last_n"}, 5),
-     ({"mode": "last_n", "n": 2}, 2), ({}, None)],
+    [
+        ({"mode": "all"}, None),
+        ({"mode": "single"}, 1),
+        ({"mode": "last_n"}, 5),
+        ({"mode": "last_n", "n": 2}, 2),
+        ({}, None),
+    ],
 )
 def test_retention(retention: dict[str, Any], keep: int | None) -> None:
     assert parse_policy({"retention": retention}).retention.keep() == keep
@@ -118,28 +123,61 @@ ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"storage": 7}, "spec.checkpoint.storage: expected memory, disk, hybrid or {kind, path}"),
     ({"storage": {"path": "x"}}, "spec.checkpoint.storage.kind: required"),
     ({"storage": {"kind": "disk", "where": "x"}}, "spec.checkpoint.storage.where: unknown key"),
-    ({"storage": {"kind": "disk", "path": ""}}, "spec.checkpoint.storage.path: expected a non-empty"),
+    (
+        {"storage": {"kind": "disk", "path": ""}},
+        "spec.checkpoint.storage.path: expected a non-empty",
+    ),
     ({"storage": {"kind": "tape"}}, "spec.checkpoint.storage.kind: 'tape' is not one of"),
-    ({"mode": "on_event", "triggers": "after_llm_call"}, "spec.checkpoint.triggers: expected a list"),
-    ({"mode": "on_event", "triggers": ["after_lunch"]}, "spec.checkpoint.triggers[0]: 'after_lunch'"),
+    (
+        {"mode": "on_event", "triggers": "after_llm_call"},
+        "spec.checkpoint.triggers: expected a list",
+    ),
+    (
+        {"mode": "on_event", "triggers": ["after_lunch"]},
+        "spec.checkpoint.triggers[0]: 'after_lunch'",
+    ),
     ({"mode": "on_event", "triggers": []}, "spec.checkpoint.triggers: mode on_event needs"),
     ({"mode": "on_event"}, "spec.checkpoint.triggers: mode on_event needs"),
     ({"triggers": ["after_llm_call"]}, "spec.checkpoint.triggers: mode none captures nothing"),
-    ({"mode": "on_event", "triggers": ["every_n_turns"]}, "spec.checkpoint.every_n_turns: required"),
+    (
+        {"mode": "on_event", "triggers": ["every_n_turns"]},
+        "spec.checkpoint.every_n_turns: required",
+    ),
     ({"every_n_turns": 0}, "spec.checkpoint.every_n_turns: expected a positive integer, got 0"),
-    ({"every_n_turns": True}, "spec.checkpoint.every_n_turns: expected a positive integer, got boolean"),
-    ({"every_n_turns": 2.0}, "spec.checkpoint.every_n_turns: expected a positive integer, got number"),
+    (
+        {"every_n_turns": True},
+        "spec.checkpoint.every_n_turns: expected a positive integer, got boolean",
+    ),
+    (
+        {"every_n_turns": 2.0},
+        "spec.checkpoint.every_n_turns: expected a positive integer, got number",
+    ),
     ({"retention": "all"}, "spec.checkpoint.retention: expected a mapping"),
     ({"retention": {"mode": "some"}}, "spec.checkpoint.retention.mode: 'some' is not one of"),
-    ({"retention": {"n": True}}, "spec.checkpoint.retention.n: expected a positive integer, got boolean"),
+    (
+        {"retention": {"n": True}},
+        "spec.checkpoint.retention.n: expected a positive integer, got boolean",
+    ),
     ({"retention": {"n": -1}}, "spec.checkpoint.retention.n: expected a positive integer, got -1"),
     ({"retention": {"mode": "all", "keep": 1}}, "spec.checkpoint.retention.keep: unknown key"),
     ({"portability": "portable"}, "spec.checkpoint.portability: 'portable' is not one of"),
     ({"auto_resume_latest": "yes"}, "spec.checkpoint.auto_resume_latest: expected a boolean"),
-    ({"auto_resume_latest": 1}, "spec.checkpoint.auto_resume_latest: expected a boolean, got integer"),
-    ({"auto_resume_latest": True}, "auto_resume_latest: requires disk or hybrid storage, storage is none"),
-    ({"mode": "in_memory", "auto_resume_latest": True}, "auto_resume_latest: not allowed with mode in_memory"),
-    ({"mode": "in_memory", "storage": "disk", "auto_resume_latest": True}, "not allowed with mode in_memory"),
+    (
+        {"auto_resume_latest": 1},
+        "spec.checkpoint.auto_resume_latest: expected a boolean, got integer",
+    ),
+    (
+        {"auto_resume_latest": True},
+        "auto_resume_latest: requires disk or hybrid storage, storage is none",
+    ),
+    (
+        {"mode": "in_memory", "auto_resume_latest": True},
+        "auto_resume_latest: not allowed with mode in_memory",
+    ),
+    (
+        {"mode": "in_memory", "storage": "disk", "auto_resume_latest": True},
+        "not allowed with mode in_memory",
+    ),
     ({"mode": "every_turn", "storage": "memory", "auto_resume_latest": True}, "storage is memory"),
     ([], "spec.checkpoint: expected a mapping, got list"),
 ]
@@ -164,12 +202,21 @@ def test_agent_schema_agrees_with_the_parser() -> None:
     for spec in good:
         parse_policy(spec)
         assert validator.is_valid({"kind": "Agent", "spec": {"checkpoint": spec}}), spec
-    schema_bad = [spec for spec, _ in ERRORS if isinstance(spec, dict) and "bogus" in spec
-                  or spec in ({"mode": "always"}, {"every_n_turns": 0}, {"every_n_turns": True},
-                              {"retention": {"mode": "all", "keep": 1}},
-                              {"mode": "on_event"},
-                              {"mode": "in_memory", "auto_resume_latest": True},
-                              {"mode": "on_event", "triggers": ["every_n_turns"]})]
+    schema_bad = [
+        spec
+        for spec, _ in ERRORS
+        if (isinstance(spec, dict) and "bogus" in spec)
+        or spec
+        in (
+            {"mode": "always"},
+            {"every_n_turns": 0},
+            {"every_n_turns": True},
+            {"retention": {"mode": "all", "keep": 1}},
+            {"mode": "on_event"},
+            {"mode": "in_memory", "auto_resume_latest": True},
+            {"mode": "on_event", "triggers": ["every_n_turns"]},
+        )
+    ]
     assert len(schema_bad) == 8
     for spec in schema_bad:
         assert not validator.is_valid({"kind": "Agent", "spec": {"checkpoint": spec}}), spec
@@ -207,9 +254,17 @@ def test_workspace_store_applies_only_when_the_spec_omits_storage() -> None:
         ([], "expected a mapping at the top level"),
         ({"plugins": "mas.checkpoint_store.disk"}, "plugins: expected a list"),
         ({"plugins": ["mas.checkpoint_store.tape"]}, "unknown checkpoint store"),
-        ({"plugins": ["mas.checkpoint_store.disk"], "lab": {"enable_plugins":
-          ["mas.checkpoint_store.memory"]}}, "more than one checkpoint store"),
-        ({"mas_ctl": {"archive": {"enabled": "yes"}}}, "mas_ctl.archive.enabled: expected a boolean"),
+        (
+            {
+                "plugins": ["mas.checkpoint_store.disk"],
+                "lab": {"enable_plugins": ["mas.checkpoint_store.memory"]},
+            },
+            "more than one checkpoint store",
+        ),
+        (
+            {"mas_ctl": {"archive": {"enabled": "yes"}}},
+            "mas_ctl.archive.enabled: expected a boolean",
+        ),
     ],
 )
 def test_workspace_errors(config: Any, message: str) -> None:
@@ -259,9 +314,16 @@ def test_checkpoint_dir_resolution_order(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ overlays (CK-10)
 def test_openclaw_overlay_is_a_patch() -> None:
-    base = {"apiVersion": "mas/v1", "kind": "Agent", "metadata": {"name": "a"},
-            "spec": {"description": "d", "checkpoint": {"retention": {"n": 3}},
-                     "governance": [{"existing": True}]}}
+    base = {
+        "apiVersion": "mas/v1",
+        "kind": "Agent",
+        "metadata": {"name": "a"},
+        "spec": {
+            "description": "d",
+            "checkpoint": {"retention": {"n": 3}},
+            "governance": [{"existing": True}],
+        },
+    }
     out = apply_overlays(base, ["openclaw"])
     assert base["spec"]["governance"] == [{"existing": True}]  # input untouched
     assert out["spec"]["description"] == "d"
@@ -271,17 +333,26 @@ def test_openclaw_overlay_is_a_patch() -> None:
     assert ck["retention"] == {"mode": "all", "n": 3}  # mappings merge
     p = policy_of_manifest(out)
     assert (p.mode, p.triggers, p.auto_resume_latest, p.storage) == (
-        "on_event", ("after_llm_call",), True, "disk")
+        "on_event",
+        ("after_llm_call",),
+        True,
+        "disk",
+    )
 
 
 @pytest.mark.parametrize(
     "ref",
-    ["openclaw", "pkg://alpstore/overlays/openclaw.yaml",
-     "pkg://mas.library.standard/overlays/openclaw.yaml",
-     str(FIXTURES / "openclaw.overlay.yaml")],
+    [
+        "openclaw",
+        "pkg://alpstore/overlays/openclaw.yaml",
+        "pkg://mas.library.standard/overlays/openclaw.yaml",
+        str(FIXTURES / "openclaw.overlay.yaml"),
+    ],
 )
 def test_overlay_addresses(ref: str) -> None:
-    assert apply_overlays({"kind": "Agent"}, [ref]) == apply_overlays({"kind": "Agent"}, ["openclaw"])
+    assert apply_overlays({"kind": "Agent"}, [ref]) == apply_overlays(
+        {"kind": "Agent"}, ["openclaw"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -311,7 +382,7 @@ def test_overlay_file_checks(tmp_path: Path) -> None:
     invalid = tmp_path / "i.yaml"
     invalid.write_text("kind: Overlay\nspec: {patch: {checkpoint: {mode: sometimes}}}\n")
     out = apply_overlays({"kind": "Agent"}, [str(invalid)])
-    with pytest.raises(PolicyError, match="spec.checkpoint.mode"):
+    with pytest.raises(PolicyError, match=r"spec\.checkpoint\.mode"):
         policy_of_manifest(out)
 
 
@@ -330,8 +401,10 @@ def test_manifest_loading(tmp_path: Path) -> None:
     y = tmp_path / "agent.yaml"
     y.write_text("kind: Agent\nmetadata: {name: a}\nspec:\n  checkpoint:\n    mode: every_turn\n")
     j = tmp_path / "agent.json"
-    j.write_text('{"kind": "Agent", "metadata": {"name": "a"}, "spec": {"checkpoint": '
-                 '{"mode": "every_turn"}}}')
+    j.write_text(
+        '{"kind": "Agent", "metadata": {"name": "a"}, "spec": {"checkpoint": '
+        '{"mode": "every_turn"}}}'
+    )
     assert load_manifest(y) == load_manifest(j)
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Team\n")

@@ -29,8 +29,11 @@ EXAMPLE = FIXTURES / "mas-lab-checkpoint-v2.example.json"
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -55,18 +58,22 @@ def test_upstream_example_loads_shows_forks_and_resumes(example: Path, tmp_path:
     assert listed.code == 0 and listed.out == f"{example.name}\n"
     shown = run_cli("checkpoint", "show", str(example))
     assert shown.code == 0 and json.loads(shown.out) == json.loads(EXAMPLE.read_text())
-    assert "\n  \"version\": 2" in shown.out  # pretty-printed
+    assert '\n  "version": 2' in shown.out  # pretty-printed
     out_dir = tmp_path / "X"
-    forked = run_cli("checkpoint", "fork", str(example), "--output-dir", str(out_dir),
-                     "--session-id", "child-1")
+    forked = run_cli(
+        "checkpoint", "fork", str(example), "--output-dir", str(out_dir), "--session-id", "child-1"
+    )
     assert forked.code == 0, forked.err
     path = Path(forked.out.strip())
     assert path == (out_dir / "child-1-example.json").resolve()
     child = load_checkpoint_file(path)
-    assert child["lineage"] == {**child["lineage"], "session_id": "child-1",
-                                "parent_session_id": "checkpoint-example-session",
-                                "forked_from_checkpoint": example.name,
-                                "root_session_id": "checkpoint-example-session"}
+    assert child["lineage"] == {
+        **child["lineage"],
+        "session_id": "child-1",
+        "parent_session_id": "checkpoint-example-session",
+        "forked_from_checkpoint": example.name,
+        "root_session_id": "checkpoint-example-session",
+    }
     assert child["manifest"] == json.loads(EXAMPLE.read_text())["manifest"]
     # default output: next to the source
     beside = run_cli("checkpoint", "fork", str(example))
@@ -89,10 +96,16 @@ def _mutated(example: Path, change: Any) -> Path:
 
 
 BAD_DOCS = [
-    ("wrong manifest hash",
-     lambda d: d["manifest"].__setitem__("content_hash", "0" * 64), "content_hash does not match"),
-    ("edited manifest",
-     lambda d: d["manifest"]["content"].__setitem__("spec", {}), "content_hash does not match"),
+    (
+        "wrong manifest hash",
+        lambda d: d["manifest"].__setitem__("content_hash", "0" * 64),
+        "content_hash does not match",
+    ),
+    (
+        "edited manifest",
+        lambda d: d["manifest"]["content"].__setitem__("spec", {}),
+        "content_hash does not match",
+    ),
     ("unknown top-level key", lambda d: d.__setitem__("extra", 1), "$: Additional properties"),
     ("missing lineage", lambda d: d.pop("lineage"), "'lineage' is a required property"),
     ("negative turn", lambda d: d.__setitem__("turn", -1), "$.turn: minimum"),
@@ -108,9 +121,11 @@ def test_bad_files_are_refused_with_nothing_written(
 ) -> None:
     bad = _mutated(example, change)
     before = snapshot(tmp_path)
-    for cmd in (["checkpoint", "validate", str(bad)],
-                ["checkpoint", "fork", str(bad), "--output-dir", str(tmp_path / "out")],
-                ["--root", str(tmp_path / "run"), "checkpoint", "import", str(bad)]):
+    for cmd in (
+        ["checkpoint", "validate", str(bad)],
+        ["checkpoint", "fork", str(bad), "--output-dir", str(tmp_path / "out")],
+        ["--root", str(tmp_path / "run"), "checkpoint", "import", str(bad)],
+    ):
         res = run_cli(*cmd)
         assert res.code == 10, (cmd, res.err)
         assert message in res.err and res.err.startswith("alpstore: error:")
@@ -160,8 +175,15 @@ def test_a_200_mb_file_is_refused_before_parsing(tmp_path: Path) -> None:
 
 def test_paths_cannot_escape_the_output_directory(example: Path, tmp_path: Path) -> None:
     for sid in ("../escape", "a/b", ".hidden", "x/../../y"):
-        res = run_cli("checkpoint", "fork", str(example), "--output-dir", str(tmp_path / "o"),
-                      "--session-id", sid)
+        res = run_cli(
+            "checkpoint",
+            "fork",
+            str(example),
+            "--output-dir",
+            str(tmp_path / "o"),
+            "--session-id",
+            sid,
+        )
         assert res.code == 10 and "cannot be used in a file name" in res.err, (sid, res.err)
     assert not (tmp_path / "o").exists() and not (tmp_path / "escape-example.json").exists()
     with pytest.raises(CheckpointFileError, match="escapes the output directory"):
@@ -171,8 +193,15 @@ def test_paths_cannot_escape_the_output_directory(example: Path, tmp_path: Path)
 
 
 def test_fork_never_overwrites(example: Path, tmp_path: Path) -> None:
-    args = ("checkpoint", "fork", str(example), "--output-dir", str(tmp_path / "o"),
-            "--session-id", "same")
+    args = (
+        "checkpoint",
+        "fork",
+        str(example),
+        "--output-dir",
+        str(tmp_path / "o"),
+        "--session-id",
+        "same",
+    )
     assert run_cli(*args).code == 0
     first = (tmp_path / "o" / "same-example.json").read_bytes()
     res = run_cli(*args)
@@ -194,8 +223,14 @@ SECRETS = [
 
 def _doc_with(path: str, value: str) -> dict[str, Any]:
     doc = json.loads(EXAMPLE.read_text())
-    doc["working_memory"] = [{"agent_id": "a", "turn_history": [["hi", "hello"]],
-                              "committed_messages": [], "conversation_chunks": None}]
+    doc["working_memory"] = [
+        {
+            "agent_id": "a",
+            "turn_history": [["hi", "hello"]],
+            "committed_messages": [],
+            "conversation_chunks": None,
+        }
+    ]
     node: Any = doc
     parts = path[2:].replace("[", ".").replace("]", "").split(".")
     for part in parts[:-1]:
@@ -225,12 +260,23 @@ def test_secret_blocks_the_write(tmp_path: Path, path: str, value: str) -> None:
 
 
 def test_secret_looking_keys_and_references() -> None:
-    wm = {"api_key": "abc123", "password": "hunter2", "db": {"client_secret": "x"},
-          "token": "${env:TOKEN}", "access_token": "secret://vault/agent/token",
-          "max_tokens": "4096", "token_type": "bearer", "password_hint": "", "secret": ""}
+    wm = {
+        "api_key": "abc123",
+        "password": "hunter2",
+        "db": {"client_secret": "x"},
+        "token": "${env:TOKEN}",
+        "access_token": "secret://vault/agent/token",
+        "max_tokens": "4096",
+        "token_type": "bearer",
+        "password_hint": "",
+        "secret": "",
+    }
     paths = sorted(f.path for f in scan(wm, "$.working_memory"))
-    assert paths == ["$.working_memory.api_key", "$.working_memory.db.client_secret",
-                     "$.working_memory.password"]
+    assert paths == [
+        "$.working_memory.api_key",
+        "$.working_memory.db.client_secret",
+        "$.working_memory.password",
+    ]
 
 
 def test_secret_in_working_memory_blocks_export_cli(tmp_path: Path) -> None:
@@ -244,10 +290,14 @@ def test_secret_in_working_memory_blocks_export_cli(tmp_path: Path) -> None:
     before = snapshot(tmp_path)
     res = run_cli("--root", str(root), "checkpoint", "save", "sec")
     assert res.code == 9
-    assert "$.working_memory[0].conversation_chunks.alpstore.working_memory.credentials.password" \
+    assert (
+        "$.working_memory[0].conversation_chunks.alpstore.working_memory.credentials.password"
         in res.err
+    )
     assert "pa55word" not in res.err + res.out
-    res = run_cli("--root", str(root), "checkpoint", "export", "sec", "-o", str(tmp_path / "e.json"))
+    res = run_cli(
+        "--root", str(root), "checkpoint", "export", "sec", "-o", str(tmp_path / "e.json")
+    )
     assert res.code == 9 and not (tmp_path / "e.json").exists()
     after = snapshot(tmp_path)
     assert {k for k in after if "traces" not in k} == {k for k in before if "traces" not in k}
