@@ -27,6 +27,8 @@ DEFAULT_LEVEL = 3
 CODEC_RAW = 0
 CODEC_ZSTD = 1
 CODEC_ZSTD_DICT = 2
+CODEC_ZSTD_BASE = 3
+"""zstd against another blob's raw bytes (a delta): for large tool outputs that repeat a file."""
 
 MAX_RAW_SIZE = 256 * 1024 * 1024
 """No single blob may claim more than this many raw bytes (bounds every decompression)."""
@@ -43,13 +45,35 @@ def canonical_json(value: Any) -> bytes:
         CanonicalJSONError: the value holds NaN/Infinity, a non-string key or a non-JSON type;
             the message names the path (``$.messages[3].content``).
     """
-    problem = _find_problem(value, "$")
-    if problem is not None:
-        raise CanonicalJSONError(problem)
-    try:
-        return _encoder.encode(value).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError) as exc:  # pragma: no cover - guarded above
-        raise CanonicalJSONError(f"not canonical JSON: {exc}") from exc
+    if _keys_are_strings(value):
+        try:
+            return _encoder.encode(value).encode("utf-8")
+        except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+            pass  # find out where, below
+    problem = _find_problem(value, "$") or "$: not canonical JSON"
+    raise CanonicalJSONError(problem)
+
+
+def _keys_are_strings(value: Any) -> bool:
+    """True when every object key is a string (the one thing ``json`` would silently coerce)."""
+    kind = type(value)
+    if kind is dict:
+        for key, sub in value.items():
+            if type(key) is not str:
+                return False
+            sub_kind = type(sub)
+            if (sub_kind is dict or sub_kind is list) and not _keys_are_strings(sub):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        for sub in value:
+            sub_kind = type(sub)
+            if (sub_kind is dict or sub_kind is list) and not _keys_are_strings(sub):
+                return False
+        return True
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _keys_are_strings(v) for k, v in value.items())
+    return True
 
 
 def _find_problem(value: Any, path: str) -> str | None:
@@ -181,7 +205,14 @@ class Decompressor:
         return dict_id in self._dicts
 
     def decompress(
-        self, codec: int, payload: bytes, raw_size: int, dict_id: int | None = None, *, what: str
+        self,
+        codec: int,
+        payload: bytes,
+        raw_size: int,
+        dict_id: int | None = None,
+        *,
+        what: str,
+        base: bytes | None = None,
     ) -> bytes:
         """Decompress ``payload`` into exactly ``raw_size`` bytes.
 
@@ -198,6 +229,8 @@ class Decompressor:
                 dctx = self._plain
             elif codec == CODEC_ZSTD_DICT and dict_id is not None and dict_id in self._dicts:
                 dctx = self._dicts[dict_id]
+            elif codec == CODEC_ZSTD_BASE and base is not None:
+                dctx = zstandard.ZstdDecompressor(dict_data=raw_content_dict(base))
             else:
                 raise IntegrityError(f"{what}: codec {codec} (dictionary {dict_id}) unavailable")
             try:
@@ -209,6 +242,23 @@ class Decompressor:
                 f"{what}: decompressed to {len(out)} bytes, recorded size is {raw_size}"
             )
         return out
+
+
+def raw_content_dict(base: bytes) -> zstandard.ZstdCompressionDict:
+    """Another blob's bytes used as a zstd dictionary (no training: plain content)."""
+    return zstandard.ZstdCompressionDict(base, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def delta_compressor(base: bytes, level: int = DEFAULT_LEVEL) -> zstandard.ZstdCompressor:
+    """A compressor that encodes new content as references into ``base``."""
+    return zstandard.ZstdCompressor(
+        level=level, dict_data=raw_content_dict(base), write_content_size=True, write_dict_id=False
+    )
+
+
+def line_hashes(raw: bytes) -> frozenset[int]:
+    """Hashes of the longer lines of a document (JSON text escapes each newline)."""
+    return frozenset(hash(line) for line in raw.split(b"\\n") if len(line) > 8)
 
 
 def bounded_decompress(dctx: zstandard.ZstdDecompressor, payload: bytes, limit: int) -> bytes:

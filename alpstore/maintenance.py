@@ -197,6 +197,10 @@ def _reachable_blobs(conn: Connection, keep: set[int], need: dict[int, int]) -> 
     edges: dict[int, list[int]] = defaultdict(list)
     for parent, child in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
         edges[int(parent)].append(int(child))
+    for blob_id, base_id in conn.execute(
+        select(blobs.c.id, blobs.c.base_id).where(blobs.c.base_id.is_not(None))
+    ):
+        edges[int(blob_id)].append(int(base_id))  # a live delta keeps its base
     frontier = [b for b in live if b in edges]
     while frontier:
         nxt = []

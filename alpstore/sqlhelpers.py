@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 
-from alpstore.codec import DIGEST_SIZE, parse_digest
+from alpstore.codec import DIGEST_SIZE, Digest, parse_digest
 from alpstore.db.engine import translate_errors
 from alpstore.errors import AlpstoreError, UsageError
 
@@ -27,7 +27,7 @@ def _register(store: Store, raw: sqlite3.Connection) -> None:
             d = bytes(digest) if isinstance(digest, bytes | memoryview) else b""
             if len(d) != DIGEST_SIZE:
                 d = parse_digest(str(digest))
-            return archive.get_raw(d, verify=False)[1].decode("utf-8")
+            return archive.get_raw(Digest(d), verify=False)[1].decode("utf-8")
         except AlpstoreError:
             return None
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -14,14 +17,17 @@ from alpstore.archive.base import ArchiveStats, Problem, VerifyReport, summary_d
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
+    CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
     Compressor,
     Decompressor,
     Digest,
     canonical_json,
+    delta_compressor,
     digest_bytes,
     digest_hex,
+    line_hashes,
     parse_json,
     train_dictionary,
 )
@@ -49,9 +55,27 @@ DICT_SIZE = 112 * 1024
 """Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
 
 INSERT_BLOB = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
 )
+
+DELTA_MIN_SIZE = 1024
+"""Documents from this raw size up are tried as deltas against a recent similar one."""
+
+DELTA_MIN_SHARED = 0.3
+"""A candidate base must share at least this fraction of the document's longer lines."""
+
+DELTA_GAIN = 0.8
+"""A delta is kept only when it is at most this fraction of the plain compressed size."""
+
+DELTA_CANDIDATES = 32
+"""How many recent large blobs a process keeps as delta bases."""
+
+VACUUM_MAX_BYTES = 32 * 1024 * 1024
+"""Archives up to this size are compacted once, right after the first dictionary."""
+
+BASE_CACHE = 64
+"""How many decoded delta bases a reader keeps."""
 
 Encoded = tuple[Digest, int, bytes]
 """A document ready to store: (digest, kind, canonical bytes)."""
@@ -65,6 +89,7 @@ class _Row(NamedTuple):
     codec: int
     dict_id: int | None
     payload: bytes
+    base_id: int | None = None
 
 
 def encode(value: Any, kind: int = BLOB_MESSAGE) -> Encoded:
@@ -93,6 +118,10 @@ class SqlArchive:
         self._comp = Compressor(level)
         self._small_count: int | None = None
         self._pending_small = 0
+        self._bases: OrderedDict[int, tuple[bytes, frozenset[int]]] = OrderedDict()
+        """Recent large non-delta blobs of this process: candidates to delta against."""
+        self._base_raw: OrderedDict[int, bytes] = OrderedDict()
+        """Decoded bases, for reading delta blobs."""
         self._load_newest_dictionary()
 
     # ----------------------------------------------------------------- dictionaries
@@ -134,8 +163,13 @@ class SqlArchive:
                     blobs.c.raw_size,
                     blobs.c.payload,
                     blobs.c.digest,
+                    blobs.c.base_id,
                 )
-                .where(blobs.c.raw_size <= SMALL_BLOB_MAX, blobs.c.raw_size >= 16)
+                .where(
+                    blobs.c.raw_size <= SMALL_BLOB_MAX,
+                    blobs.c.raw_size >= 16,
+                    blobs.c.codec != CODEC_ZSTD_BASE,
+                )
                 .order_by(blobs.c.id.desc())
                 .limit(samples)
             ).all()
@@ -201,6 +235,27 @@ class SqlArchive:
             self._load_newest_dictionary()  # another process may have trained one already
             if self._dict_id is None:
                 self.train_dictionary(samples=self._small_count)
+                self._compact_small_file()
+
+    def _compact_small_file(self) -> None:
+        """VACUUM a small SQLite archive after the dictionary rewrote its first blobs.
+
+        Recompressing in place leaves holes in the pages that later inserts never reuse; at
+        this size a VACUUM takes milliseconds. Skipped quietly when another connection is busy.
+        """
+        if not self.db.is_sqlite:
+            return
+        path = self.db.location
+        try:
+            if os.path.getsize(path) > VACUUM_MAX_BYTES:
+                return
+            raw = self.db.engine.raw_connection()
+            try:
+                raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
+            finally:
+                raw.close()
+        except (OSError, sqlite3.Error):
+            return
 
     # ----------------------------------------------------------------- writing
     def _insert(self, table: Any) -> Any:
@@ -214,8 +269,32 @@ class SqlArchive:
         codec, payload = self._comp.compress(raw, use_dictionary=use_dict)
         return codec, (self._dict_id if codec == CODEC_ZSTD_DICT else None), payload
 
+    def _delta(self, raw: bytes, plain: int) -> tuple[int, bytes, frozenset[int]] | None:
+        """``(base_id, payload, lines)`` when a recent blob makes a much smaller delta."""
+        lines = line_hashes(raw)
+        best, score = None, 0
+        for base_id, (_, base_lines) in self._bases.items():
+            shared = len(lines & base_lines)
+            if shared > score:
+                best, score = base_id, shared
+        if best is not None and score >= DELTA_MIN_SHARED * len(lines):
+            base = self._bases[best][0]
+            payload = delta_compressor(base, self.level).compress(raw)
+            if len(payload) < DELTA_GAIN * plain:
+                return best, payload, lines
+        return None
+
+    def _remember_base(self, blob_id: int, raw: bytes, lines: frozenset[int]) -> None:
+        self._bases[blob_id] = (raw, lines)
+        while len(self._bases) > DELTA_CANDIDATES:
+            self._bases.popitem(last=False)
+
     def store_encoded(self, conn: Connection, items: Sequence[Encoded]) -> list[int]:
-        """Insert what is missing (idempotent) and return every item's surrogate id, in order."""
+        """Insert what is missing (idempotent) and return every item's surrogate id, in order.
+
+        Large documents that mostly repeat a recent one (a file read again after an edit) are
+        stored as a zstd delta against it (one level deep, never a chain).
+        """
         if not items:
             return []
         wanted = list(dict.fromkeys(d for d, _, _ in items))
@@ -226,11 +305,21 @@ class SqlArchive:
                 fresh[item[0]] = item
         if fresh:
             rows = []
+            new_bases: list[tuple[bytes, bytes, frozenset[int]]] = []
             for digest, kind, raw_bytes in fresh.values():
                 codec, dict_id, payload = self.compress(raw_bytes)
-                rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload))
+                base_id = None
+                if len(raw_bytes) >= DELTA_MIN_SIZE:
+                    delta = self._delta(raw_bytes, len(payload))
+                    if delta is not None:
+                        codec, dict_id, (base_id, payload, _) = CODEC_ZSTD_BASE, None, delta
+                    else:
+                        new_bases.append((digest, raw_bytes, line_hashes(raw_bytes)))
+                rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, base_id))
             rsql.executemany(conn, INSERT_BLOB, rows)
             ids.update(self.ids_for(conn, list(fresh)))
+            for digest, raw_bytes, lines in new_bases:
+                self._remember_base(ids[digest], raw_bytes, lines)
             self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
         return [ids[d] for d, _, _ in items]
 
@@ -295,16 +384,46 @@ class SqlArchive:
         return sid, item[0]
 
     # ----------------------------------------------------------------- reading
+    def _base(self, conn: Connection, base_id: int, what: str) -> bytes:
+        """The raw bytes of a delta's base blob (cached; a base is never itself a delta)."""
+        raw = self._base_raw.get(base_id)
+        if raw is not None:
+            self._base_raw.move_to_end(base_id)
+            return raw
+        row = rsql.fetchone(
+            conn,
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "WHERE id = ?",
+            (base_id,),
+        )
+        if row is None:
+            raise IntegrityError(f"{what}: its delta base (blob id {base_id}) is missing")
+        base = _Row(*row)
+        if base.codec == CODEC_ZSTD_BASE:
+            raise IntegrityError(f"{what}: its delta base is itself a delta")
+        raw = self._decode_row(conn, base, verify=True)
+        self._base_raw[base_id] = raw
+        while len(self._base_raw) > BASE_CACHE:
+            self._base_raw.popitem(last=False)
+        return raw
+
     def _decode_row(self, conn: Connection, row: Any, *, verify: bool = False) -> bytes:
         digest = bytes(row.digest)
+        what = f"blob {digest_hex(digest)}"
         if row.codec == CODEC_ZSTD_DICT and row.dict_id is not None:
             self._ensure_dictionary(conn, int(row.dict_id))
+        base = None
+        if row.codec == CODEC_ZSTD_BASE:
+            if row.base_id is None:
+                raise IntegrityError(f"{what}: a delta without a base")
+            base = self._base(conn, int(row.base_id), what)
         raw = self._dec.decompress(
             int(row.codec),
             bytes(row.payload),
             int(row.raw_size),
             None if row.dict_id is None else int(row.dict_id),
-            what=f"blob {digest_hex(digest)}",
+            what=what,
+            base=base,
         )
         if verify and digest_bytes(raw) != digest:
             raise IntegrityError(f"blob {digest_hex(digest)}: content does not match its digest")
@@ -319,7 +438,7 @@ class SqlArchive:
         loads = json.loads
         for part in chunks(unique):
             sql = (
-                "SELECT id, digest, kind, raw_size, codec, dict_id, payload FROM blobs "
+                "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
                 f"WHERE id IN ({rsql.placeholders(len(part))})"
             )
             for row in rsql.fetchall(conn, sql, part):
@@ -415,7 +534,12 @@ class SqlArchive:
                     report.blobs_checked += 1
                     digest = bytes(row.digest)
                     try:
-                        if row.codec not in (CODEC_RAW, CODEC_ZSTD, CODEC_ZSTD_DICT):
+                        if row.codec not in (
+                            CODEC_RAW,
+                            CODEC_ZSTD,
+                            CODEC_ZSTD_DICT,
+                            CODEC_ZSTD_BASE,
+                        ):
                             raise IntegrityError(f"blob {digest.hex()}: unknown codec {row.codec}")
                         raw = self._decode_row(conn, row, verify=True)
                         doc = parse_json(raw, where=f"blob {digest.hex()}")

@@ -65,6 +65,7 @@ blobs = Table(
     Column("codec", SmallInteger, nullable=False),
     Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
     Column("payload", LargeBinary, nullable=False),
+    Column("base_id", Integer, nullable=True),
     comment="Content-addressed nodes: digest = BLAKE3-256 of the canonical JSON bytes.",
 )
 

@@ -104,3 +104,36 @@ def test_memory_and_sql_archives_agree(
     assert sql.put_many(docs) == mem.put_many(docs)
     assert sql.stats().blobs == mem.stats().blobs == len({str(sorted(d.items())) for d in docs})
     assert sql.get_many(mem.put_many(docs)) == docs
+
+
+def _file(version: int) -> dict[str, object]:
+    lines = [f"def function_{i}(value, limit):\n    return value + {i} * limit" for i in range(80)]
+    lines[40] = f"def changed_{version}():\n    return {version}"
+    return {"role": "tool", "tool_call_id": f"c{version}", "content": "\n\n".join(lines)}
+
+
+def test_a_file_read_again_is_stored_as_a_delta(archive: SqlArchive) -> None:
+    first = archive.put(_file(1))
+    second = archive.put(_file(2))
+    with archive.db.read() as conn:
+        rows = dict(conn.execute(text("select digest, codec from blobs")).all())
+        sizes = dict(conn.execute(text("select codec, length(payload) from blobs")).all())
+    assert rows[first] != 3 and rows[second] == 3
+    assert sizes[3] < sizes[rows[first]] / 3
+    fresh = SqlArchive(archive.db)  # another reader: no cached bases
+    assert fresh.get(second, verify=True) == _file(2)
+    assert archive.verify().ok
+
+
+def test_gc_keeps_the_base_of_a_live_delta(tmp_path: Path) -> None:
+    from alpstore.maintenance import gc
+    from alpstore.store import Store
+
+    store = Store.open(tmp_path)
+    keep = store.create_session()
+    store.archive.put(_file(1))  # the base: referenced by no session
+    keep.append([_file(2)])  # stored as a delta against it
+    keep.checkpoint()
+    report = gc(store)
+    assert report.blobs_removed == 0
+    assert [e.value for e in keep.history()] == [_file(2)]
