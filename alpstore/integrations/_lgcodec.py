@@ -1,0 +1,162 @@
+"""How LangGraph values become alpstore blobs: messages as readable JSON documents (one blob
+each, role and content first), plain JSON as itself, anything else through LangGraph's serde.
+
+A message document is the message's non-default fields plus ``role`` (OpenAI spelling, so
+alpstore's turn counting and ``session show`` read it) and ``lc`` (the LangChain type that
+rebuilds it). Only the standard message classes are split; a subclass goes through serde whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from alpstore.errors import IntegrityError
+
+KIND_JSON = 0
+"""The blob is the value itself (plain JSON that round-trips exactly)."""
+KIND_SERDE = 1
+"""The blob is ``{"serde": type, "b64": bytes}`` from LangGraph's serializer."""
+KIND_MESSAGE = 2
+"""The blob is one message document."""
+KIND_MESSAGES = 3
+"""A list of messages: one message blob per item (pending writes only)."""
+KIND_EMPTY = 4
+"""The channel had no value at this version (no blob)."""
+
+MESSAGE_CLASSES: dict[str, type[BaseMessage]] = {
+    "human": HumanMessage,
+    "ai": AIMessage,
+    "system": SystemMessage,
+    "tool": ToolMessage,
+    "function": FunctionMessage,
+    "chat": ChatMessage,
+}
+ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "function": "function",
+}
+_SPLITTABLE = {cls: name for name, cls in MESSAGE_CLASSES.items()}
+
+
+def is_plain_json(value: Any, depth: int = 0) -> bool:
+    """True when ``value`` survives canonical JSON unchanged (types included)."""
+    kind = type(value)
+    if value is None or kind is str or kind is bool or kind is int:
+        return True
+    if kind is float:
+        return not (math.isnan(value) or math.isinf(value))
+    if depth > 64:
+        return False
+    if kind is list:
+        return all(is_plain_json(v, depth + 1) for v in value)
+    if kind is dict:
+        return all(type(k) is str and is_plain_json(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def is_message(value: Any) -> bool:
+    """True for an instance of a standard LangChain message class (not a subclass)."""
+    return type(value) in _SPLITTABLE
+
+
+def is_message_list(value: Any) -> bool:
+    """True for a list whose every item is a standard LangChain message."""
+    return type(value) is list and all(type(v) in _SPLITTABLE for v in value)
+
+
+def message_doc(message: BaseMessage) -> dict[str, Any] | None:
+    """The JSON document of a message, or None when it holds something JSON cannot."""
+    kind = _SPLITTABLE[type(message)]
+    fields = message.model_dump(exclude_defaults=True)
+    fields.pop("type", None)
+    fields["content"] = message.content
+    doc = {**fields, "lc": kind}
+    if kind != "chat":
+        doc["role"] = ROLES[kind]
+    return doc if is_plain_json(doc) else None
+
+
+def message_from_doc(doc: dict[str, Any]) -> BaseMessage:
+    """Rebuild a message from its document.
+
+    Raises:
+        IntegrityError: the document names no known message type.
+    """
+    fields = dict(doc)
+    kind = fields.pop("lc", None)
+    cls = MESSAGE_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise IntegrityError(f"message document of unknown type {kind!r}")
+    if kind != "chat":
+        fields.pop("role", None)
+    return cls(**fields)
+
+
+def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:
+    """Documents for every message, or None when any one cannot be split."""
+    docs = []
+    for m in messages:
+        doc = message_doc(m)
+        if doc is None:
+            return None
+        docs.append(doc)
+    return docs
+
+
+def wrap(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
+    """A JSON envelope for any value: ``{"json": v}`` or ``{"serde": type, "b64": …}``."""
+    if is_plain_json(value):
+        return {"json": value}
+    kind, data = serde.dumps_typed(value)
+    return {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}
+
+
+def unwrap(serde: SerializerProtocol, doc: dict[str, Any]) -> Any:
+    """The value inside an envelope made by :func:`wrap`."""
+    if "json" in doc:
+        return doc["json"]
+    return serde.loads_typed((doc["serde"], base64.b64decode(doc["b64"])))
+
+
+def value_doc(serde: SerializerProtocol, value: Any) -> tuple[int, Any]:
+    """``(kind, document)`` for a channel value or a pending write's value."""
+    if is_message(value):
+        doc = message_doc(value)
+        if doc is not None:
+            return KIND_MESSAGE, doc
+    if is_plain_json(value):
+        return KIND_JSON, value
+    kind, data = serde.dumps_typed(value)
+    return KIND_SERDE, {"serde": kind, "b64": base64.b64encode(data).decode("ascii")}
+
+
+def value_from_doc(serde: SerializerProtocol, kind: int, doc: Any) -> Any:
+    """Rebuild a value stored by :func:`value_doc`.
+
+    Raises:
+        IntegrityError: an unknown kind.
+    """
+    if kind == KIND_JSON:
+        return doc
+    if kind == KIND_SERDE:
+        return serde.loads_typed((doc["serde"], base64.b64decode(doc["b64"])))
+    if kind == KIND_MESSAGE:
+        return message_from_doc(doc)
+    raise IntegrityError(f"stored LangGraph value of unknown kind {kind}")
