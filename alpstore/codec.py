@@ -162,12 +162,18 @@ class Compressor:
 
     def __init__(self, level: int = DEFAULT_LEVEL, dictionary: bytes | None = None) -> None:
         self.level = level
-        self._plain = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        self._plain = zstandard.ZstdCompressor(
+            level=level, write_content_size=True, write_checksum=True
+        )
         self._dict: zstandard.ZstdCompressor | None = None
         if dictionary is not None:
             zdict = zstandard.ZstdCompressionDict(dictionary)
             self._dict = zstandard.ZstdCompressor(
-                level=level, dict_data=zdict, write_content_size=True, write_dict_id=False
+                level=level,
+                dict_data=zdict,
+                write_content_size=True,
+                write_dict_id=False,
+                write_checksum=True,
             )
 
     @property
@@ -234,7 +240,15 @@ class Decompressor:
             else:
                 raise IntegrityError(f"{what}: codec {codec} (dictionary {dict_id}) unavailable")
             try:
-                out = bounded_decompress(dctx, payload, raw_size + 1)
+                declared = zstandard.frame_content_size(payload)
+                if declared == raw_size:
+                    out = dctx.decompress(payload)
+                elif declared == -1:
+                    out = dctx.decompress(payload, max_output_size=raw_size)
+                else:
+                    raise IntegrityError(
+                        f"{what}: frame declares {declared} bytes, recorded size is {raw_size}"
+                    )
             except zstandard.ZstdError as exc:
                 raise IntegrityError(f"{what}: zstd frame is corrupt ({exc})") from exc
         if len(out) != raw_size:
@@ -252,7 +266,11 @@ def raw_content_dict(base: bytes) -> zstandard.ZstdCompressionDict:
 def delta_compressor(base: bytes, level: int = DEFAULT_LEVEL) -> zstandard.ZstdCompressor:
     """A compressor that encodes new content as references into ``base``."""
     return zstandard.ZstdCompressor(
-        level=level, dict_data=raw_content_dict(base), write_content_size=True, write_dict_id=False
+        level=level,
+        dict_data=raw_content_dict(base),
+        write_content_size=True,
+        write_dict_id=False,
+        write_checksum=True,
     )
 
 

@@ -56,6 +56,7 @@ class Store:
         self.root = root
         self.archive = SqlArchive(db)
         self.views = ViewStore()
+        db.on_rollback(self.views.forget)  # segment ids of a failed write may be reused
         self.events = EventLog(root)
 
     @classmethod
@@ -250,6 +251,28 @@ class Store:
             query = query.where(checkpoints.c.abandoned.is_(False))
         rows = conn.execute(query.order_by(checkpoints.c.seq)).all()
         return [self._ck(r, str(uuid)) for r in rows]
+
+    def recent_checkpoints(
+        self, conn: Connection, info: SessionInfo, limit: int
+    ) -> list[CheckpointInfo]:
+        """A session's newest ``limit`` retained checkpoints, oldest first (O(limit))."""
+        rows = conn.execute(
+            select(checkpoints)
+            .where(checkpoints.c.session_id == info.id, checkpoints.c.abandoned.is_(False))
+            .order_by(checkpoints.c.seq.desc())
+            .limit(limit)
+        ).all()
+        return [self._ck(r, info.uuid) for r in reversed(rows)]
+
+    def count_retained(self, conn: Connection, session_id: int) -> int:
+        """How many retained checkpoints a session has."""
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(checkpoints)
+                .where(checkpoints.c.session_id == session_id, checkpoints.c.abandoned.is_(False))
+            ).scalar_one()
+        )
 
     def get_checkpoint(self, checkpoint_id: int) -> CheckpointInfo:
         """A checkpoint by its id.
