@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from alembic import context
+from alpstore.db.engine import PG_MIGRATION_LOCK
 from alpstore.db.tables import metadata
 
 config = context.config
@@ -26,6 +27,10 @@ def run_migrations_online() -> None:
     database = config.attributes.get("database")
     if database is not None:
         with database.atomic() as connection:
+            if connection.dialect.name == "postgresql":
+                # Processes opening a fresh database at once upgrade it one after the other;
+                # the later ones then find it at head (SQLite: BEGIN IMMEDIATE does the same).
+                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")
             _run(connection)
         return
     from sqlalchemy import create_engine

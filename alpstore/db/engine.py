@@ -5,6 +5,7 @@ transaction helper every write goes through.
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, CursorResult, Engine, create_engine, event, exc
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 
 from alpstore.errors import CorruptArchiveError, DatabaseError, StorageError, UsageError
 
@@ -36,6 +37,18 @@ fsync the WAL on every commit and cost ~10x per checkpoint for that last case on
 
 WRITE_RETRIES = 8
 """Bounded retries with backoff when the database asks for one (busy, serialization, deadlock)."""
+
+PG_CONNECT_TIMEOUT_S = 10
+"""An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
+
+PG_MIGRATION_LOCK = 0x616C7073  # "alps"
+"""Advisory lock key that serialises concurrent schema upgrades of one PostgreSQL database."""
+
+TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+"""PostgreSQL asks for a retry: serialization failure, deadlock detected, lock not available."""
+
+CONNECTION_SQLSTATE_PREFIXES = ("08", "57P")
+"""Connection exceptions and operator intervention (server shut down, connection terminated)."""
 
 
 def inserted_id(result: CursorResult[Any]) -> int:
@@ -79,16 +92,38 @@ class Database:
         self.location = location
         self.dialect = engine.dialect.name
         self._local = threading.local()
+        self._rollback_hooks: list[Callable[[], None]] = []
+
+    def on_rollback(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` whenever a write transaction (or savepoint) is rolled back.
+
+        Caches of ids written inside a transaction must forget them when it fails: SQLite
+        hands a rolled-back rowid to the next insert, so a cached id could name another row.
+        """
+        self._rollback_hooks.append(hook)
+
+    def _rolled_back(self) -> None:
+        for hook in self._rollback_hooks:
+            hook()
 
     @property
     def is_sqlite(self) -> bool:
         """True for the embedded SQLite backend."""
         return self.dialect == "sqlite"
 
+    @property
+    def is_postgresql(self) -> bool:
+        """True for the PostgreSQL backend."""
+        return self.dialect == "postgresql"
+
     def _conn(self) -> Connection:
         conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and conn.invalidated and not conn.in_transaction():
+            conn.close()  # the server went away: the next transaction gets a fresh connection
+            conn = None
         if conn is None or conn.closed:
-            conn = self.engine.connect()
+            with translate_errors(self.location):
+                conn = self.engine.connect()
             self._local.conn = conn
         return conn
 
@@ -101,14 +136,18 @@ class Database:
                 by ``retrying``) or went away.
         """
         conn = self._conn()
-        if conn.in_transaction():
-            with conn.begin_nested():
+        try:
+            if conn.in_transaction():
+                with translate_errors(self.location), conn.begin_nested():
+                    yield conn
+                return
+            if self.is_sqlite:
+                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+            with translate_errors(self.location), conn.begin():
                 yield conn
-            return
-        if self.is_sqlite:
-            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-        with translate_errors(self.location), conn.begin():
-            yield conn
+        except BaseException:
+            self._rolled_back()
+            raise
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -120,12 +159,29 @@ class Database:
         with translate_errors(self.location), conn.begin():
             yield conn
 
+    def exclude_writers(self, conn: Connection) -> None:
+        """Inside a write transaction: make every other writer wait until it ends.
+
+        GC's mark and sweep must see an archive no one adds references to. SQLite's
+        ``BEGIN IMMEDIATE`` already excludes other writers; on PostgreSQL, EXCLUSIVE locks on
+        ``blobs`` and ``segments`` wait for the writers that touched them and hold off new ones
+        (every reference to a blob or a segment locks it), while readers go on.
+        """
+        if self.is_postgresql:
+            conn.exec_driver_sql("LOCK TABLE blobs, segments IN EXCLUSIVE MODE")
+
     def retrying(self, fn: Callable[[], T], *, what: str) -> T:
         """Run ``fn`` (which opens its own transaction), retrying transient conflicts.
+
+        Each attempt re-runs the whole transaction. Inside an enclosing transaction ``fn`` runs
+        once: only the outermost transaction can be retried.
 
         Raises:
             DatabaseError: still conflicting after ``WRITE_RETRIES`` attempts.
         """
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed and conn.in_transaction():
+            return fn()
         delay = 0.01
         for attempt in range(WRITE_RETRIES):
             try:
@@ -160,15 +216,33 @@ TRANSIENT_MARKERS = (
 )
 
 
+def _sqlstate(err: exc.DBAPIError) -> str:
+    return str(getattr(err.orig, "sqlstate", None) or "")
+
+
 @contextmanager
 def translate_errors(location: str) -> Iterator[None]:
-    """Turn driver errors into one-line alpstore errors that name the archive."""
+    """Turn driver errors into one-line alpstore errors that name the archive.
+
+    The location is always rendered without its password, and so are the driver's messages.
+    """
     try:
         yield
     except exc.DBAPIError as err:
-        text = str(err.orig) if err.orig is not None else str(err)
+        text = redact(str(err.orig) if err.orig is not None else str(err))
         first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
         low = first.lower()
+        state = _sqlstate(err)
+        if (
+            err.connection_invalidated
+            or state.startswith(CONNECTION_SQLSTATE_PREFIXES)
+            or (isinstance(err, exc.OperationalError) and _is_connection_failure(low))
+        ):
+            raise DatabaseError(
+                f"database {location}: {first}",
+                hint="check that the server is running and reachable, and the URL's user and "
+                "password; the transaction was rolled back, nothing was written",
+            ) from err
         if "file is not a database" in low or "malformed" in low or "disk image" in low:
             raise CorruptArchiveError(
                 f"archive {location} is damaged: {first}",
@@ -181,8 +255,41 @@ def translate_errors(location: str) -> Iterator[None]:
                 f"archive {location}: {first}", hint="free space and try again; nothing was written"
             ) from err
         dberr = DatabaseError(f"archive {location}: {first}")
-        dberr.transient = any(m in low for m in TRANSIENT_MARKERS)  # type: ignore[attr-defined]
+        dberr.transient = state in TRANSIENT_SQLSTATES or any(  # type: ignore[attr-defined]
+            m in low for m in TRANSIENT_MARKERS
+        )
         raise dberr from err
+
+
+CONNECTION_MARKERS = (
+    "connection failed",
+    "could not connect",
+    "connection refused",
+    "password authentication failed",
+    "server closed the connection",
+    "terminating connection",
+    "connection is closed",
+    "connection timeout",
+    "timeout expired",
+    "does not exist",
+    "no such host",
+    "could not translate host name",
+    "name or service not known",
+    "failed to resolve host",
+)
+
+
+def _is_connection_failure(low: str) -> bool:
+    return any(m in low for m in CONNECTION_MARKERS)
+
+
+_PASSWORD_IN_URL = re.compile(r"(\w[\w+.-]*://[^:/@\s]*:)([^@\s]*)(@)")
+_PASSWORD_KV = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with any password of a URL or ``password=…`` setting replaced by ``***``."""
+    return _PASSWORD_KV.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\3", text))
 
 
 def open_database(
@@ -201,21 +308,23 @@ def open_database(
     if url:
         try:
             parsed = make_url(url)
-        except exc.ArgumentError as err:
-            raise UsageError(f"database URL {url!r} is not valid: {err}") from err
+        except (exc.ArgumentError, ValueError) as err:
+            raise UsageError(
+                f"database URL {redact(url)!r} is not valid",
+                hint="expected e.g. postgresql+psycopg://USER:PASSWORD@HOST/DBNAME or "
+                "sqlite:///PATH",
+            ) from err
         location = parsed.render_as_string(hide_password=True)
-        if parsed.get_backend_name() == "sqlite":
+        backend = parsed.get_backend_name()
+        if backend == "sqlite":
             engine = _sqlite_engine(url)
+        elif backend == "postgresql":
+            engine = _postgresql_engine(parsed, location)
         else:
-            try:
-                engine = create_engine(url, pool_pre_ping=True, future=True)
-            except (ImportError, ModuleNotFoundError) as err:
-                raise UsageError(
-                    f"database URL {location}: driver not installed ({err.name})",
-                    hint="pip install 'alpstore[postgres]'",
-                ) from err
-            except exc.ArgumentError as err:
-                raise UsageError(f"database URL {location} is not valid: {err}") from err
+            raise UsageError(
+                f"database URL {location}: unsupported backend {backend!r}",
+                hint="alpstore runs on sqlite:///PATH or postgresql+psycopg://…",
+            )
     else:
         if root is None:
             raise UsageError("no run root and no database URL given")
@@ -241,6 +350,24 @@ def open_database(
         db.close()
         raise
     return db
+
+
+def _postgresql_engine(parsed: URL, location: str) -> Engine:
+    """A PostgreSQL engine on psycopg 3 (``postgresql://`` means psycopg here, not psycopg2)."""
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    try:
+        return create_engine(parsed, pool_pre_ping=True, future=True, connect_args=connect_args)
+    except (ImportError, ModuleNotFoundError) as err:
+        raise UsageError(
+            f"database URL {location}: driver not installed ({err.name})",
+            hint="pip install 'alpstore[postgres]'",
+        ) from err
+    except exc.ArgumentError as err:
+        raise UsageError(f"database URL {location} is not valid: {redact(str(err))}") from err
 
 
 def _sqlite_engine(url: str) -> Engine:

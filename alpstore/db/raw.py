@@ -3,7 +3,9 @@
 SQLAlchemy Core builds and caches statements, which costs ~0.3 ms a statement — more than the
 whole per-turn budget. These statements are plain SQL understood by SQLite (≥ 3.35) and
 PostgreSQL alike, run on the same DBAPI connection and transaction as the Core ones; only the
-parameter marker differs (``?`` vs ``%s``), translated once.
+parameter marker differs (``?`` vs ``%s``), translated once. A trailing row-lock clause
+(``FOR NO KEY UPDATE``, ``FOR KEY SHARE``) is for PostgreSQL; SQLite, whose write transactions
+hold the whole database (``BEGIN IMMEDIATE``), runs the statement without it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+ROW_LOCKS = (" FOR NO KEY UPDATE", " FOR UPDATE", " FOR KEY SHARE", " FOR SHARE")
+"""Row-lock clauses that only PostgreSQL needs; stripped from the end of SQLite statements."""
+
 
 @lru_cache(maxsize=256)
 def _translate(sql: str, dialect: str) -> str:
-    return sql if dialect == "sqlite" else sql.replace("?", "%s")
+    if dialect == "sqlite":
+        for clause in ROW_LOCKS:
+            sql = sql.removesuffix(clause)
+        return sql
+    return sql.replace("?", "%s")
 
 
 def placeholders(n: int) -> str:
