@@ -123,6 +123,12 @@ class SqlArchive:
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases, for reading delta blobs."""
         self._load_newest_dictionary()
+        db.on_rollback(self._forget_uncommitted)
+
+    def _forget_uncommitted(self) -> None:
+        """A write rolled back: forget blob ids it may have produced (SQLite reuses them)."""
+        self._bases.clear()
+        self._pending_small = 0
 
     # ----------------------------------------------------------------- dictionaries
     def _load_newest_dictionary(self) -> None:
@@ -298,7 +304,7 @@ class SqlArchive:
         if not items:
             return []
         wanted = list(dict.fromkeys(d for d, _, _ in items))
-        ids = self.ids_for(conn, wanted)
+        ids = self.ids_for(conn, wanted, lock=True)
         fresh: dict[bytes, Encoded] = {}
         for item in items:
             if item[0] not in ids and item[0] not in fresh:
@@ -316,18 +322,30 @@ class SqlArchive:
                     else:
                         new_bases.append((digest, raw_bytes, line_hashes(raw_bytes)))
                 rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, base_id))
+            # One global insert order (by digest): writers racing on the same digests queue
+            # behind each other instead of deadlocking.
+            rows.sort()
             rsql.executemany(conn, INSERT_BLOB, rows)
-            ids.update(self.ids_for(conn, list(fresh)))
+            ids.update(self.ids_for(conn, list(fresh), lock=True))
             for digest, raw_bytes, lines in new_bases:
                 self._remember_base(ids[digest], raw_bytes, lines)
             self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
         return [ids[d] for d, _, _ in items]
 
-    def ids_for(self, conn: Connection, digests: Sequence[bytes]) -> dict[bytes, int]:
-        """Surrogate ids of the stored digests among ``digests`` (unknown ones are absent)."""
+    def ids_for(
+        self, conn: Connection, digests: Sequence[bytes], *, lock: bool = False
+    ) -> dict[bytes, int]:
+        """Surrogate ids of the stored digests among ``digests`` (unknown ones are absent).
+
+        ``lock`` (for a writer about to reference them): on PostgreSQL the rows are locked
+        ``FOR KEY SHARE`` until commit, so a concurrent GC cannot delete a blob between this
+        lookup and the row that references it (SQLite writers exclude GC as a whole).
+        """
         found: dict[bytes, int] = {}
         for part in chunks(digests):
             sql = f"SELECT digest, id FROM blobs WHERE digest IN ({rsql.placeholders(len(part))})"
+            if lock:
+                sql += " FOR KEY SHARE"
             for digest, blob_id in rsql.fetchall(conn, sql, part):
                 found[bytes(digest)] = int(blob_id)
         return found
@@ -364,7 +382,7 @@ class SqlArchive:
         self, conn: Connection, text: str, covers: Sequence[bytes]
     ) -> tuple[int, Digest]:
         """Insert a summary node and its ordered references inside ``conn``'s transaction."""
-        child_ids = self.ids_for(conn, list(covers))
+        child_ids = self.ids_for(conn, list(covers), lock=True)
         missing = [digest_hex(d) for d in covers if d not in child_ids]
         if missing:
             raise NotFoundError(f"summary covers unknown blob {missing[0]}")
@@ -408,25 +426,27 @@ class SqlArchive:
         return raw
 
     def _decode_row(self, conn: Connection, row: Any, *, verify: bool = False) -> bytes:
-        digest = bytes(row.digest)
-        what = f"blob {digest_hex(digest)}"
-        if row.codec == CODEC_ZSTD_DICT and row.dict_id is not None:
-            self._ensure_dictionary(conn, int(row.dict_id))
+        codec = row.codec
         base = None
-        if row.codec == CODEC_ZSTD_BASE:
-            if row.base_id is None:
-                raise IntegrityError(f"{what}: a delta without a base")
-            base = self._base(conn, int(row.base_id), what)
-        raw = self._dec.decompress(
-            int(row.codec),
-            bytes(row.payload),
-            int(row.raw_size),
-            None if row.dict_id is None else int(row.dict_id),
-            what=what,
-            base=base,
-        )
-        if verify and digest_bytes(raw) != digest:
-            raise IntegrityError(f"blob {digest_hex(digest)}: content does not match its digest")
+        try:
+            if codec == CODEC_ZSTD_DICT and row.dict_id is not None:
+                self._ensure_dictionary(conn, int(row.dict_id))
+            elif codec == CODEC_ZSTD_BASE:
+                if row.base_id is None:
+                    raise IntegrityError("a delta without a base")
+                base = self._base(conn, int(row.base_id), "its base")
+            raw = self._dec.decompress(
+                codec, bytes(row.payload), row.raw_size, row.dict_id, what="", base=base
+            )
+        except IntegrityError as err:
+            name = f"blob {digest_hex(bytes(row.digest))}"
+            raise IntegrityError(
+                f"{name}{err.message}" if err.message.startswith(":") else f"{name}: {err.message}"
+            ) from err
+        if verify and digest_bytes(raw) != bytes(row.digest):
+            raise IntegrityError(
+                f"blob {digest_hex(bytes(row.digest))}: content does not match its digest"
+            )
         return raw
 
     def load_by_ids(
