@@ -199,11 +199,15 @@ class Session:
 
     # ---------------------------------------------------------------- writing
     def _write(self, conn: Connection) -> SessionInfo:
-        """Re-read the mutable part of the session row inside a write transaction."""
+        """Re-read the mutable part of the session row inside a write transaction.
+
+        On PostgreSQL the row stays locked until commit, so two writers of one session take
+        turns instead of both moving the head from the same old value.
+        """
         row = rsql.fetchone(
             conn,
             "SELECT status, head_segment_id, head_length, turn, "
-            "backtrack_count FROM sessions WHERE id = ?",
+            "backtrack_count FROM sessions WHERE id = ? FOR NO KEY UPDATE",
             (self.id,),
         )
         if row is None:
@@ -301,30 +305,35 @@ class Session:
     ) -> list[Digest]:
         items = [encode(m, BLOB_MESSAGE) for m in messages]
         store = self.store
-        ck: CheckpointInfo | None = None
-        with store.db.atomic() as conn:
-            info = self._write(conn)
-            self._require_writable(info, "append")
-            head = info.head
-            if keep is not None:
-                if not 0 <= keep <= head.length:
-                    raise UsageError(f"keep {keep}: the head holds {head.length} entries")
-                head = View(head.segment_id if keep else None, keep)
-            ids = store.archive.store_encoded(conn, items)
-            view = store.views.append(conn, head, info.id, ids)
-            self._move_head(
-                conn,
-                info,
-                view,
-                turn=info.turn + count_user_turns(messages),
-                status="active" if info.status == "created" else None,
-            )
-            if checkpoint is not None:
-                kernel, wm, label, trigger, box = checkpoint
-                ck = self._checkpoint_in(conn, self._info, kernel, wm, label, trigger, None)
-                box.append(ck)
+
+        def attempt() -> CheckpointInfo | None:
+            with store.db.atomic() as conn:
+                info = self._write(conn)
+                self._require_writable(info, "append")
+                head = info.head
+                if keep is not None:
+                    if not 0 <= keep <= head.length:
+                        raise UsageError(f"keep {keep}: the head holds {head.length} entries")
+                    head = View(head.segment_id if keep else None, keep)
+                ids = store.archive.store_encoded(conn, items)
+                view = store.views.append(conn, head, info.id, ids)
+                self._move_head(
+                    conn,
+                    info,
+                    view,
+                    turn=info.turn + count_user_turns(messages),
+                    status="active" if info.status == "created" else None,
+                )
+                if checkpoint is None:
+                    return None
+                kernel, wm, label, trigger, _ = checkpoint
+                return self._checkpoint_in(conn, self._info, kernel, wm, label, trigger, None)
+
+        # a busy, deadlocked or serialization-failed transaction is re-run whole (bounded)
+        ck = store.db.retrying(attempt, what=f"append to session {self.uuid}")
         store.archive.after_commit()
-        if ck is not None:
+        if ck is not None and checkpoint is not None:
+            checkpoint[4].append(ck)
             self._emit_checkpoint(ck)
         return [d for d, _, _ in items]
 
@@ -386,9 +395,13 @@ class Session:
         Raises:
             SessionStateError: the session is terminated.
         """
-        with self.store.db.atomic() as conn:
-            info = self._write(conn)
-            ck = self._checkpoint_in(conn, info, kernel, working_memory, label, trigger, turn)
+
+        def attempt() -> CheckpointInfo:
+            with self.store.db.atomic() as conn:
+                info = self._write(conn)
+                return self._checkpoint_in(conn, info, kernel, working_memory, label, trigger, turn)
+
+        ck = self.store.db.retrying(attempt, what=f"checkpoint of session {self.uuid}")
         self._emit_checkpoint(ck)
         return ck
 
@@ -458,11 +471,12 @@ class Session:
             info = self._write(conn)
             if info.status == "terminated":
                 raise SessionStateError(f"session {info.uuid} is terminated; cannot backtrack")
-            retained = store.list_checkpoints(info.id, conn=conn)
+            retained = store.recent_checkpoints(conn, info, steps + 1)
             if steps >= len(retained):
+                total = store.count_retained(conn, info.id)
                 raise SessionStateError(
                     f"session {info.uuid}: cannot backtrack {steps} step(s); only "
-                    f"{len(retained)} checkpoint(s) retained (at most {max(len(retained) - 1, 0)})"
+                    f"{total} checkpoint(s) retained (at most {max(total - 1, 0)})"
                 )
             target = retained[-1 - steps]
             latest = retained[-1]
@@ -524,7 +538,7 @@ class Session:
             if info.status == "terminated":
                 raise SessionStateError(f"session {info.uuid} is terminated; cannot resume")
             if checkpoint is None:
-                retained = store.list_checkpoints(info.id, conn=conn)
+                retained = store.recent_checkpoints(conn, info, 1)
                 if not retained:
                     raise NotFoundError(f"session {info.uuid} has no checkpoint to resume")
                 checkpoint = retained[-1]
