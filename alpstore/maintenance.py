@@ -107,6 +107,7 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     """Remove what no view and no row references, in one write transaction."""
     report = GcReport(dry_run=dry_run)
     with store.db.atomic() as conn:
+        store.db.exclude_writers(conn)  # no blob may gain a reference between mark and sweep
         shapes = _shapes(conn)
         need: dict[int, int] = {}
         for view, _, _ in _all_views(conn).items:
