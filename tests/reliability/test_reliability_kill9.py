@@ -1,0 +1,93 @@
+"""Kill -9 torture: ≥ 200 workers SIGKILLed at random moments, everything checked after each."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from alpstore.testing.torture import (
+    Torture,
+    TortureConfig,
+    TortureFailure,
+    TortureReport,
+    check_log,
+    run,
+)
+
+KILLS = int(os.environ.get("ALPSTORE_TORTURE_KILLS", "200"))
+SEED = int(os.environ.get("ALPSTORE_TORTURE_SEED", "20261130"))
+
+
+def test_kill9_torture_keeps_every_acknowledged_write(tmp_path: Path) -> None:
+    report = run(TortureConfig(workdir=tmp_path, kills=KILLS, seed=SEED))
+    print(report.summary())
+    assert not report.failures, report.summary() + "\n" + "\n".join(report.failures)
+    assert report.kills == KILLS >= 200 or "ALPSTORE_TORTURE_KILLS" in os.environ
+    # the workers did real work between kills, and some kills landed inside a write
+    assert report.acks.get("ck", 0) >= KILLS
+    assert report.acks.get("pin", 0) > 0 and report.acks.get("jl", 0) > 0
+    assert sum(report.in_flight_resolved.values()) > 0
+    assert report.checkpoints_verified >= report.acks["ck"]
+
+
+@pytest.fixture
+def short_run(tmp_path: Path) -> Torture:
+    """Three workers killed on one run root, every check passed."""
+    t = Torture(TortureConfig(workdir=tmp_path, kills=3, seed=7, early_every=0))
+    for _ in range(3):
+        t.kill_once()
+    return t
+
+
+def _forge(t: Torture, *lines: dict[str, object]) -> Path:
+    path = t.logs / "forged.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_a_checkpoint_that_hydrates_wrong_is_caught(short_run: Torture) -> None:
+    model = short_run.model
+    assert model is not None and model.checkpoints
+    ck_id = max(model.checkpoints)
+    session = model.checkpoints[ck_id][0]
+    forged = _forge(
+        short_run, {"t": "ck", "id": ck_id, "session": session, "h": "0" * 64, "kernel": None}
+    )
+    with pytest.raises(TortureFailure, match=f"checkpoint {ck_id}"):
+        check_log(model, forged, TortureReport())
+
+
+def test_a_lost_pin_is_caught(short_run: Torture) -> None:
+    assert short_run.model is not None
+    forged = _forge(
+        short_run, {"t": "pin", "exec": "exec_torture_a", "id": "nope", "text": "never written"}
+    )
+    with pytest.raises(TortureFailure, match="lost acknowledged pin"):
+        check_log(short_run.model, forged, TortureReport())
+
+
+def test_a_head_that_moved_without_a_write_is_caught(short_run: Torture) -> None:
+    model = short_run.model
+    assert model is not None and model.heads
+    session = next(iter(model.heads))
+    forged = _forge(short_run, {"t": "head", "session": session, "h": "1" * 64})
+    with pytest.raises(TortureFailure, match=f"session {session} head"):
+        check_log(model, forged, TortureReport())
+
+
+def test_a_damaged_blob_is_caught(short_run: Torture) -> None:
+    model = short_run.model
+    assert model is not None
+    db = sqlite3.connect(model.root / "traces" / "archive" / "archive.db")
+    with db:
+        db.execute(
+            "UPDATE blobs SET payload = CAST(REPLACE(CAST(payload AS TEXT), 'w', 'W') AS BLOB) "
+            "WHERE codec = 0 AND CAST(payload AS TEXT) LIKE '%w%'"
+        )
+    db.close()
+    with pytest.raises(TortureFailure, match="archive verify failed"):
+        check_log(model, _forge(short_run), TortureReport())
