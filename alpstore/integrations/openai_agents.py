@@ -1,0 +1,121 @@
+"""``AlpstoreSession``: an OpenAI Agents SDK session whose history is an alpstore session.
+
+Each ``add_items`` appends the items (one blob each, stored once) and checkpoints the session in
+the same transaction, so every turn of an agent run can be inspected, backtracked or forked with
+``alpstore session …``. ``pop_item`` and ``clear_session`` cut the covering list back (O(1) in
+history length); earlier checkpoints keep the history they saw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
+
+from alpstore.errors import NotFoundError
+from alpstore.sessions import Entry, Session
+from alpstore.store import Store
+
+__all__ = ["AlpstoreSession"]
+
+SESSION_NAME_PREFIX = "openai-agents:"
+TRIGGER = "openai-agents"
+
+
+def _item(entry: Entry) -> Any:
+    """A covering-list entry as an input item (a fold's summary becomes a system message)."""
+    if entry.kind == "summary":
+        return {"role": "system", "content": str(entry.value.get("summary", ""))}
+    return entry.value
+
+
+class AlpstoreSession:
+    """Conversation memory for ``Runner.run(..., session=AlpstoreSession("id", store))``.
+
+    Args:
+        session_id: the SDK's session id; the alpstore session is named ``openai-agents:<id>``.
+        store: an open ``Store`` (``AlpstoreSession.open(id, root)`` opens one for you).
+        session_settings: default ``limit`` for ``get_items``.
+        checkpoint: checkpoint after every ``add_items`` (a row: O(1) in history length).
+    """
+
+    session_settings: SessionSettings | None = None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: Store,
+        *,
+        session_settings: SessionSettings | None = None,
+        checkpoint: bool = True,
+        owns_store: bool = False,
+    ) -> None:
+        self.session_id = session_id
+        self.store = store
+        self.session_settings = session_settings
+        self.checkpoint = checkpoint
+        self._owns_store = owns_store
+        self._session: Session | None = None
+
+    @classmethod
+    def open(
+        cls, session_id: str, root: Path | str, *, url: str | None = None, **kwargs: Any
+    ) -> AlpstoreSession:
+        """Open (creating) the archive of run root ``root`` (or ``url``); closed by ``close``."""
+        return cls(session_id, Store.open(root, url=url), owns_store=True, **kwargs)
+
+    def close(self) -> None:
+        """Close the store if this session opened it."""
+        if self._owns_store:
+            self.store.close()
+
+    @property
+    def name(self) -> str:
+        """The alpstore session's name."""
+        return (SESSION_NAME_PREFIX + self.session_id)[:200]
+
+    def alpstore_session(self) -> Session:
+        """The alpstore session holding this conversation (created on first use)."""
+        if self._session is None:
+            try:
+                self._session = self.store.get_session(self.name)
+            except NotFoundError:
+                self._session = self.store.create_session(
+                    name=self.name, origin={"openai_agents": {"session_id": self.session_id}}
+                )
+        return self._session
+
+    # ---------------------------------------------------------------- the SDK protocol
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The conversation, oldest first; with ``limit``, only the latest ``limit`` items."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        items = [_item(e) for e in self.alpstore_session().history()]
+        if limit is None:
+            return items
+        return items[-limit:] if limit > 0 else []
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Append items (each stored once) and, by default, checkpoint in the same transaction."""
+        if not items:
+            return
+        session = self.alpstore_session()
+        if self.checkpoint:
+            session.commit_turn(list(items), trigger=TRIGGER)
+        else:
+            session.append(list(items))
+
+    async def pop_item(self) -> Any | None:
+        """Remove and return the latest item (None when the conversation is empty)."""
+        session = self.alpstore_session()
+        with self.store.db.atomic():
+            head = session.info().head
+            if head.length == 0:
+                return None
+            last = self.store.hydrate_view(head)[-1]
+            session.truncate_and_append(head.length - 1, [])
+        return _item(last)
+
+    async def clear_session(self) -> None:
+        """Forget the conversation (the head becomes empty; checkpoints keep their history)."""
+        self.alpstore_session().truncate_and_append(0, [])
