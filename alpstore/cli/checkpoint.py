@@ -152,9 +152,7 @@ def fork(
     ref: RefArg,
     output_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--output-dir", help="Where the fork goes (default: beside the source)."
-        ),
+        typer.Option("--output-dir", help="Where the fork goes (default: beside the source)."),
     ] = None,
     session_id: Annotated[
         str | None, typer.Option("--session-id", help="The new session id (default: a UUID).")
@@ -242,7 +240,7 @@ def save(
     snap = snapshot_of_head(st, s)
     if label is not None:
         snap = replace(snap, label=label)
-    doc = export_snapshot(st, snap)
+    doc = export_snapshot(st, snap, scan=False)  # the write scans
     path = contained_path(folder, checkpoint_file_name(s.uuid, doc["label"], compress=zst))
     write_checkpoint_file(doc, path, compress=zst)
     kernel, wm = snap.kernel, snap.working_memory
@@ -269,7 +267,7 @@ def export(
         snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
     else:
         snap = snapshot_of_head(st, st.get_session(inner))
-    doc = export_snapshot(st, snap)
+    doc = export_snapshot(st, snap, scan=False)  # the write scans
     write_checkpoint_file(doc, output, overwrite=force)
     echo(str(output))
 

@@ -312,15 +312,18 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
     return validate_document(doc, where=f"export of session {info.uuid}")
 
 
-def export_snapshot(store: Store, snap: Snapshot) -> dict[str, Any]:
+def export_snapshot(store: Store, snap: Snapshot, *, scan: bool = True) -> dict[str, Any]:
     """:func:`build_export` plus the CK-11 secret scan (nothing is returned when it fails).
+
+    ``scan=False`` leaves the scan to the writer (``write_checkpoint_file`` always scans).
 
     Raises:
         SecretError: an inline secret in kernel, working memory or manifest.
         CheckpointFileError: see :func:`build_export`.
     """
     doc = build_export(store, snap)
-    check_for_secrets(doc, what=f"checkpoint of session {snap.session.uuid}")
+    if scan:
+        check_for_secrets(doc, what=f"checkpoint of session {snap.session.uuid}")
     return doc
 
 
@@ -364,7 +367,7 @@ def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
     label = doc.get("label")
     if doc["version"] == 1:
         return ImportPlan(1, None, (), (), doc["kernel"], None, None, None, label, turn, 0)
-    agents = copy.deepcopy(doc["working_memory"])
+    agents = [dict(a) for a in doc["working_memory"]]  # the entries we edit are copied
     block: dict[str, Any] = {}
     conversation: list[Item] = []
     covered: list[Item] = []
@@ -373,7 +376,9 @@ def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
         first = agents[0]
         chunks = first.get("conversation_chunks")
         if isinstance(chunks, dict) and isinstance(chunks.get(BLOCK), dict):
+            chunks = dict(chunks)
             block = chunks.pop(BLOCK)
+            first["conversation_chunks"] = chunks
             if block.get("chunks_absent"):
                 first["conversation_chunks"] = None
         path = "$.working_memory[0].committed_messages"

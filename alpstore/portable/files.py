@@ -112,16 +112,46 @@ def _message(err: jsonschema.ValidationError) -> str:
     return err.message if len(err.message) <= 200 else err.message[:199] + "…"
 
 
+_BULK_KEYS: Final = ("committed_messages", "working_messages")
+
+
+def _skeleton(doc: Any) -> tuple[Any, list[str]]:
+    """The document with each agent's message arrays emptied, and their own check.
+
+    The schema asks only that each message is an object; checking that directly keeps
+    validation of a 10,000-message file cheap.
+    """
+    if not isinstance(doc, dict) or not isinstance(doc.get("working_memory"), list):
+        return doc, []
+    errors: list[str] = []
+    agents: list[Any] = []
+    for i, agent in enumerate(doc["working_memory"]):
+        if isinstance(agent, dict):
+            agent = dict(agent)
+            for key in _BULK_KEYS:
+                items = agent.get(key)
+                if isinstance(items, list):
+                    errors.extend(
+                        f"$.working_memory[{i}].{key}[{j}]: type 'object' not satisfied"
+                        for j, item in enumerate(items)
+                        if not isinstance(item, dict)
+                    )
+                    agent[key] = []
+        agents.append(agent)
+    return {**doc, "working_memory": agents}, errors
+
+
 def schema_errors(doc: Any) -> list[str]:
     """Schema violations of a checkpoint document, each ``<json path>: <reason>``.
 
     The schema is a ``oneOf`` of version 1 and 2; errors are reported against the branch the
     document's ``version`` selects, so they name the real key.
     """
+    doc, bulk_errors = _skeleton(doc)
     validator = _validator()
     errors = list(validator.iter_errors(doc))
     if not errors:
-        return []
+        return bulk_errors
     version = doc.get("version") if isinstance(doc, dict) else None
     branches = checkpoint_schema()["oneOf"]
     if version in (1, 2) and type(version) is int:
@@ -130,7 +160,7 @@ def schema_errors(doc: Any) -> list[str]:
         sub = jsonschema.Draft7Validator(branch, format_checker=_formats)
         found = sorted(sub.iter_errors(doc), key=lambda e: list(e.absolute_path))
         if found:
-            return [f"{_error_path(e)}: {_message(e)}" for e in found]
+            return [f"{_error_path(e)}: {_message(e)}" for e in found] + bulk_errors
     if not isinstance(doc, dict):
         return ["$: a checkpoint must be a JSON object"]
     return [f"$.version: expected 1 or 2, got {_short(version)}"]
@@ -255,9 +285,32 @@ def contained_path(directory: Path, name: str) -> Path:
     return target
 
 
-def encode_document(doc: dict[str, Any], *, compress: bool = False) -> bytes:
-    """The bytes of a checkpoint file: JSON pretty-printed (2 spaces) plus a newline."""
-    data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+PRETTY_MAX_MESSAGES: Final = 1000
+"""Files with up to this many messages are pretty-printed (2 spaces) like mas-lab's; larger
+ones are written compact, since Python's pretty printer is several times slower."""
+
+
+def _message_count(doc: dict[str, Any]) -> int:
+    total = 0
+    for agent in doc.get("working_memory") or []:
+        if isinstance(agent, dict):
+            for key in _BULK_KEYS:
+                items = agent.get(key)
+                total += len(items) if isinstance(items, list) else 0
+    return total
+
+
+def document_text(doc: dict[str, Any]) -> str:
+    """The text of a checkpoint file plus a newline: pretty (2 spaces) unless it is large."""
+    indent = 2 if _message_count(doc) <= PRETTY_MAX_MESSAGES else None
+    return json.dumps(doc, indent=indent, ensure_ascii=False) + "\n"
+
+
+def encode_document(
+    doc: dict[str, Any], *, compress: bool = False, text: str | None = None
+) -> bytes:
+    """The bytes of a checkpoint file (``text`` when already serialised), zstd when asked."""
+    data = (text if text is not None else document_text(doc)).encode("utf-8")
     if compress:
         data = zstandard.ZstdCompressor(level=ZST_LEVEL, write_content_size=True).compress(data)
     return data
@@ -295,13 +348,15 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
             os.close(dfd)
 
 
-def check_for_secrets(doc: dict[str, Any], *, what: str) -> None:
+def check_for_secrets(doc: dict[str, Any], *, what: str, json_text: str | None = None) -> None:
     """CK-11: scan kernel, working memory, manifest (and every other part) of a document.
 
     Raises:
         SecretError: an inline secret; the message names JSON paths only.
     """
-    require_no_secrets(doc, what=what)
+    if json_text is None:
+        json_text = json.dumps(doc, ensure_ascii=False)
+    require_no_secrets(doc, what=what, json_text=json_text)
 
 
 def write_checkpoint_file(
@@ -318,11 +373,12 @@ def write_checkpoint_file(
     Raises:
         SecretError, CheckpointFileError, StorageError.
     """
-    check_for_secrets(doc, what=str(path))
+    text = document_text(doc)
+    check_for_secrets(doc, what=str(path), json_text=text)
     validate_document(doc, where=str(path))
     if compress is None:
         compress = is_compressed(path)
-    atomic_write(path, encode_document(doc, compress=compress), overwrite=overwrite)
+    atomic_write(path, encode_document(doc, compress=compress, text=text), overwrite=overwrite)
     return path
 
 

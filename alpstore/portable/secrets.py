@@ -54,6 +54,59 @@ class Finding:
     kind: str
 
 
+_QUICK_LITERALS: Final = (
+    "-----BEGIN",
+    "AKIA",
+    "ASIA",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "sk-",
+    "xox",
+    "AIza",
+    "k_live_",
+    "eyJ",
+)
+"""Every token shape starts with one of these: a text without them holds no token."""
+_KEY_ENDINGS: Final = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "access_key",
+    "secret_key",
+    "private_key",
+    "credential",
+    "credentials",
+)
+
+
+_KEY_SPELLINGS: Final = tuple(
+    spelling for w in _KEY_ENDINGS for spelling in {w, w.upper(), w.capitalize()}
+)
+_MIXED_CASE_KEY: Final = re.compile(r"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\": \"")
+"""Only a key in unusual mixed case needs the slower lower-cased search."""
+
+
+def may_hold_secrets(json_text: str) -> bool:
+    """False when the JSON text (``json.dumps`` spelling) of a document certainly holds no
+    finding: substring searches run at C speed, so a clean 10 MB export passes in milliseconds.
+    """
+    if any(literal in json_text for literal in _QUICK_LITERALS):
+        return True
+    return any(f'{word}": "' in json_text for word in _KEY_SPELLINGS) or (
+        any(f'{word}": "' in json_text.lower() for word in _KEY_ENDINGS)
+        if _MIXED_CASE_KEY.search(json_text)
+        else False
+    )
+
+
 def _key_path(path: str, key: str) -> str:
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         return f"{path}.{key}"
@@ -107,12 +160,19 @@ def scan_parts(parts: Iterable[tuple[Any, str]]) -> list[Finding]:
     return found
 
 
-def require_no_secrets(value: Any, *, what: str, path: str = "$") -> None:
+def require_no_secrets(
+    value: Any, *, what: str, path: str = "$", json_text: str | None = None
+) -> None:
     """Refuse a document that holds inline secrets.
+
+    ``json_text``, the document already serialised, lets a clean document pass in one regex
+    scan instead of a walk.
 
     Raises:
         SecretError: one or more findings; the message lists their JSON paths (at most 10).
     """
+    if json_text is not None and not may_hold_secrets(json_text):
+        return
     findings = scan(value, path)
     if findings:
         raise secret_error(findings, what=what)

@@ -313,3 +313,13 @@ def test_manifest_secret_blocks_write(tmp_path: Path) -> None:
     with pytest.raises(SecretError, match=r"\$\.manifest\.content\.spec\.model\.api_key"):
         write_checkpoint_file(copy.deepcopy(doc), tmp_path / "x.json")
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("key", ["api_key", "API_KEY", "Password", "ClientSecret_Token", "aPi_KeY"])
+def test_fast_precheck_never_hides_a_finding(key: str) -> None:
+    from alpstore.portable.secrets import require_no_secrets
+
+    doc = {"kernel": {"run": {key: "literal-value"}}}
+    for text in (json.dumps(doc), json.dumps(doc, indent=2)):
+        with pytest.raises(SecretError, match=key):
+            require_no_secrets(doc, what="t", json_text=text)
