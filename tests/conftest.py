@@ -5,12 +5,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    from alpstore.db import Database
+    from alpstore.store import Store
 
 settings.register_profile(
     "ci",
@@ -79,3 +87,125 @@ def cli(run_root: Path) -> Iterator[object]:
         return run_cli("--root", str(run_root), *args, **kw)  # type: ignore[arg-type]
 
     yield _run
+
+
+# ---------------------------------------------------------------- storage backends
+POSTGRES_URL_ENV = "ALPSTORE_TEST_POSTGRES_URL"
+"""A PostgreSQL URL (psycopg 3) the suite may create and drop schemas in; `.ci/run` sets it."""
+
+POSTGRES_SKIP_REASON = (
+    f"PostgreSQL backend not tested: {POSTGRES_URL_ENV} is not set "
+    "(`bash .ci/run` starts a server and sets it)"
+)
+
+
+@dataclass
+class Backend:
+    """One storage backend under test: a run root, plus a database URL for PostgreSQL."""
+
+    name: str
+    root: Path
+    url: str | None = None
+    _opened: list[object] = field(default_factory=list)
+
+    @property
+    def is_postgresql(self) -> bool:
+        return self.name == "postgresql"
+
+    def open_database(self) -> Database:
+        from alpstore.db import open_database
+
+        db = open_database(root=self.root, url=self.url)
+        self._opened.append(db)
+        return db
+
+    def open_store(self) -> Store:
+        from alpstore.store import Store
+
+        store = Store.open(self.root, url=self.url)
+        self._opened.append(store)
+        return store
+
+    def db_args(self) -> list[str]:
+        """Global CLI options naming this backend's archive."""
+        return ["--root", str(self.root), *(["--db", self.url] if self.url else [])]
+
+    def cli(self, *args: str, **kw: Any) -> Result:
+        """Run `alpstore <global options> ARGS…` against this backend."""
+        return run_cli(*self.db_args(), *args, **kw)
+
+    def close_all(self) -> None:
+        for thing in reversed(self._opened):
+            thing.close()  # type: ignore[attr-defined]
+        self._opened.clear()
+
+
+def postgres_base_url() -> str | None:
+    """The test server's URL, or None when PostgreSQL tests are to be skipped."""
+    return os.environ.get(POSTGRES_URL_ENV) or None
+
+
+_PG_ADMIN: dict[str, Any] = {}
+
+
+def _pg_admin() -> Any:
+    """One engine on the test server for creating and dropping per-test schemas.
+
+    Fails the test (never skips) when the variable is set but the server cannot be reached.
+    """
+    url = postgres_base_url()
+    if url is None:
+        pytest.skip(POSTGRES_SKIP_REASON)
+    if "engine" not in _PG_ADMIN:
+        from sqlalchemy import create_engine
+
+        engine = create_engine(url, connect_args={"connect_timeout": 5}, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("SELECT 1")
+        except Exception as err:
+            _PG_ADMIN["error"] = str(err).splitlines()[0]
+        _PG_ADMIN["engine"] = engine
+    if "error" in _PG_ADMIN:
+        reason = _PG_ADMIN["error"]
+        pytest.fail(f"{POSTGRES_URL_ENV} is set but PostgreSQL is unreachable: {reason}")
+    return _PG_ADMIN["engine"]
+
+
+@contextmanager
+def postgres_schema() -> Iterator[str]:
+    """A fresh, empty schema on the test server; yields a URL whose search_path is it."""
+    from sqlalchemy.engine import make_url
+
+    engine = _pg_admin()
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    url = make_url(postgres_base_url()).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SET lock_timeout = '10s'")
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+
+
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A fresh archive on SQLite (in a run root) and on PostgreSQL (a schema of its own)."""
+    root = tmp_path / "run"
+    root.mkdir()
+    if request.param == "sqlite":
+        b = Backend("sqlite", root)
+        yield b
+        b.close_all()
+        return
+    with postgres_schema() as url:
+        b = Backend("postgresql", root, url)
+        try:
+            yield b
+        finally:
+            b.close_all()

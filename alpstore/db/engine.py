@@ -293,14 +293,21 @@ def redact(text: str) -> str:
 
 
 def open_database(
-    *, root: Path | None = None, url: str | None = None, create: bool = True
+    *,
+    root: Path | None = None,
+    url: str | None = None,
+    create: bool = True,
+    migrate: bool = True,
 ) -> Database:
-    """Open (and migrate to head) the archive of ``root`` or at ``url``.
+    """Open (and, unless ``migrate`` is False, migrate to head) the archive of ``root`` or at
+    ``url``.
 
     Raises:
         UsageError: neither given, or the URL is malformed.
         StorageError: the run root cannot be created or written.
         NotFoundError: ``create`` is False and there is no archive there.
+        DatabaseError: the server cannot be reached or refuses the login.
+        SchemaVersionError: the archive comes from a newer alpstore.
     """
     from alpstore.db.migrate import ensure_schema
     from alpstore.errors import NotFoundError
@@ -345,7 +352,8 @@ def open_database(
         engine = _sqlite_engine(f"sqlite:///{path}")
     db = Database(engine, location=location)
     try:
-        ensure_schema(db)
+        if migrate:
+            ensure_schema(db)
     except BaseException:
         db.close()
         raise

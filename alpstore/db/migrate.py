@@ -34,9 +34,14 @@ def alembic_config(db: Database | None = None) -> Config:
     return cfg
 
 
+def known_revisions() -> set[str]:
+    """Every schema revision this alpstore's migrations define."""
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
+
+
 def current_revision(db: Database) -> str | None:
     """The archive's schema revision, or None for an empty database."""
-    with db.read() as conn:
+    with translate_errors(db.location), db.read() as conn:
         if not inspect(conn).has_table("alembic_version"):
             return None
         row = conn.execute(text("SELECT version_num FROM alembic_version")).first()
@@ -53,8 +58,7 @@ def ensure_schema(db: Database) -> None:
         rev = current_revision(db)
     if rev == SCHEMA_HEAD:
         return
-    known = {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
-    if rev is not None and rev not in known:
+    if rev is not None and rev not in known_revisions():
         raise SchemaVersionError(
             f"archive {db.location} has schema revision {rev!r}, which this alpstore does not "
             f"know (newest known: {SCHEMA_HEAD})",
