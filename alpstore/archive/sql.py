@@ -469,6 +469,12 @@ class SqlArchive:
                 except ValueError:
                     doc = parse_json(data, where=f"blob {bytes(blob.digest).hex()}")
                 out[int(blob.id)] = (Digest(bytes(blob.digest)), int(blob.kind), doc)
+        if len(out) != len(unique):
+            missing = next(i for i in unique if i not in out)
+            raise IntegrityError(
+                f"blob id {missing} is referenced but missing from the archive",
+                hint="`alpstore archive verify` names the rows that refer to it",
+            )
         return out
 
     def get(self, digest: Digest, *, verify: bool = False) -> Any:
