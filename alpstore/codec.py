@@ -197,18 +197,18 @@ class Decompressor:
     """Bounded zstd decompression: output may never exceed the recorded raw size."""
 
     def __init__(self) -> None:
-        self._plain = zstandard.ZstdDecompressor()
-        self._dicts: dict[int, zstandard.ZstdDecompressor] = {}
+        self.plain = zstandard.ZstdDecompressor()
+        self.dicts: dict[int, zstandard.ZstdDecompressor] = {}
 
     def add_dictionary(self, dict_id: int, data: bytes) -> None:
         """Make dictionary ``dict_id`` available to ``decompress``."""
-        self._dicts[dict_id] = zstandard.ZstdDecompressor(
+        self.dicts[dict_id] = zstandard.ZstdDecompressor(
             dict_data=zstandard.ZstdCompressionDict(data)
         )
 
     def has_dictionary(self, dict_id: int) -> bool:
         """True when ``dict_id`` is loaded."""
-        return dict_id in self._dicts
+        return dict_id in self.dicts
 
     def decompress(
         self,
@@ -232,9 +232,9 @@ class Decompressor:
             out = payload
         else:
             if codec == CODEC_ZSTD:
-                dctx = self._plain
-            elif codec == CODEC_ZSTD_DICT and dict_id is not None and dict_id in self._dicts:
-                dctx = self._dicts[dict_id]
+                dctx = self.plain
+            elif codec == CODEC_ZSTD_DICT and dict_id is not None and dict_id in self.dicts:
+                dctx = self.dicts[dict_id]
             elif codec == CODEC_ZSTD_BASE and base is not None:
                 dctx = zstandard.ZstdDecompressor(dict_data=raw_content_dict(base))
             else:

@@ -110,8 +110,9 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
         where = f"{path}:{number}"
         try:
             obj = json.loads(line)
-        except ValueError as err:
-            raise InputError(f"{where}: not valid JSON ({err.msg})") from err
+        except (ValueError, RecursionError) as err:
+            reason = getattr(err, "msg", None) or "nested too deeply"
+            raise InputError(f"{where}: not valid JSON ({reason})") from err
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         try:

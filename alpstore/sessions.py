@@ -12,7 +12,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from sqlalchemy import Connection, and_, func, select
 
@@ -53,9 +53,12 @@ class Retention:
             raise UsageError(f"retention n {self.n!r}: expected a positive integer")
 
 
-@dataclass(frozen=True)
-class Entry:
-    """One entry of a covering list: a message (leaf) or a summary covering other entries."""
+class Entry(NamedTuple):
+    """One entry of a covering list: a message (leaf) or a summary covering other entries.
+
+    A named tuple rather than a dataclass: hydration builds one per entry, and tuples are
+    several times cheaper to make.
+    """
 
     digest: Digest
     kind: Literal["message", "summary"]

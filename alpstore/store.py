@@ -24,7 +24,7 @@ from alpstore.db.tables import (
     session_events,
     sessions,
 )
-from alpstore.errors import NotFoundError, UsageError
+from alpstore.errors import IntegrityError, NotFoundError, UsageError
 from alpstore.events import EventLog
 from alpstore.sessions import (
     CheckpointInfo,
@@ -37,7 +37,7 @@ from alpstore.sessions import (
     manifest_blob,
     new_session_uuid,
 )
-from alpstore.views import EMPTY, View, ViewStore
+from alpstore.views import View, ViewStore
 
 INSERT_CHECKPOINT = (
     "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
@@ -474,21 +474,38 @@ class Store:
 
     # ---------------------------------------------------------------- hydration
     def hydrate_view(self, view: View, *, verify: bool = False) -> list[Entry]:
-        """The entries of a view, in order (one range scan per segment, one blob fetch)."""
-        if view == EMPTY or view.length == 0:
+        """The entries of a view, in order: one joined range scan per segment, one JSON parse
+        per batch.
+        """
+        raws = self.hydrate_raw(view, verify=verify)
+        if not raws:
             return []
-        with self.db.read() as conn:
-            ids = self.views.read_ids(conn, view)
-            loaded = self.archive.load_by_ids(conn, ids, verify=verify)
+        try:
+            values = json.loads(b"[" + b",".join(raw for _, _, raw in raws) + b"]")
+        except ValueError:
+            values = [parse_json(raw, where=f"blob {d.hex()}") for d, _, raw in raws]
+        if len(values) != len(raws):
+            raise IntegrityError("a stored blob holds more than one JSON document")
         out: list[Entry] = []
-        for i in ids:
-            digest, kind, value = loaded[i]
+        for (digest, kind, _), value in zip(raws, values, strict=True):
             if kind == BLOB_SUMMARY:
                 covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
                 out.append(Entry(digest, "summary", value, covers))
             else:
                 out.append(Entry(digest, "message", value))
         return out
+
+    def hydrate_raw(self, view: View, *, verify: bool = False) -> list[tuple[Digest, int, bytes]]:
+        """The entries of a view as ``(digest, kind, canonical JSON bytes)``, unparsed.
+
+        What a deep export or a streaming reader needs: no JSON parse, no objects per entry.
+        """
+        if view.length == 0:
+            return []
+        with self.db.read() as conn:
+            rows = self.views.read_blob_rows(conn, view)
+            raws = self.archive.decode_rows(conn, rows, verify=verify)
+        return [(Digest(bytes(r[1])), r[2], raw) for r, raw in zip(rows, raws, strict=True)]
 
     def hydrate(self, checkpoint: CheckpointInfo, *, verify: bool = False) -> list[Entry]:
         """The covering list a checkpoint points at, hydrated."""

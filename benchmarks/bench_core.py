@@ -220,6 +220,14 @@ def test_hydrate_alpstore(benchmark: Any, big_head: tuple[Store, Session]) -> No
     assert len(entries) == 10_000
 
 
+@pytest.mark.benchmark(group="hydrate")
+def test_hydrate_raw_alpstore(benchmark: Any, big_head: tuple[Store, Session]) -> None:
+    """Hydration to canonical bytes (what a deep export streams), against fetch+decompress."""
+    store, session = big_head
+    entries = benchmark.pedantic(lambda: store.hydrate_raw(session.head), rounds=10, iterations=1)
+    assert len(entries) == 10_000
+
+
 def _bare_fetch(store: Store, ids: list[int], parse: bool) -> int:
     con = sqlite3.connect(sqlite_path_for_root(store.root))
     dicts = {

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from alpstore.cli._common import echo, print_json, store, warn
+from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
 from alpstore.sessions import Entry, Retention, SessionInfo
@@ -92,6 +93,9 @@ def _load_manifest(path: Path) -> Any:
     if not isinstance(doc, dict):
         raise InputError(f"{path}: an Agent manifest must be a mapping")
     return doc
+
+
+app.command("open")(open_command)
 
 
 @app.command("list")
@@ -364,6 +368,9 @@ def _entry_line(i: int, e: Entry, width: int) -> str:
     if e.kind == "summary":
         text = str(e.value.get("summary", ""))
         head = f"[{i}] summary of {len(e.covers)}:"
+    elif not isinstance(e.value, dict):
+        text = json.dumps(e.value, ensure_ascii=False)
+        head = f"[{i}] value:"
     else:
         v = e.value
         role = v.get("role") or v.get("type") or "?"
