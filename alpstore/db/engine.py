@@ -228,6 +228,11 @@ def translate_errors(location: str) -> Iterator[None]:
     """
     try:
         yield
+    except UnicodeDecodeError as err:  # sqlite3 decoding a damaged schema or error text
+        raise CorruptArchiveError(
+            f"archive {location} is damaged: it holds text that is not UTF-8 ({err.reason})",
+            hint="restore it from a copy; `alpstore archive verify` names what it can read",
+        ) from err
     except exc.DBAPIError as err:
         text = redact(str(err.orig) if err.orig is not None else str(err))
         first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
@@ -243,7 +248,12 @@ def translate_errors(location: str) -> Iterator[None]:
                 hint="check that the server is running and reachable, and the URL's user and "
                 "password; the transaction was rolled back, nothing was written",
             ) from err
-        if "file is not a database" in low or "malformed" in low or "disk image" in low:
+        if (
+            "file is not a database" in low
+            or "malformed" in low
+            or "disk image" in low
+            or "could not decode to utf-8" in low
+        ):
             raise CorruptArchiveError(
                 f"archive {location} is damaged: {first}",
                 hint="restore it from a copy; `alpstore archive verify` names what it can read",
