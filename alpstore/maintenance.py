@@ -219,7 +219,37 @@ def _owner(ck: int | None, uuid: str) -> str:
 
 
 def verify(store: Store) -> VerifyReport:
-    """Verify every blob, every view and every reference; name what each problem affects."""
+    """Verify every blob, every view and every reference; name what each problem affects.
+
+    On SQLite the database file's own consistency (b-trees, indexes, NOT NULL) is checked first:
+    a damaged file can hold rows that break the schema's promises, and the row checks then report
+    where they had to stop instead of failing.
+    """
+    structural = _file_problems(store)
+    try:
+        report = _verify_rows(store)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        if not structural:
+            raise
+        report = VerifyReport()
+        report.problems.append(
+            Problem(what=f"rows could not be checked past the damage ({type(exc).__name__}: {exc})")
+        )
+    report.problems[:0] = structural
+    return report
+
+
+def _file_problems(store: Store) -> list[Problem]:
+    """SQLite's own integrity check of the database file (b-trees, indexes, constraints)."""
+    if not store.db.is_sqlite:
+        return []
+    with store.db.read() as conn:
+        lines = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check(20)")]
+    return [Problem(what=f"database file: {line}") for line in lines if line != "ok"]
+
+
+def _verify_rows(store: Store) -> VerifyReport:
+    """Blobs, views and references, row by row."""
     report = store.archive.verify()
     with store.db.read() as conn:
         shapes = _shapes(conn)
@@ -232,16 +262,22 @@ def verify(store: Store) -> VerifyReport:
             .tuples()
             .all()
         )
+        damaged_segments: set[int] = set()
         for seg, (_parent, base, length) in shapes.items():
             report.rows_checked += 1
             have = int(counts.get(seg, 0))
             if have != length - base:
+                damaged_segments.add(seg)
                 report.problems.append(
                     Problem(
                         what=f"view segment {seg} holds {have} entries, expected {length - base}"
                     )
                 )
+        damaged_segments |= _structure_problems(conn, shapes, report)
         bad_positions: dict[int, list[int]] = defaultdict(list)
+        missing_entries, state_missing = _dangling_references(conn, report)
+        for seg, pos in missing_entries:
+            bad_positions[seg].append(pos)
         bad = set(report.bad_blob_ids)
         if bad:
             parents: dict[int, list[int]] = defaultdict(list)
@@ -261,7 +297,7 @@ def verify(store: Store) -> VerifyReport:
             ):
                 if int(blob) in bad:
                     bad_positions[int(seg)].append(int(pos))
-        state_bad: dict[int, bool] = {}
+        state_bad: dict[int, bool] = dict.fromkeys(state_missing, True)
         if bad:
             for ck_id, k, w in conn.execute(
                 select(checkpoints.c.id, checkpoints.c.kernel_blob_id, checkpoints.c.wm_blob_id)
@@ -280,10 +316,21 @@ def verify(store: Store) -> VerifyReport:
                     )
                 )
                 continue
-            hit = (ck is not None and state_bad.get(ck, False)) or any(
-                lo <= p < hi
-                for seg, lo, hi in _chain(shapes, view)
-                for p in bad_positions.get(seg, ())
+            broken = _view_problem(shapes, view)
+            if broken is not None:
+                report.problems.append(
+                    Problem(
+                        what=f"{_owner(ck, uuid)}: {broken}",
+                        sessions=(uuid,),
+                        checkpoints=(ck,) if ck else (),
+                    )
+                )
+            chain = _chain(shapes, view)
+            hit = (
+                broken is not None
+                or (ck is not None and state_bad.get(ck, False))
+                or any(seg in damaged_segments for seg, _, _ in chain)
+                or any(lo <= p < hi for seg, lo, hi in chain for p in bad_positions.get(seg, ()))
             )
             if hit:
                 affected_sessions.add(uuid)
@@ -300,4 +347,177 @@ def verify(store: Store) -> VerifyReport:
     return report
 
 
-__all__ = ["GcReport", "gc", "verify"]
+def _structure_problems(
+    conn: Connection, shapes: dict[int, tuple[int | None, int, int]], report: VerifyReport
+) -> set[int]:
+    """Check what the entry counts cannot see; return the segments found damaged.
+
+    Entries outside their segment's own range, and a parent segment that is missing or shorter
+    than the base taken from it.
+    """
+    damaged: set[int] = set()
+    for seg, low, high in conn.execute(
+        select(
+            segment_entries.c.segment_id,
+            func.min(segment_entries.c.position),
+            func.max(segment_entries.c.position),
+        ).group_by(segment_entries.c.segment_id)
+    ):
+        shape = shapes.get(int(seg))
+        if shape is None or int(low) < shape[1] or int(high) >= shape[2]:
+            damaged.add(int(seg))
+            where = "a missing segment" if shape is None else f"outside {shape[1]}..{shape[2] - 1}"
+            report.problems.append(
+                Problem(what=f"view segment {seg} has entries at {low}..{high}, {where}")
+            )
+    for seg, (parent, base, _length) in shapes.items():
+        if parent is not None and (parent not in shapes or shapes[parent][2] < base):
+            damaged.add(seg)
+            report.problems.append(
+                Problem(what=f"view segment {seg} branches from missing or short segment {parent}")
+            )
+    return damaged
+
+
+def _dangling_references(
+    conn: Connection, report: VerifyReport
+) -> tuple[list[tuple[int, int]], set[int]]:
+    """Name every row that refers to a blob that is not there.
+
+    Returns the view entries ``(segment, position)`` and the checkpoints whose state is missing.
+    """
+    entries: list[tuple[int, int]] = []
+    states: set[int] = set()
+    columns = [*blob_root_columns(), ("segment_entries", "blob_id"), ("blob_refs", "child_id")]
+    columns += [("blob_refs", "parent_id"), ("blobs", "base_id")]
+    for table_name, column in columns:
+        table = metadata.tables[table_name]
+        if column not in table.c:
+            continue
+        col = table.c[column]
+        missing = blobs.alias("present")
+        key = [c for c in table.primary_key.columns]
+        rows = conn.execute(
+            select(col, *key)
+            .select_from(table.outerjoin(missing, missing.c.id == col))
+            .where(col.is_not(None), missing.c.id.is_(None))
+        ).all()
+        for row in rows:
+            ident = ", ".join(f"{c.name} {v}" for c, v in zip(key, row[1:], strict=True))
+            report.problems.append(
+                Problem(what=f"{table_name} row ({ident}): {column} {row[0]} is not a stored blob")
+            )
+            if table_name == "segment_entries":
+                entries.append((int(row[1]), int(row[2])))
+            elif table_name == "checkpoints":
+                states.add(int(row[1]))
+    return entries, states
+
+
+def _view_problem(shapes: dict[int, tuple[int | None, int, int]], view: View) -> str | None:
+    """Why ``view`` cannot be read whole from the segments as they are, or None."""
+    seg, high = view.segment_id, view.length
+    if seg is None:
+        return None if high == 0 else f"view of {high} entries has no segment"
+    while seg is not None and high > 0:
+        shape = shapes.get(seg)
+        if shape is None:
+            return f"view {view.archive_view_id} needs missing segment {seg}"
+        parent, base, length = shape
+        if high > length:
+            return f"view {view.archive_view_id} needs {high} entries of segment {seg}, " + (
+                f"which holds {length}"
+            )
+        seg, high = parent, min(base, high)
+    return None
+
+
+@dataclass
+class RepairReport:
+    """What ``verify --repair`` dropped, what it had to keep, and the archive's state after.
+
+    Attributes:
+        dropped: one line per damaged blob removed (nothing reaches or references it).
+        kept: damaged blobs left in place, with the reason (reachable, or still referenced).
+        after: a fresh verify of the archive once the repair committed.
+    """
+
+    dropped: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    after: VerifyReport = field(default_factory=VerifyReport)
+
+
+def _live_blobs(conn: Connection) -> set[int]:
+    """Every blob a session head, a checkpoint, a row or a live summary or delta still needs."""
+    shapes = _shapes(conn)
+    need: dict[int, int] = {}
+    for view, _, _ in _all_views(conn).items:
+        for seg, _lo, hi in _chain(shapes, view):
+            need[seg] = max(need.get(seg, 0), hi)
+    return _reachable_blobs(conn, set(need), need)
+
+
+def _referenced(conn: Connection, candidates: set[int]) -> set[int]:
+    """The candidates some row refers to, not counting rows owned by other candidates."""
+    found: set[int] = set()
+    columns = [*blob_root_columns(), ("segment_entries", "blob_id")]
+    for table_name, column in columns:
+        col = metadata.tables[table_name].c[column]
+        found.update(int(b) for b in conn.execute(select(col).where(col.is_not(None))).scalars())
+    for parent, child in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
+        if int(parent) not in candidates:
+            found.add(int(child))
+    if "base_id" in blobs.c:
+        for blob_id, base in conn.execute(
+            select(blobs.c.id, blobs.c.base_id).where(blobs.c.base_id.is_not(None))
+        ):
+            if int(blob_id) not in candidates:
+                found.add(int(base))
+    return found & candidates
+
+
+def repair(store: Store) -> RepairReport:
+    """Drop damaged blobs that nothing reaches or references, in one transaction; report the rest.
+
+    Only blobs that ``verify`` finds damaged are ever removed, and only when no session head,
+    checkpoint, view entry, summary, delta or other row refers to them: the repair can lose
+    nothing that was still readable or wanted. Damage that is still reachable is listed, not
+    touched (restore those from a copy).
+    """
+    before = verify(store)
+    report = RepairReport()
+    bad = set(before.bad_blob_ids)
+    with store.db.atomic() as conn:
+        store.db.exclude_writers(conn)
+        rows = {
+            int(i): bytes(d)
+            for i, d in conn.execute(select(blobs.c.id, blobs.c.digest).where(blobs.c.id.in_(bad)))
+        }
+        live = _live_blobs(conn) & bad
+        candidates = bad - live
+        while True:  # a dropped summary or delta may free the damaged blobs it referred to
+            held = _referenced(conn, candidates)
+            if not held:
+                break
+            candidates -= held
+        for blob_id in sorted(bad):
+            name = f"blob {rows[blob_id].hex()}" if blob_id in rows else f"blob id {blob_id}"
+            if blob_id in candidates:
+                report.dropped.append(f"dropped damaged {name}: nothing reaches or refers to it")
+            elif blob_id in live:
+                report.kept.append(f"kept damaged {name}: a session or checkpoint still needs it")
+            else:
+                report.kept.append(
+                    f"kept damaged {name}: unreachable rows still refer to it "
+                    "(`alpstore archive gc` removes them together)"
+                )
+        doomed = sorted(candidates)
+        for start in range(0, len(doomed), 500):
+            part = doomed[start : start + 500]
+            conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
+            conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
+    report.after = verify(store)
+    return report
+
+
+__all__ = ["GcReport", "RepairReport", "gc", "repair", "verify"]

@@ -100,14 +100,31 @@ def stats(
 def verify(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Drop damaged blobs that nothing reaches or refers to (and report each).",
+        ),
+    ] = False,
 ) -> None:
     """Re-hash every blob and check every view and reference; exit non-zero on damage."""
+    from alpstore.maintenance import repair as run_repair
     from alpstore.maintenance import verify as run_verify
 
-    report = run_verify(store(ctx, create=False))
+    repaired = run_repair(store(ctx, create=False)) if repair else None
+    report = repaired.after if repaired else run_verify(store(ctx, create=False))
+    if repaired and not as_json:
+        for line in [*repaired.dropped, *repaired.kept]:
+            echo(f"REPAIR {line}")
     if as_json:
         print_json(
             {
+                **(
+                    {"repair": {"dropped": repaired.dropped, "kept": repaired.kept}}
+                    if repaired
+                    else {}
+                ),
                 "ok": report.ok,
                 "blobs_checked": report.blobs_checked,
                 "segments_checked": report.rows_checked,
