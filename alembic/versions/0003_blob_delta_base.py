@@ -23,5 +23,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("blobs") as batch:
-        batch.drop_column("base_id")
+    # a plain DROP COLUMN (SQLite >= 3.35): a batch rebuild of ``blobs`` would break the SQL
+    # views that read it (session_summary) while the table is renamed
+    op.drop_column("blobs", "base_id")
