@@ -183,6 +183,7 @@ ARCHIVE_TABLES = (
 )
 
 # ---------------------------------------------------------------- LangGraph checkpointer (0002)
+# Ids that are UUIDs (LangGraph's checkpoint and task ids) are stored as their 16 bytes.
 lg_threads = Table(
     "lg_threads",
     metadata,
@@ -194,28 +195,37 @@ lg_threads = Table(
     comment="A LangGraph thread + namespace, mapped to the alpstore session holding it.",
 )
 
+lg_runs = Table(
+    "lg_runs",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("run_id", String(255), nullable=False, unique=True),
+    comment="LangGraph run ids, interned (checkpoints refer to them by number).",
+)
+
 lg_checkpoints = Table(
     "lg_checkpoints",
     metadata,
     Column("id", Integer, primary_key=True),
     Column("thread_ref", Integer, ForeignKey("lg_threads.id"), nullable=False),
-    Column("checkpoint_id", String(64), nullable=False),
-    Column("parent_checkpoint_id", String(64), nullable=True),
+    Column("checkpoint_id", LargeBinary, nullable=False),
+    Column("parent_checkpoint_id", LargeBinary, nullable=True),
     Column("alp_checkpoint_id", Integer, ForeignKey("checkpoints.id"), nullable=False, index=True),
-    Column("run_id", String(64), nullable=True, index=True),
+    Column("run_ref", Integer, ForeignKey("lg_runs.id"), nullable=True, index=True),
+    Column("codec", SmallInteger, nullable=False),
+    Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
+    Column("raw_size", Integer, nullable=False),
+    Column("state", LargeBinary, nullable=False),
     UniqueConstraint("thread_ref", "checkpoint_id"),
-    comment="A LangGraph checkpoint: its alpstore checkpoint (view + kernel blob) and parent.",
+    comment="A LangGraph checkpoint: its alpstore checkpoint (messages view), packed state.",
 )
 
-lg_channel_values = Table(
-    "lg_channel_values",
+lg_checkpoint_blobs = Table(
+    "lg_checkpoint_blobs",
     metadata,
-    Column("thread_ref", Integer, ForeignKey("lg_threads.id"), primary_key=True),
-    Column("channel", String(255), primary_key=True),
-    Column("version", String(64), primary_key=True),
-    Column("kind", SmallInteger, nullable=False),
-    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=True, index=True),
-    comment="A channel's value at one version, stored content-addressed (kind: json|serde|…).",
+    Column("checkpoint_ref", Integer, ForeignKey("lg_checkpoints.id"), primary_key=True),
+    Column("blob_id", Integer, ForeignKey("blobs.id"), primary_key=True, index=True),
+    comment="The content-addressed channel values a LangGraph checkpoint refers to.",
     sqlite_with_rowid=False,
 )
 
@@ -224,15 +234,14 @@ lg_writes = Table(
     metadata,
     Column("id", Integer, primary_key=True),
     Column("thread_ref", Integer, ForeignKey("lg_threads.id"), nullable=False),
-    Column("checkpoint_id", String(64), nullable=False),
-    Column("task_id", String(255), nullable=False),
-    Column("idx", Integer, nullable=False),
-    Column("channel", String(255), nullable=False),
-    Column("task_path", Text, nullable=False),
-    Column("kind", SmallInteger, nullable=False),
-    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=True, index=True),
-    UniqueConstraint("thread_ref", "checkpoint_id", "task_id", "idx"),
-    comment="Pending writes of a LangGraph checkpoint; one blob per message in message lists.",
+    Column("checkpoint_id", LargeBinary, nullable=False),
+    Column("task_id", LargeBinary, nullable=False),
+    Column("codec", SmallInteger, nullable=False),
+    Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
+    Column("raw_size", Integer, nullable=False),
+    Column("state", LargeBinary, nullable=False),
+    UniqueConstraint("thread_ref", "checkpoint_id", "task_id"),
+    comment="One task's pending writes on a LangGraph checkpoint (packed; blobs in items).",
 )
 
 lg_write_items = Table(
@@ -241,6 +250,6 @@ lg_write_items = Table(
     Column("write_id", Integer, ForeignKey("lg_writes.id"), primary_key=True),
     Column("position", Integer, primary_key=True),
     Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
-    comment="The messages of a pending write that is a list of messages, one blob each.",
+    comment="The blobs (messages, large values) of a task's pending writes, in order.",
     sqlite_with_rowid=False,
 )

@@ -1,5 +1,6 @@
-"""The SQL side of the LangGraph saver: thread → session mapping, checkpoint rows, channel values,
-pending writes, and the deletions and copies that keep alpstore's own rows consistent.
+"""The SQL side of the LangGraph saver: thread → session mapping, checkpoint rows (packed
+state + the alpstore checkpoint holding the messages view), pending writes, and the deletions and
+copies that keep alpstore's own rows consistent.
 
 Everything here runs inside the caller's transaction. Alpstore checkpoints that another session
 forked from are never deleted, only marked abandoned (lineage keeps its source).
@@ -7,24 +8,17 @@ forked from are never deleted, only marked abandoned (lineage keeps its source).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
-from langgraph.checkpoint.base import PendingWrite, writes_sort_key
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from sqlalchemy import Connection, delete, select, update
 
 from alpstore.db import raw as rsql
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY, checkpoints, sessions
 from alpstore.errors import UsageError
-from alpstore.integrations._lgcodec import (
-    KIND_MESSAGE,
-    KIND_MESSAGES,
-    message_docs,
-    message_from_doc,
-    unwrap,
-)
+from alpstore.integrations._lgcodec import KIND_MESSAGE, message_docs, message_from_doc
+from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.sessions import Session
 from alpstore.store import Store, encode
 from alpstore.views import View
@@ -36,21 +30,30 @@ CHUNK = 500
 class CheckpointRow(NamedTuple):
     """A LangGraph checkpoint row joined with its alpstore checkpoint."""
 
+    ref: int
     checkpoint_id: str
     parent_checkpoint_id: str | None
     view: View
-    kernel_blob_id: int
     alp_id: int
+    packed: tuple[int, int | None, int, bytes]
 
 
 _CK_COLUMNS = (
-    "lc.checkpoint_id, lc.parent_checkpoint_id, c.segment_id, c.length, c.kernel_blob_id, c.id"
+    "lc.id, lc.checkpoint_id, lc.parent_checkpoint_id, c.segment_id, c.length, c.id, "
+    "lc.codec, lc.dict_id, lc.raw_size, lc.state"
 )
 _CK_FROM = "FROM lg_checkpoints lc JOIN checkpoints c ON c.id = lc.alp_checkpoint_id"
 
 
-def _ck_row(row: Any) -> CheckpointRow:
-    return CheckpointRow(str(row[0]), row[1], View(row[2], int(row[3])), int(row[4]), int(row[5]))
+def _ck_row(r: Any) -> CheckpointRow:
+    return CheckpointRow(
+        int(r[0]),
+        id_text(bytes(r[1])),
+        None if r[2] is None else id_text(bytes(r[2])),
+        View(r[3], int(r[4])),
+        int(r[5]),
+        (int(r[6]), r[7], int(r[8]), bytes(r[9])),
+    )
 
 
 def blob_kind(kind: int) -> int:
@@ -204,8 +207,16 @@ def find_checkpoint(conn: Connection, ref: int, checkpoint_id: str | None) -> Ch
         row = rsql.fetchone(conn, sql + "ORDER BY lc.checkpoint_id DESC LIMIT 1", (ref,))
     else:
         sql = f"SELECT {_CK_COLUMNS} {_CK_FROM} WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
-        row = rsql.fetchone(conn, sql, (ref, str(checkpoint_id)))
+        row = rsql.fetchone(conn, sql, (ref, id_bytes(str(checkpoint_id))))
     return None if row is None else _ck_row(row)
+
+
+def run_ref(conn: Connection, run_id: str) -> int:
+    """The interned number of a run id (created on first use)."""
+    row = rsql.fetchone(conn, "SELECT id FROM lg_runs WHERE run_id = ?", (run_id,))
+    if row is None:
+        row = rsql.fetchone(conn, "INSERT INTO lg_runs (run_id) VALUES (?) RETURNING id", (run_id,))
+    return int(row[0])
 
 
 def insert_checkpoint(
@@ -214,15 +225,31 @@ def insert_checkpoint(
     checkpoint_id: str,
     parent: str | None,
     alp_id: int,
-    run_id: str | None,
-) -> None:
-    """Map a LangGraph checkpoint to the alpstore checkpoint holding it."""
-    rsql.execute(
+    run: int | None,
+    packed: tuple[int, int | None, int, bytes],
+    blob_ids: Sequence[int],
+) -> int:
+    """Map a LangGraph checkpoint to its alpstore checkpoint, with its packed state."""
+    new = rsql.fetchone(
         conn,
         "INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, parent_checkpoint_id, "
-        "alp_checkpoint_id, run_id) VALUES (?, ?, ?, ?, ?)",
-        (ref, checkpoint_id, parent, alp_id, run_id),
+        "alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (
+            ref,
+            id_bytes(checkpoint_id),
+            None if parent is None else id_bytes(parent),
+            alp_id,
+            run,
+            *packed,
+        ),
+    )[0]
+    rsql.executemany(
+        conn,
+        "INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) VALUES (?, ?)",
+        [(new, b) for b in dict.fromkeys(blob_ids)],
     )
+    return int(new)
 
 
 def list_checkpoints(
@@ -238,12 +265,12 @@ def list_checkpoints(
     for clause, value in (
         ("t.thread_id = ?", thread_id),
         ("t.checkpoint_ns = ?", ns),
-        ("lc.checkpoint_id = ?", checkpoint_id),
-        ("lc.checkpoint_id < ?", before),
+        ("lc.checkpoint_id = ?", None if checkpoint_id is None else id_bytes(checkpoint_id)),
+        ("lc.checkpoint_id < ?", None if before is None else id_bytes(before)),
     ):
         if value is not None:
             where.append(clause)
-            params.append(str(value))
+            params.append(value)
     sql = (
         f"SELECT t.thread_id, t.checkpoint_ns, {_CK_COLUMNS} {_CK_FROM} "
         "JOIN lg_threads t ON t.id = lc.thread_ref"
@@ -256,7 +283,7 @@ def list_checkpoints(
 def checkpoint_ids(conn: Connection, ref: int) -> list[str]:
     """A thread namespace's checkpoint ids, oldest first."""
     sql = "SELECT checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? ORDER BY checkpoint_id"
-    return [str(r[0]) for r in rsql.fetchall(conn, sql, (ref,))]
+    return [id_text(bytes(r[0])) for r in rsql.fetchall(conn, sql, (ref,))]
 
 
 def checkpoints_of_runs(
@@ -268,16 +295,15 @@ def checkpoints_of_runs(
         part = list(run_ids[start : start + CHUNK])
         sql = (
             "SELECT lc.thread_ref, t.session_id, lc.checkpoint_id FROM lg_checkpoints lc "
-            "JOIN lg_threads t ON t.id = lc.thread_ref "
-            f"WHERE lc.run_id IN ({rsql.placeholders(len(part))})"
+            "JOIN lg_threads t ON t.id = lc.thread_ref JOIN lg_runs r ON r.id = lc.run_ref "
+            f"WHERE r.run_id IN ({rsql.placeholders(len(part))})"
         )
         for ref, sid, cid in rsql.fetchall(conn, sql, part):
-            found.setdefault((int(ref), int(sid)), []).append(str(cid))
+            found.setdefault((int(ref), int(sid)), []).append(id_text(bytes(cid)))
     return [(ref, sid, ids) for (ref, sid), ids in found.items()]
 
 
 def drop_checkpoints(
-    store: Store,
     conn: Connection,
     ref: int,
     session_id: int,
@@ -289,17 +315,14 @@ def drop_checkpoints(
     checkpoints holding them.
     """
     for start in range(0, len(ids), CHUNK):
-        part = [str(i) for i in ids[start : start + CHUNK]]
+        part = [id_bytes(str(i)) for i in ids[start : start + CHUNK]]
         marks = rsql.placeholders(len(part))
-        alp = [
-            int(r[0])
-            for r in rsql.fetchall(
-                conn,
-                "SELECT alp_checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? "
-                f"AND checkpoint_id IN ({marks})",
-                (ref, *part),
-            )
-        ]
+        rows = rsql.fetchall(
+            conn,
+            "SELECT id, alp_checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? "
+            f"AND checkpoint_id IN ({marks})",
+            (ref, *part),
+        )
         if writes:
             rsql.execute(
                 conn,
@@ -312,13 +335,14 @@ def drop_checkpoints(
                 f"DELETE FROM lg_writes WHERE thread_ref = ? AND checkpoint_id IN ({marks})",
                 (ref, *part),
             )
-        if alp:
+        if rows:
+            refs = [int(r[0]) for r in rows]
+            rmarks = rsql.placeholders(len(refs))
             rsql.execute(
-                conn,
-                f"DELETE FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id IN ({marks})",
-                (ref, *part),
+                conn, f"DELETE FROM lg_checkpoint_blobs WHERE checkpoint_ref IN ({rmarks})", refs
             )
-            delete_alp_checkpoints(conn, session_id, alp)
+            rsql.execute(conn, f"DELETE FROM lg_checkpoints WHERE id IN ({rmarks})", refs)
+            delete_alp_checkpoints(conn, session_id, [int(r[1]) for r in rows])
 
 
 def delete_alp_checkpoints(conn: Connection, session_id: int, ids: Sequence[int]) -> None:
@@ -331,10 +355,11 @@ def delete_alp_checkpoints(conn: Connection, session_id: int, ids: Sequence[int]
         ).scalars()
     )
     doomed = [i for i in ids if i not in sources]
-    if doomed:
+    for start in range(0, len(doomed), CHUNK):
         conn.execute(
             delete(checkpoints).where(
-                checkpoints.c.session_id == session_id, checkpoints.c.id.in_(doomed)
+                checkpoints.c.session_id == session_id,
+                checkpoints.c.id.in_(doomed[start : start + CHUNK]),
             )
         )
     if sources:
@@ -344,22 +369,22 @@ def delete_alp_checkpoints(conn: Connection, session_id: int, ids: Sequence[int]
 
 
 def drop_thread(store: Store, conn: Connection, ref: int, session_id: int) -> None:
-    """Delete a thread namespace's rows; empty and terminate its session, delete its
+    """Delete a thread namespace's rows; empty and terminate its session and delete its
     checkpoints (fork sources stay), so ``alpstore archive gc`` can free its blobs.
     """
-    alp = [
-        int(r[0])
-        for r in rsql.fetchall(
-            conn, "SELECT alp_checkpoint_id FROM lg_checkpoints WHERE thread_ref = ?", (ref,)
-        )
-    ]
     rsql.execute(
         conn,
         "DELETE FROM lg_write_items WHERE write_id IN "
         "(SELECT id FROM lg_writes WHERE thread_ref = ?)",
         (ref,),
     )
-    for table in ("lg_writes", "lg_channel_values", "lg_checkpoints"):
+    rsql.execute(
+        conn,
+        "DELETE FROM lg_checkpoint_blobs WHERE checkpoint_ref IN "
+        "(SELECT id FROM lg_checkpoints WHERE thread_ref = ?)",
+        (ref,),
+    )
+    for table in ("lg_writes", "lg_checkpoints"):
         rsql.execute(conn, f"DELETE FROM {table} WHERE thread_ref = ?", (ref,))
     rsql.execute(conn, "DELETE FROM lg_threads WHERE id = ?", (ref,))
     session = Session(store, store.session_info(session_id, conn=conn))
@@ -372,138 +397,27 @@ def drop_thread(store: Store, conn: Connection, ref: int, session_id: int) -> No
     every = conn.execute(
         select(checkpoints.c.id).where(checkpoints.c.session_id == session_id)
     ).scalars()
-    delete_alp_checkpoints(conn, session_id, sorted({*alp, *(int(i) for i in every)}))
-
-
-# ---------------------------------------------------------------- channel values
-def put_channel_values(
-    store: Store,
-    conn: Connection,
-    ref: int,
-    rows: Sequence[tuple[str, str, int, Any]],
-) -> None:
-    """Store ``(channel, version, kind, encoded blob | None)`` rows (a re-put replaces)."""
-    if not rows:
-        return
-    encoded = [e for _, _, _, e in rows if e is not None]
-    ids = iter(store.archive.store_encoded(conn, encoded))
-    rsql.executemany(
-        conn,
-        "INSERT INTO lg_channel_values (thread_ref, channel, version, kind, blob_id) "
-        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (thread_ref, channel, version) "
-        "DO UPDATE SET kind = excluded.kind, blob_id = excluded.blob_id",
-        [(ref, ch, ver, kind, next(ids) if e is not None else None) for ch, ver, kind, e in rows],
-    )
-
-
-def channel_value(conn: Connection, ref: int, channel: str, version: str) -> tuple[int, int] | None:
-    """``(kind, blob_id)`` of a channel at a version, or None."""
-    row = rsql.fetchone(
-        conn,
-        "SELECT kind, blob_id FROM lg_channel_values WHERE thread_ref = ? AND channel = ? "
-        "AND version = ?",
-        (ref, channel, version),
-    )
-    return None if row is None else (int(row[0]), row[1])
-
-
-def sweep_channel_values(
-    store: Store, conn: Connection, ref: int, serde: SerializerProtocol
-) -> None:
-    """Delete the channel values no remaining checkpoint of the thread namespace refers to."""
-    kernels = [
-        int(r[0])
-        for r in rsql.fetchall(
-            conn, f"SELECT c.kernel_blob_id {_CK_FROM} WHERE lc.thread_ref = ?", (ref,)
-        )
-    ]
-    used: set[tuple[str, str]] = set()
-    for _, _, doc in store.archive.load_by_ids(conn, kernels).values():
-        versions = unwrap(serde, doc["checkpoint"]).get("channel_versions", {})
-        used.update((str(c), str(v)) for c, v in versions.items())
-    stored = rsql.fetchall(
-        conn, "SELECT channel, version FROM lg_channel_values WHERE thread_ref = ?", (ref,)
-    )
-    doomed = [(ref, c, v) for c, v in stored if (str(c), str(v)) not in used]
-    rsql.executemany(
-        conn,
-        "DELETE FROM lg_channel_values WHERE thread_ref = ? AND channel = ? AND version = ?",
-        doomed,
-    )
+    delete_alp_checkpoints(conn, session_id, sorted(int(i) for i in every))
 
 
 # ---------------------------------------------------------------- pending writes
-def put_writes(
-    store: Store,
-    conn: Connection,
-    ref: int,
-    checkpoint_id: str,
-    task_id: str,
-    task_path: str,
-    rows: Sequence[tuple[str, int, int, Any]],
-    replace: bool,
-) -> None:
-    """Store ``(channel, idx, kind, document or message documents)`` writes of one task.
-
-    An existing ``(task, idx)`` is kept unless every write is a special one (errors,
-    interrupts), which replace — LangGraph's rule.
-    """
-    for channel, idx, kind, doc in rows:
-        key = (ref, checkpoint_id, str(task_id), idx)
-        existing = rsql.fetchone(
-            conn,
-            "SELECT id FROM lg_writes WHERE thread_ref = ? AND checkpoint_id = ? AND task_id = ? "
-            "AND idx = ?",
-            key,
-        )
-        if existing is not None:
-            if not replace:
-                continue
-            rsql.execute(conn, "DELETE FROM lg_write_items WHERE write_id = ?", (existing[0],))
-            rsql.execute(conn, "DELETE FROM lg_writes WHERE id = ?", (existing[0],))
-        item_ids: list[int] = []
-        blob_id: int | None = None
-        if kind == KIND_MESSAGES:
-            item_ids = store.archive.store_encoded(conn, [encode(d, BLOB_MESSAGE) for d in doc])
-        else:
-            (blob_id,) = store.archive.store_encoded(conn, [encode(doc, blob_kind(kind))])
-        write_id = rsql.fetchone(
-            conn,
-            "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, idx, channel, task_path, "
-            "kind, blob_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (*key, channel, task_path, kind, blob_id),
-        )[0]
-        rsql.executemany(
-            conn,
-            "INSERT INTO lg_write_items (write_id, position, blob_id) VALUES (?, ?, ?)",
-            [(write_id, i, b) for i, b in enumerate(item_ids)],
-        )
-
-
-def load_writes(
-    store: Store,
-    conn: Connection,
-    ref: int,
-    checkpoint_id: str,
-    channels: Sequence[str] | None,
-    decode: Callable[[int, Any], Any],
-) -> list[PendingWrite]:
-    """A checkpoint's pending writes in ``writes_sort_key`` order (optionally some channels)."""
+def find_writes(
+    conn: Connection, ref: int, checkpoint_id: str, task_id: str | None = None
+) -> list[tuple[int, str, tuple[int, int | None, int, bytes], list[int]]]:
+    """``(write id, task id, packed doc, item blob ids)`` of a checkpoint (or one task)."""
     sql = (
-        "SELECT id, task_id, idx, channel, task_path, kind, blob_id FROM lg_writes "
+        "SELECT id, task_id, codec, dict_id, raw_size, state FROM lg_writes "
         "WHERE thread_ref = ? AND checkpoint_id = ?"
     )
-    params: list[Any] = [ref, checkpoint_id]
-    if channels is not None:
-        sql += f" AND channel IN ({rsql.placeholders(len(channels))})"
-        params.extend(channels)
+    params: list[Any] = [ref, id_bytes(checkpoint_id)]
+    if task_id is not None:
+        sql += " AND task_id = ?"
+        params.append(id_bytes(task_id))
     rows = rsql.fetchall(conn, sql, params)
-    if not rows:
-        return []
-    lists = [int(r[0]) for r in rows if r[5] == KIND_MESSAGES]
-    items: dict[int, list[int]] = {w: [] for w in lists}
-    for start in range(0, len(lists), CHUNK):
-        part = lists[start : start + CHUNK]
+    items: dict[int, list[int]] = {int(r[0]): [] for r in rows}
+    ids = list(items)
+    for start in range(0, len(ids), CHUNK):
+        part = ids[start : start + CHUNK]
         for write_id, blob_id in rsql.fetchall(
             conn,
             "SELECT write_id, blob_id FROM lg_write_items "
@@ -511,20 +425,41 @@ def load_writes(
             part,
         ):
             items[int(write_id)].append(int(blob_id))
-    wanted = [int(r[6]) for r in rows if r[6] is not None]
-    wanted += [b for ids in items.values() for b in ids]
-    docs = store.archive.load_by_ids(conn, wanted)
-    out = []
-    for wid, task_id, idx, channel, task_path, kind, blob_id in rows:
-        if kind == KIND_MESSAGES:
-            value: Any = [message_from_doc(docs[b][2]) for b in items[int(wid)]]
-        else:
-            value = decode(int(kind), docs[int(blob_id)][2])
-        out.append(
-            (writes_sort_key(str(task_path), str(task_id), int(idx)), (task_id, channel, value))
+    return [
+        (
+            int(r[0]),
+            id_text(bytes(r[1])),
+            (int(r[2]), r[3], int(r[4]), bytes(r[5])),
+            items[int(r[0])],
         )
-    out.sort(key=lambda pair: pair[0])
-    return [w for _, w in out]
+        for r in rows
+    ]
+
+
+def save_writes(
+    conn: Connection,
+    ref: int,
+    checkpoint_id: str,
+    task_id: str,
+    existing: int | None,
+    packed: tuple[int, int | None, int, bytes],
+    blob_ids: Sequence[int],
+) -> None:
+    """Insert (or replace) one task's packed writes and their item blobs."""
+    if existing is not None:
+        rsql.execute(conn, "DELETE FROM lg_write_items WHERE write_id = ?", (existing,))
+        rsql.execute(conn, "DELETE FROM lg_writes WHERE id = ?", (existing,))
+    write_id = rsql.fetchone(
+        conn,
+        "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
+        "state) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (ref, id_bytes(checkpoint_id), id_bytes(task_id), *packed),
+    )[0]
+    rsql.executemany(
+        conn,
+        "INSERT INTO lg_write_items (write_id, position, blob_id) VALUES (?, ?, ?)",
+        [(write_id, i, b) for i, b in enumerate(blob_ids)],
+    )
 
 
 # ---------------------------------------------------------------- copy
@@ -540,22 +475,21 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
             hint="copy_thread needs a new target thread id (delete_thread first to replace it)",
         )
     spaces = rsql.fetchall(
-        conn, "SELECT id, session_id, checkpoint_ns FROM lg_threads WHERE thread_id = ?", (source,)
+        conn, "SELECT id, checkpoint_ns FROM lg_threads WHERE thread_id = ?", (source,)
     )
-    for ref, _sid, ns in spaces:
+    for ref, ns in spaces:
         cks = rsql.fetchall(
             conn,
-            "SELECT lc.checkpoint_id, lc.parent_checkpoint_id, lc.run_id, c.segment_id, c.length, "
-            f"c.turn, c.kernel_blob_id, c.wm_blob_id, c.label, c.trigger {_CK_FROM} "
+            "SELECT lc.id, lc.checkpoint_id, lc.parent_checkpoint_id, lc.run_ref, lc.codec, "
+            "lc.dict_id, lc.raw_size, lc.state, c.id, c.segment_id, c.length, c.turn, "
+            f"c.kernel_blob_id, c.wm_blob_id, c.label, c.trigger {_CK_FROM} "
             "WHERE lc.thread_ref = ? ORDER BY lc.checkpoint_id",
             (ref,),
         )
         if not cks:
             continue
-        latest = find_checkpoint(conn, int(ref), str(cks[-1][0]))
-        assert latest is not None
         child = store.fork_checkpoint(
-            store.get_checkpoint(latest.alp_id), name=session_name(target, str(ns))
+            store.get_checkpoint(int(cks[-1][8])), name=session_name(target, str(ns))
         )
         new_ref = rsql.fetchone(
             conn,
@@ -564,34 +498,57 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
             (target, ns, child.id),
         )[0]
         info = child.info(refresh=False)
-        for cid, parent, run_id, seg, length, turn, kernel, wm, label, trigger in cks:
+        for (
+            old,
+            cid,
+            parent,
+            run,
+            codec,
+            dict_id,
+            size,
+            state,
+            _a,
+            seg,
+            n,
+            turn,
+            k,
+            w,
+            lab,
+            trig,
+        ) in cks:
             ck = store.insert_checkpoint(
                 conn,
                 info,
-                View(seg, int(length)),
+                View(seg, int(n)),
                 turn=int(turn),
-                label=label,
-                trigger=trigger,
-                kernel_id=kernel,
-                wm_id=wm,
+                label=lab,
+                trigger=trig,
+                kernel_id=k,
+                wm_id=w,
             )
-            insert_checkpoint(conn, int(new_ref), str(cid), parent, ck.id, run_id)
-        rsql.execute(
-            conn,
-            "INSERT INTO lg_channel_values (thread_ref, channel, version, kind, blob_id) "
-            "SELECT ?, channel, version, kind, blob_id FROM lg_channel_values WHERE thread_ref = ?",
-            (new_ref, ref),
-        )
+            new = rsql.fetchone(
+                conn,
+                "INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, parent_checkpoint_id, "
+                "alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (new_ref, cid, parent, ck.id, run, codec, dict_id, size, state),
+            )[0]
+            rsql.execute(
+                conn,
+                "INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) "
+                "SELECT ?, blob_id FROM lg_checkpoint_blobs WHERE checkpoint_ref = ?",
+                (new, old),
+            )
         for wid, *fields in rsql.fetchall(
             conn,
-            "SELECT id, checkpoint_id, task_id, idx, channel, task_path, kind, blob_id "
+            "SELECT id, checkpoint_id, task_id, codec, dict_id, raw_size, state "
             "FROM lg_writes WHERE thread_ref = ?",
             (ref,),
         ):
             new_wid = rsql.fetchone(
                 conn,
-                "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, idx, channel, "
-                "task_path, kind, blob_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, "
+                "raw_size, state) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (new_ref, *fields),
             )[0]
             rsql.execute(

@@ -31,21 +31,22 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_metadata,
+    writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from alpstore.archive.sql import Encoded
+from alpstore.db.tables import BLOB_MESSAGE
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgcodec import (
-    KIND_EMPTY,
-    KIND_MESSAGES,
     is_message_list,
     message_docs,
+    message_from_doc,
     unwrap,
-    value_doc,
     value_from_doc,
     wrap,
 )
+from alpstore.integrations._lgpack import Packer, value_ref
 from alpstore.store import Store, encode
 
 __all__ = ["AlpstoreSaver"]
@@ -77,6 +78,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         self._owns_store = owns_store
         self._lock = threading.RLock()
         self._threads: dict[tuple[str, str], lgdb.ThreadState] = {}
+        self._packer = Packer(store.archive.compress)
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> AlpstoreSaver:
@@ -131,15 +133,16 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Store a checkpoint: messages appended to the session (O(delta)), the other new
-        channel versions as blobs, and an alpstore checkpoint pointing at both.
+        """Store a checkpoint: messages appended to the session (O(delta)), small channel values
+        packed with it, larger ones as blobs, and an alpstore checkpoint pointing at the view.
         """
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns") or "")
         parent = conf.get("checkpoint_id")
         values = checkpoint["channel_values"]
-        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        versions = checkpoint["channel_versions"]
+        skeleton = {k: v for k, v in checkpoint.items() if k not in ("channel_values", "id")}
         md = get_checkpoint_metadata(config, metadata)
         key = self.messages_key
         messages = values.get(key)
@@ -148,38 +151,47 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             th = self._thread(conn, thread_id, ns, create=True)
             assert th is not None
             split = (
-                key in checkpoint["channel_versions"]
+                key in versions
                 and is_message_list(messages)
                 and th.sync_head(conn, cast(list[Any], messages))
             )
-            kernel: dict[str, Any] = {"checkpoint": wrap(self.serde, skeleton)}
-            kernel["metadata"] = wrap(self.serde, md)
+            refs: dict[str, list[Any]] = {}
+            blobs: list[tuple[str, Encoded]] = []
+            inherited = self._inherited(conn, th, parent, versions, values, new_versions)
+            for channel in versions:
+                if split and channel == key:
+                    continue
+                if channel in values:
+                    ref, item = value_ref(self.serde, values[channel])
+                    refs[channel] = ref
+                    if item is not None:
+                        blobs.append((channel, item))
+                elif channel in inherited:
+                    refs[channel] = inherited[channel]
+            ids = store.archive.store_encoded(conn, [item for _, item in blobs])
+            for (channel, _), blob_id in zip(blobs, ids, strict=True):
+                refs[channel].append(blob_id)
+            state: dict[str, Any] = {
+                "c": wrap(self.serde, skeleton),
+                "m": wrap(self.serde, md),
+                "v": refs,
+            }
             if split:
-                kernel["split"] = key
-            lgdb.drop_checkpoints(
-                store, conn, th.ref, th.session.id, [checkpoint["id"]], writes=False
-            )
+                state["s"] = key
+            lgdb.drop_checkpoints(conn, th.ref, th.session.id, [checkpoint["id"]], writes=False)
             source = str(md.get("source", "put"))
-            ck = th.session.checkpoint(kernel=kernel, trigger=(TRIGGER_PREFIX + source)[:32])
+            ck = th.session.checkpoint(trigger=(TRIGGER_PREFIX + source)[:32])
             run_id = md.get("run_id")
             lgdb.insert_checkpoint(
                 conn,
                 th.ref,
                 checkpoint["id"],
-                parent,
+                None if parent is None else str(parent),
                 ck.id,
-                None if run_id is None else str(run_id),
+                None if run_id is None else lgdb.run_ref(conn, str(run_id)),
+                self._packer.pack(state),
+                [r[2] for r in refs.values() if r[0] == "b"],
             )
-            rows: list[tuple[str, str, int, Encoded | None]] = []
-            for channel, version in new_versions.items():
-                if split and channel == key:
-                    continue
-                if channel in values:
-                    kind, doc = value_doc(self.serde, values[channel])
-                    rows.append((channel, str(version), kind, encode(doc, lgdb.blob_kind(kind))))
-                else:
-                    rows.append((channel, str(version), KIND_EMPTY, None))
-            lgdb.put_channel_values(store, conn, th.ref, rows)
         store.archive.after_commit()
         return {
             "configurable": {
@@ -189,6 +201,32 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             }
         }
 
+    def _inherited(
+        self,
+        conn: Any,
+        th: lgdb.ThreadState,
+        parent: Any,
+        versions: Mapping[str, Any],
+        values: Mapping[str, Any],
+        new_versions: Mapping[str, Any],
+    ) -> dict[str, list[Any]]:
+        """Refs of unchanged channels whose values the caller left out, taken from the parent
+        checkpoint when it holds the same version (LangGraph itself always passes them).
+        """
+        missing = [c for c in versions if c not in values and c not in new_versions]
+        if not missing or parent is None:
+            return {}
+        row = lgdb.find_checkpoint(conn, th.ref, str(parent))
+        if row is None:
+            return {}
+        state = self._packer.unpack(conn, row.packed)
+        before = unwrap(self.serde, state["c"]).get("channel_versions", {})
+        return {
+            c: state["v"][c]
+            for c in missing
+            if c in state["v"] and str(before.get(c)) == str(versions[c])
+        }
+
     def put_writes(
         self,
         config: RunnableConfig,
@@ -196,26 +234,62 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Store a task's pending writes; a list of messages keeps one blob per message."""
+        """Store a task's pending writes; a list of messages keeps one blob per message.
+
+        A ``(task, idx)`` already stored is kept, unless every write is a special one (error,
+        interrupt), which replaces it — LangGraph's rule.
+        """
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns") or "")
         checkpoint_id = str(conf["checkpoint_id"])
+        task_id = str(task_id)
         replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        rows = []
-        for idx, (channel, value) in enumerate(writes):
-            docs = message_docs(value) if is_message_list(value) and value else None
-            if docs is not None:
-                rows.append((channel, WRITES_IDX_MAP.get(channel, idx), KIND_MESSAGES, docs))
-            else:
-                kind, doc = value_doc(self.serde, value)
-                rows.append((channel, WRITES_IDX_MAP.get(channel, idx), kind, doc))
         store = self.store
         with self._lock, store.db.atomic() as conn:
             th = self._thread(conn, thread_id, ns, create=True)
             assert th is not None
-            lgdb.put_writes(store, conn, th.ref, checkpoint_id, task_id, task_path, rows, replace)
+            found = lgdb.find_writes(conn, th.ref, checkpoint_id, task_id)
+            entries: dict[int, _WriteEntry] = {}
+            existing = None
+            if found:
+                existing, _, packed, items = found[0]
+                doc = self._packer.unpack(conn, packed)
+                task_path = doc["p"]
+                for idx, channel, ref in doc["w"]:
+                    entries[int(idx)] = _entry_from_ref(channel, ref, items)
+            changed = False
+            for idx, (channel, value) in enumerate(writes):
+                widx = WRITES_IDX_MAP.get(channel, idx)
+                if widx in entries and not replace:
+                    continue
+                entries[widx] = self._new_entry(conn, channel, value)
+                changed = True
+            if not changed:
+                return
+            refs, items = [], []
+            for idx in sorted(entries):
+                channel, ref, blob_ids = entries[idx]
+                if ref[0] == "b":
+                    ref = [*ref[:2], len(items)]
+                elif ref[0] == "l":
+                    ref = ["l", len(items), len(blob_ids)]
+                refs.append([idx, channel, ref])
+                items.extend(blob_ids)
+            packed = self._packer.pack({"p": task_path, "w": refs})
+            lgdb.save_writes(conn, th.ref, checkpoint_id, task_id, existing, packed, items)
         store.archive.after_commit()
+
+    def _new_entry(self, conn: Any, channel: str, value: Any) -> _WriteEntry:
+        docs = message_docs(value) if is_message_list(value) and value else None
+        if docs is not None:
+            ids = self.store.archive.store_encoded(conn, [encode(d, BLOB_MESSAGE) for d in docs])
+            return channel, ["l"], ids
+        ref, item = value_ref(self.serde, value)
+        if item is None:
+            return channel, ref, []
+        (blob_id,) = self.store.archive.store_encoded(conn, [item])
+        return channel, ref, [blob_id]
 
     # ---------------------------------------------------------------- reading
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -242,12 +316,12 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         *,
         filter: dict[str, Any] | None = None,
     ) -> CheckpointTuple | None:
-        kernel = self.store.archive.load_by_ids(conn, [row.kernel_blob_id])[row.kernel_blob_id][2]
-        md = unwrap(self.serde, kernel["metadata"])
+        state = self._packer.unpack(conn, row.packed)
+        md = unwrap(self.serde, state["m"])
         if filter and not all(md.get(k) == v for k, v in filter.items()):
             return None
-        skeleton = unwrap(self.serde, kernel["checkpoint"])
-        values = self._values(conn, th, row, kernel.get("split"), skeleton["channel_versions"])
+        skeleton = {"id": row.checkpoint_id, **unwrap(self.serde, state["c"])}
+        values = self._values(conn, th, row, state, None)
         writes = self._writes(conn, th.ref, row.checkpoint_id)
         base = {"thread_id": thread_id, "checkpoint_ns": ns}
         return CheckpointTuple(
@@ -267,18 +341,21 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         conn: Any,
         th: lgdb.ThreadState,
         row: lgdb.CheckpointRow,
-        split: str | None,
-        versions: Mapping[str, Any],
+        state: dict[str, Any],
+        channels: set[str] | None,
     ) -> dict[str, Any]:
         values: dict[str, Any] = {}
+        split = state.get("s")
+        if split is not None and (channels is None or split in channels):
+            values[split] = th.hydrate(conn, row.view)
         stored = []
-        for channel, version in versions.items():
-            if channel == split:
-                values[channel] = th.hydrate(conn, row.view)
+        for channel, ref in state["v"].items():
+            if channels is not None and channel not in channels:
                 continue
-            found = lgdb.channel_value(conn, th.ref, channel, str(version))
-            if found is not None and found[0] != KIND_EMPTY:
-                stored.append((channel, found[0], found[1]))
+            if ref[0] == "i":
+                values[channel] = value_from_doc(self.serde, ref[1], ref[2])
+            else:
+                stored.append((channel, ref[1], ref[2]))
         if stored:
             docs = self.store.archive.load_by_ids(conn, [b for _, _, b in stored])
             for channel, kind, blob_id in stored:
@@ -286,14 +363,28 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         return values
 
     def _writes(
-        self, conn: Any, thread_ref: int, checkpoint_id: str, channels: Sequence[str] | None = None
+        self, conn: Any, thread_ref: int, checkpoint_id: str, channels: set[str] | None = None
     ) -> list[PendingWrite]:
-        return lgdb.load_writes(
-            self.store, conn, thread_ref, checkpoint_id, channels, self._decode_value
-        )
-
-    def _decode_value(self, kind: int, doc: Any) -> Any:
-        return value_from_doc(self.serde, kind, doc)
+        found = lgdb.find_writes(conn, thread_ref, checkpoint_id)
+        if not found:
+            return []
+        docs = self.store.archive.load_by_ids(conn, [b for *_, items in found for b in items])
+        out = []
+        for _, task_id, packed, items in found:
+            doc = self._packer.unpack(conn, packed)
+            for idx, channel, ref in doc["w"]:
+                if channels is not None and channel not in channels:
+                    continue
+                if ref[0] == "i":
+                    value = value_from_doc(self.serde, ref[1], ref[2])
+                elif ref[0] == "b":
+                    value = value_from_doc(self.serde, ref[1], docs[items[ref[2]]][2])
+                else:
+                    start, n = ref[1], ref[2]
+                    value = [message_from_doc(docs[b][2]) for b in items[start : start + n]]
+                out.append((writes_sort_key(doc["p"], task_id, idx), (task_id, channel, value)))
+        out.sort(key=lambda pair: pair[0])
+        return [w for _, w in out]
 
     def list(
         self,
@@ -358,16 +449,10 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 row = lgdb.find_checkpoint(conn, th.ref, cursor)
                 if row is None:
                     break
-                for write in reversed(
-                    self._writes(conn, th.ref, row.checkpoint_id, sorted(remaining))
-                ):
+                for write in reversed(self._writes(conn, th.ref, row.checkpoint_id, remaining)):
                     collected[write[1]].append(write)
-                kernel = self.store.archive.load_by_ids(conn, [row.kernel_blob_id])
-                doc = kernel[row.kernel_blob_id][2]
-                versions = unwrap(self.serde, doc["checkpoint"])["channel_versions"]
-                wanted = {c: v for c, v in versions.items() if c in remaining}
-                found = self._values(conn, th, row, doc.get("split"), wanted)
-                for channel, value in found.items():
+                state = self._packer.unpack(conn, row.packed)
+                for channel, value in self._values(conn, th, row, state, remaining).items():
                     seeds[channel] = value
                     remaining.discard(channel)
                 cursor = row.parent_checkpoint_id
@@ -395,8 +480,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             return
         with self._lock, self.store.db.atomic() as conn:
             for ref, session_id, ids in lgdb.checkpoints_of_runs(conn, [str(r) for r in run_ids]):
-                lgdb.drop_checkpoints(self.store, conn, ref, session_id, ids)
-                lgdb.sweep_channel_values(self.store, conn, ref, self.serde)
+                lgdb.drop_checkpoints(conn, ref, session_id, ids)
         self._forget()
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -417,8 +501,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                         lgdb.drop_thread(self.store, conn, ref, session_id)
                         continue
                     ids = lgdb.checkpoint_ids(conn, ref)
-                    lgdb.drop_checkpoints(self.store, conn, ref, session_id, ids[:-1])
-                    lgdb.sweep_channel_values(self.store, conn, ref, self.serde)
+                    lgdb.drop_checkpoints(conn, ref, session_id, ids[:-1])
                 self._forget(str(thread_id))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -489,3 +572,15 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Async ``get_delta_channel_history``."""
         return self.get_delta_channel_history(config=config, channels=channels)
+
+
+_WriteEntry = tuple[str, list[Any], list[int]]
+"""A write being rebuilt: ``(channel, ref template, blob ids)``."""
+
+
+def _entry_from_ref(channel: str, ref: list[Any], items: list[int]) -> _WriteEntry:
+    if ref[0] == "b":
+        return channel, ref[:2], [items[ref[2]]]
+    if ref[0] == "l":
+        return channel, ["l"], items[ref[1] : ref[1] + ref[2]]
+    return channel, ref, []
