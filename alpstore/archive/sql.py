@@ -227,6 +227,9 @@ class SqlArchive:
     def _maybe_auto_train(self, new_small: int) -> None:
         if not self.auto_train or self._dict_id is not None or new_small == 0:
             return
+        if self.db.in_transaction():  # inside a caller's larger write: train after it
+            self._pending_small += new_small
+            return
         if self._small_count is None:
             with self.db.read() as conn:
                 self._small_count = int(

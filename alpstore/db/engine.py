@@ -127,6 +127,11 @@ class Database:
             self._local.conn = conn
         return conn
 
+    def in_transaction(self) -> bool:
+        """True while this thread's connection is inside a transaction."""
+        conn: Connection | None = getattr(self._local, "conn", None)
+        return conn is not None and not conn.closed and conn.in_transaction()
+
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
         """One write transaction; nested calls become savepoints.

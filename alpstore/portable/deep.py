@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from alpstore.archive.base import summary_document
 from alpstore.codec import Digest, canonical_json, digest_bytes, digest_hex
-from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
+from alpstore.errors import CanonicalJSONError, CheckpointFileError, IntegrityError, UsageError
 from alpstore.portable.files import (
     build_v2,
     check_for_secrets,
@@ -192,6 +192,7 @@ def _covered(store: Store, entries: Sequence[Entry]) -> list[Entry]:
         for child in store.expand(summary):
             if child.digest in done:
                 continue
+            _require_intact(child.value, child.digest, f"blob {child.hex}")
             done.add(child.digest)
             if child.kind == "summary":
                 visit(child)
@@ -201,6 +202,19 @@ def _covered(store: Store, entries: Sequence[Entry]) -> list[Entry]:
         if entry.kind == "summary":
             visit(entry)
     return out
+
+
+def _require_intact(value: Any, digest: bytes, what: str) -> None:
+    """Refuse to export a document whose stored bytes no longer match their digest.
+
+    Raises:
+        IntegrityError: the archive's copy is damaged (``archive verify`` names it).
+    """
+    if digest_bytes(canonical_json(value)) != digest:
+        raise IntegrityError(
+            f"{what}: stored content does not match its digest {digest_hex(digest)}; not exported",
+            hint="`alpstore archive verify` names the damage",
+        )
 
 
 def _is_entries(value: Any) -> bool:
@@ -240,7 +254,14 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
         CheckpointFileError: the stored state cannot be expressed in the upstream schema.
     """
     info = snap.session
-    entries = store.hydrate_view(snap.view)
+    entries = store.hydrate_view(snap.view, verify=True)  # never export damaged content
+    if snap.checkpoint is not None:
+        for value, digest in (
+            (snap.kernel, snap.checkpoint.kernel_digest),
+            (snap.working_memory, snap.checkpoint.wm_digest),
+        ):
+            if value is not None and digest is not None:
+                _require_intact(value, digest, f"checkpoint {snap.checkpoint.id} state")
     committed = [encode_entry(e) for e in entries]
     covered = [encode_entry(e) for e in _covered(store, entries)]
     manifest = store.session_manifest(info.id)
@@ -531,34 +552,38 @@ def import_plan(
         origin["lineage"] = lineage
     if plan.backtrack_count and not fork:
         origin["backtrack_count"] = plan.backtrack_count
-    uuid = plan.session_id if not fork and plan.version == 2 else session_id
-    session = store.create_session(
-        session_id=uuid, manifest=manifest if manifest is not None else plan.manifest, origin=origin
-    )
-    messages = [i.value for i in plan.covered if i.kind == "message"]
-    if messages:
-        store.archive.put_many(messages)
-    for item in plan.covered:
-        if item.kind == "summary":
-            store.archive.put_summary(item.text, item.covers)
-    batch: list[Any] = []
-    for item in plan.conversation:
-        if item.kind == "message":
-            batch.append(item.value)
-            continue
+    with store.db.atomic():  # all or nothing: a failure leaves no partial session
+        uuid = plan.session_id if not fork and plan.version == 2 else session_id
+        session = store.create_session(
+            session_id=uuid,
+            manifest=manifest if manifest is not None else plan.manifest,
+            origin=origin,
+        )
+        messages = [i.value for i in plan.covered if i.kind == "message"]
+        if messages:
+            store.archive.put_many(messages)
+        for item in plan.covered:
+            if item.kind == "summary":
+                store.archive.put_summary(item.text, item.covers)
+        batch: list[Any] = []
+        for item in plan.conversation:
+            if item.kind == "message":
+                batch.append(item.value)
+                continue
+            if batch:
+                session.append(batch)
+                batch = []
+            session.append_summary(item.text, item.covers)
         if batch:
             session.append(batch)
-            batch = []
-        session.append_summary(item.text, item.covers)
-    if batch:
-        session.append(batch)
-    ck = session.checkpoint(
-        kernel=plan.kernel,
-        working_memory=plan.working_memory,
-        label=plan.label or default_label(plan.turn),
-        trigger=IMPORT_TRIGGER,
-        turn=plan.turn,
-    )
+        ck = session.checkpoint(
+            kernel=plan.kernel,
+            working_memory=plan.working_memory,
+            label=plan.label or default_label(plan.turn),
+            trigger=IMPORT_TRIGGER,
+            turn=plan.turn,
+        )
+    store.archive.after_commit()
     return ImportResult(session, ck, len(plan.conversation), len(plan.covered), new_blobs, False)
 
 
