@@ -78,7 +78,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         self._owns_store = owns_store
         self._lock = threading.RLock()
         self._threads: dict[tuple[str, str], lgdb.ThreadState] = {}
-        self._packer = Packer(store.archive.compress)
+        self._packer = Packer()
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> AlpstoreSaver:
