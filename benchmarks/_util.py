@@ -83,3 +83,10 @@ def structure_bytes(db_path: Path) -> dict[str, int]:
 def file_bytes(root: Path) -> int:
     """Every file of the archive folder (database, WAL, shared memory)."""
     return sum(p.stat().st_size for p in (root / "traces" / "archive").iterdir())
+
+
+def checkpointed_bytes(path: Path) -> int:
+    """A SQLite database's size with its WAL folded in (checkpointed first, as when closed)."""
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
