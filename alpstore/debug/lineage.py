@@ -36,7 +36,8 @@ class Node:
     def title(self) -> str:
         """``name (id8)`` or the id alone."""
         short = self.info.uuid[:8]
-        return f"{self.info.name} ({short})" if self.info.name else short
+        name = self.info.name
+        return f"{name} ({short})" if name and name != self.info.uuid else name or short
 
 
 def lineage_forest(store: Store, session_ref: str | None = None) -> list[Node]:
