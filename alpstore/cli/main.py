@@ -130,8 +130,10 @@ def main() -> None:
             raise
         first = (str(err).strip().splitlines() or [""])[0]
         sys.stderr.write(f"alpstore: internal error: {type(err).__name__}: {first}\n")
-        sys.stderr.write("alpstore: hint: this is a bug; rerun with ALPSTORE_DEBUG=1 for the "
-                         "traceback and report it\n")
+        sys.stderr.write(
+            "alpstore: hint: this is a bug; rerun with ALPSTORE_DEBUG=1 for the "
+            "traceback and report it\n"
+        )
         sys.exit(70)
 
 
