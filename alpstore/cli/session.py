@@ -90,6 +90,9 @@ def _load_manifest(path: Path) -> Any:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err
+    from alpstore.policy.overlays import check_expansion
+
+    check_expansion(doc, str(path), len(text.encode("utf-8")))
     if not isinstance(doc, dict):
         raise InputError(f"{path}: an Agent manifest must be a mapping")
     return doc

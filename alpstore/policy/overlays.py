@@ -30,6 +30,35 @@ OP_KEY: Final = "$op"
 OVERLAY_KEYS: Final = ("apiVersion", "kind", "metadata", "spec")
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's complaint in one line, with where it was found (its own text spans lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark else problem
+
+
+def check_expansion(data: Any, where: str, size: int) -> None:
+    """Refuse a parsed YAML document that its aliases expand far beyond its ``size`` in bytes.
+
+    Without aliases a document holds fewer values than it has bytes; a few kilobytes of nested
+    aliases (a "billion laughs") would otherwise expand to billions of values later.
+
+    Raises:
+        PolicyError: the document expands to more than twice its size in values.
+    """
+    limit, count, stack = 2 * size + 1000, 0, [data]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            raise PolicyError(f"{where}: YAML aliases expand it beyond {limit} values; refused")
+        if isinstance(item, Mapping):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def _parse_document(raw: bytes, where: str) -> Any:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise PolicyError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
@@ -43,9 +72,11 @@ def _parse_document(raw: bytes, where: str) -> Any:
         except ValueError as exc:
             raise PolicyError(f"{where}: not valid JSON ({exc})") from exc
     try:
-        return yaml.safe_load(text)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{where}: not valid YAML ({exc})") from exc
+        raise PolicyError(f"{where}: not valid YAML ({yaml_problem(exc)})") from exc
+    check_expansion(data, where, len(raw))
+    return data
 
 
 def parse_manifest(data: Any, *, where: str) -> dict[str, Any]:

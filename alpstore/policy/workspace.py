@@ -16,6 +16,7 @@ import yaml
 
 from alpstore.errors import PolicyError
 from alpstore.policy.model import STORAGE_KINDS, CheckpointPolicy, StorageKind
+from alpstore.policy.overlays import check_expansion, yaml_problem
 
 WORKSPACE_CONFIG_NAME: Final = "config.yaml"
 DEFAULT_CHECKPOINT_SUBDIR: Final = Path(".mas") / "checkpoints"
@@ -129,7 +130,8 @@ def load_workspace_config(path: Path) -> WorkspaceConfig:
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML ({exc})") from exc
+        raise PolicyError(f"{path}: not valid YAML ({yaml_problem(exc)})") from exc
+    check_expansion(data, str(path), len(raw))
     return parse_workspace_config(data, path=path)
 
 
