@@ -4,6 +4,7 @@ transaction helper every write goes through.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sqlite3
@@ -225,6 +226,12 @@ def _sqlstate(err: exc.DBAPIError) -> str:
     return str(getattr(err.orig, "sqlstate", None) or "")
 
 
+def _unwritable_folder(location: str) -> bool:
+    """True when ``location`` is a file path whose folder exists but cannot be written."""
+    folder = Path(location).parent
+    return folder.is_dir() and not os.access(folder, os.W_OK)
+
+
 @contextmanager
 def translate_errors(location: str) -> Iterator[None]:
     """Turn driver errors into one-line alpstore errors that name the archive.
@@ -265,6 +272,12 @@ def translate_errors(location: str) -> Iterator[None]:
             ) from err
         if "readonly" in low or "read-only" in low:
             raise StorageError(f"archive {location} is read-only: {first}") from err
+        if "unable to open database file" in low and _unwritable_folder(location):
+            raise StorageError(
+                f"archive {location}: its folder is read-only ({first})",
+                hint="SQLite writes its -wal and -shm files beside the archive; make the run root "
+                "writable",
+            ) from err
         if "disk is full" in low or "no space" in low or "disk i/o" in low:
             raise StorageError(
                 f"archive {location}: {first}", hint="free space and try again; nothing was written"
