@@ -5,8 +5,8 @@ an alpstore checkpoint of that session, so ``alpstore session log``, lineage, ``
 export work on LangGraph runs. The ``messages`` channel is not stored as one value: its messages
 are appended to the session's covering list (one blob per message, stored once), and a
 checkpoint points at it, so every-step checkpoints of a growing conversation cost O(delta). The
-other channel values are content-addressed blobs per channel version; pending writes keep one
-blob per message too. Metadata and the checkpoint's own fields are the checkpoint's kernel blob.
+checkpoint's own fields, metadata and small channel values are packed (zstd) in its row; larger
+values are content-addressed blobs; pending writes keep one blob per message too.
 
 Messages are compared by identity with the list this saver last stored or returned: a message
 object changed in place after it was checkpointed is not noticed (LangGraph's reducers never do
