@@ -32,7 +32,7 @@ from alpstore.errors import (
     NotFoundError,
     StorageError,
 )
-from alpstore.portable.secrets import require_no_secrets
+from alpstore.portable.secrets import require_no_secrets, scan
 
 MAX_CHECKPOINT_BYTES: Final = 128 * 1024 * 1024
 """Largest checkpoint file (and largest decompressed ``.zst``) accepted: bounded memory."""
@@ -109,6 +109,8 @@ def _message(err: jsonschema.ValidationError) -> str:
     # jsonschema quotes the offending value; keep it short (it may be large or sensitive).
     if err.validator in ("type", "const", "enum", "pattern", "format", "minLength", "minimum"):
         return f"{err.validator} {_short(err.validator_value)} not satisfied"
+    if scan(err.instance):  # jsonschema's own text repeats the value
+        return f"{err.validator} not satisfied (the value looks like a secret; not shown)"
     return err.message if len(err.message) <= 200 else err.message[:199] + "…"
 
 
@@ -167,6 +169,8 @@ def schema_errors(doc: Any) -> list[str]:
 
 
 def _short(value: Any, limit: int = 60) -> str:
+    if scan(value):  # an error message never repeats a credential
+        return "<a value that looks like a secret>"
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
