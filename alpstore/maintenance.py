@@ -258,9 +258,7 @@ def _verify_rows(store: Store) -> VerifyReport:
                 select(segment_entries.c.segment_id, func.count()).group_by(
                     segment_entries.c.segment_id
                 )
-            )
-            .tuples()
-            .all()
+            ).all()
         )
         damaged_segments: set[int] = set()
         for seg, (_parent, base, length) in shapes.items():

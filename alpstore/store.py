@@ -156,9 +156,7 @@ class Store:
             names = dict(
                 conn.execute(
                     select(sessions.c.id, sessions.c.uuid).where(sessions.c.id.in_(wanted))
-                )
-                .tuples()
-                .all()
+                ).all()
             )
         return SessionInfo(
             id=int(row.id),
