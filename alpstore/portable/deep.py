@@ -131,11 +131,15 @@ def _hex_digest(text: Any, where: str) -> Digest:
         raise CheckpointFileError(f"{where}: expected a 64-character hex digest") from None
 
 
-def decode_item(obj: Any, where: str) -> Item:
+def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
     """Decode a message object of a file, re-deriving its digest and checking a carried one.
 
+    ``require_digest``: the file is an alpstore export, which carries a digest in every message,
+    so a message without one was changed after export (a flipped byte in the marker's key).
+
     Raises:
-        CheckpointFileError: a malformed marker, or a carried digest that does not match.
+        CheckpointFileError: a malformed marker, or a carried digest that is missing or does not
+            match.
     """
     if not isinstance(obj, dict):
         raise CheckpointFileError(f"{where}: expected a message object")
@@ -171,6 +175,12 @@ def decode_item(obj: Any, where: str) -> Item:
         digest = digest_bytes(canonical_json(value))
     except CanonicalJSONError as exc:
         raise CheckpointFileError(f"{where}: {exc.message}") from exc
+    if require_digest and (marker is None or "digest" not in marker):
+        raise CheckpointFileError(
+            f"{where}: carries no {RESERVED}.digest, yet this alpstore export has one in every "
+            "message",
+            hint="the message was edited after export",
+        )
     if marker is not None and "digest" in marker:
         carried = _hex_digest(marker["digest"], f"{where}.{RESERVED}.digest")
         if carried != digest:
@@ -404,13 +414,17 @@ def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
                 first["conversation_chunks"] = None
         path = "$.working_memory[0].committed_messages"
         conversation = [
-            decode_item(m, f"{path}[{i}]") for i, m in enumerate(first["committed_messages"])
+            decode_item(m, f"{path}[{i}]", require_digest=bool(block))
+            for i, m in enumerate(first["committed_messages"])
         ]
         cpath = f"$.working_memory[0].conversation_chunks.{BLOCK}.covered"
         raw_covered = block.get("covered", [])
         if not isinstance(raw_covered, list):
             raise CheckpointFileError(f"{where}: {cpath}: expected a list")
-        covered = [decode_item(m, f"{cpath}[{i}]") for i, m in enumerate(raw_covered)]
+        covered = [
+            decode_item(m, f"{cpath}[{i}]", require_digest=bool(block))
+            for i, m in enumerate(raw_covered)
+        ]
         first["committed_messages"] = []
         shape = block.get("working_memory_shape")
         if shape == "value":
