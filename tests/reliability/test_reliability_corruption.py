@@ -4,6 +4,7 @@ the damage (blob, checkpoints, sessions) and nothing may return wrong content wh
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sqlite3
@@ -342,3 +343,55 @@ def test_repair_of_a_healthy_archive_changes_nothing(damaged: Path) -> None:
         report = repair(store)
         assert report.dropped == [] and report.kept == [] and report.after.ok
         assert store.archive.stats().blobs == blobs
+
+
+# ------------------------------------------------------------------ deep export files
+def test_export_refuses_a_damaged_blob_and_writes_nothing(damaged: Path) -> None:
+    """Found by this suite: the export hydrated without verifying and wrote the damaged bytes
+    (exit 0); only the importer on the other machine noticed."""
+    from alpstore.portable.deep import export_snapshot, snapshot_of_checkpoint
+
+    conn = _db(damaged)
+    blob_id, payload = conn.execute(
+        "SELECT b.id, b.payload FROM blobs b JOIN segment_entries e ON e.blob_id = b.id "
+        "WHERE b.codec = 0 ORDER BY b.id LIMIT 1"
+    ).fetchone()
+    users = _checkpoints_using(conn, blob_id)
+    with conn:
+        conn.execute("UPDATE blobs SET payload = ? WHERE id = ?", (_flip(payload, 4), blob_id))
+    conn.close()
+    with Store.open(damaged) as store:
+        ck = store.get_checkpoint(max(users))
+        with pytest.raises(IntegrityError, match="digest"):
+            export_snapshot(store, snapshot_of_checkpoint(store, ck))
+
+
+@given(data=st.data())
+@settings(max_examples=40)
+def test_a_flipped_byte_in_an_export_file_is_named_or_harmless(
+    pristine: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
+) -> None:
+    from alpstore.portable.deep import export_snapshot, import_document, snapshot_of_checkpoint
+
+    with Store.open(pristine[0]) as store:
+        ck_id = max(pristine[1]["expected"])
+        doc = export_snapshot(store, snapshot_of_checkpoint(store, store.get_checkpoint(ck_id)))
+    raw = bytearray(json.dumps(doc, ensure_ascii=False).encode())
+    at = data.draw(st.integers(0, len(raw) - 1))
+    raw[at] ^= data.draw(st.sampled_from([1, 2, 4, 8, 16, 32]))
+    folder = tmp_path_factory.mktemp("export")
+    try:
+        flipped = json.loads(bytes(raw))
+    except ValueError:
+        return  # not JSON any more: refused by every reader
+    with Store.open(folder) as store:
+        try:
+            result = import_document(store, flipped, source_name="x.json", fork=True)
+        except AlpstoreError as err:
+            assert err.message  # named and refused, nothing written
+            assert store.count_sessions() == 0
+            return
+        got = [e.value for e in store.hydrate(result.checkpoint, verify=True)]
+    # accepted: then the flip did not touch the history (a label, a timestamp, whitespace…)
+    assert got == pristine[1]["expected"][ck_id]
+    shutil.rmtree(folder, ignore_errors=True)
