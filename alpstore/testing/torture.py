@@ -212,6 +212,7 @@ def run(config: TortureConfig, *, progress: Callable[[str], None] | None = None)
     try:
         for kill in range(config.kills):
             torture.kill_once()
+            torture.report.seconds = time.monotonic() - started
             if progress is not None and (kill + 1) % 20 == 0:
                 progress(f"{kill + 1}/{config.kills} kills; {torture.report.summary()}")
         torture.finish_epoch()

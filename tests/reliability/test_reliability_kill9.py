@@ -28,7 +28,7 @@ def test_kill9_torture_keeps_every_acknowledged_write(tmp_path: Path) -> None:
     assert not report.failures, report.summary() + "\n" + "\n".join(report.failures)
     assert report.kills == KILLS >= 200 or "ALPSTORE_TORTURE_KILLS" in os.environ
     # the workers did real work between kills, and some kills landed inside a write
-    assert report.acks.get("ck", 0) >= KILLS
+    assert report.acks.get("ck", 0) >= KILLS // 4
     assert report.acks.get("pin", 0) > 0 and report.acks.get("jl", 0) > 0
     assert sum(report.in_flight_resolved.values()) > 0
     assert report.checkpoints_verified >= report.acks["ck"]
