@@ -188,8 +188,12 @@ def _change_doc(c: JsonChange) -> dict[str, Any]:
     return {"op": c.op, "path": c.path, "old": c.old, "new": c.new}
 
 
+def dump(v: Any) -> str:
+    """Compact JSON of a value, for one-line output."""
+    return json.dumps(v, ensure_ascii=False, sort_keys=True)
+
+
 def _change_line(c: JsonChange) -> str:
-    dump = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)  # noqa: E731
     if c.op == "added":
         return f"  + {c.path} = {dump(c.new)}"
     if c.op == "removed":
@@ -236,7 +240,7 @@ def diff(
         return
     echo(f"--- {_ref(st, r.a)} (checkpoint {r.a.id}, {r.a.length} entries)")
     echo(f"+++ {_ref(st, r.b)} (checkpoint {r.b.id}, {r.b.length} entries)")
-    echo(f"common prefix: {r.common} entries")
+    echo(f"common prefix: {r.common} {'entry' if r.common == 1 else 'entries'}")
     for f in r.folds:
         echo(
             f"folded {len(f.replaced)} entries into summary {short(f.summary.digest)} "
