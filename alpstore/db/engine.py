@@ -18,6 +18,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, CursorResult, Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: SQLite's busy timeout alone serialises
+    fcntl = None  # type: ignore[assignment]
+
 from alpstore.errors import CorruptArchiveError, DatabaseError, StorageError, UsageError
 
 T = TypeVar("T")
@@ -27,6 +32,9 @@ ARCHIVE_FILE = "archive.db"
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """Writers wait up to 30 s for the write lock before we retry (bounded) and report."""
+
+SQLITE_QUEUE_SUFFIX = "-writers"
+"""Beside ``archive.db``: the file SQLite writers queue on (an OS lock, never any content)."""
 
 SQLITE_PAGE_SIZE = 4096
 """4 KiB matches the OS page and keeps one small checkpoint write to one or two pages."""
@@ -149,11 +157,47 @@ class Database:
                 return
             if self.is_sqlite:
                 conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+                with self._writer_queue(), translate_errors(self.location), conn.begin():
+                    yield conn
+                return
             with translate_errors(self.location), conn.begin():
                 yield conn
         except BaseException:
             self._rolled_back()
             raise
+
+    @contextmanager
+    def _writer_queue(self) -> Iterator[None]:
+        """SQLite writers of one archive queue on an OS file lock before ``BEGIN IMMEDIATE``.
+
+        SQLite's own busy handler polls with growing sleeps, so with many writers the write
+        lock sits idle while they sleep (measured: 8 writers reached a third of one writer's
+        rate, p99 latency 0.6 s). A blocking ``flock`` hands the lock to the next writer the
+        moment it is free. ``busy_timeout`` stays as the fallback for writers outside alpstore.
+        """
+        fd = self._queue_fd()
+        if fd is None:
+            yield
+            return
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _queue_fd(self) -> int | None:
+        fd: int | None = getattr(self._local, "queue_fd", None)
+        if fd is not None or fcntl is None:
+            return fd
+        database = self.engine.url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            return None
+        try:  # one open file description per thread: flock then excludes threads too
+            fd = os.open(database + SQLITE_QUEUE_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return None  # e.g. a read-only directory: the busy timeout alone serialises
+        self._local.queue_fd = fd
+        return fd
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -210,6 +254,10 @@ class Database:
         if conn is not None:
             conn.close()
             self._local.conn = None
+        fd: int | None = getattr(self._local, "queue_fd", None)
+        if fd is not None:
+            os.close(fd)
+            self._local.queue_fd = None
         self.engine.dispose()
 
 
