@@ -84,19 +84,25 @@ def mutated(draw: st.DrawFn, base: bytes) -> bytes:
 
 
 # ------------------------------------------------------------------ archive put
+@pytest.fixture(scope="module")
+def put_store(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with Store.open(tmp_path_factory.mktemp("put")) as store:
+        yield store
+
+
 @given(raw=st.binary(max_size=300) | json_values.map(lambda v: json.dumps(v).encode()))
 @fuzz
-def test_fuzz_archive_put(tmp_path_factory: pytest.TempPathFactory, raw: bytes) -> None:
-    with Store.open(tmp_path_factory.mktemp("put")) as store:
-        before = store.archive.stats().blobs
-        value = clean(lambda: parse_json(raw, where="stdin"))
-        if isinstance(value, AlpstoreError):
-            return
-        digest = clean(lambda: store.archive.put(value))
-        if isinstance(digest, AlpstoreError):
-            assert store.archive.stats().blobs == before  # nothing written
-        else:
-            assert store.archive.get(digest, verify=True) == value
+def test_fuzz_archive_put(put_store: Store, raw: bytes) -> None:
+    store = put_store
+    before = store.archive.stats().blobs
+    value = clean(lambda: parse_json(raw, where="stdin"))
+    if isinstance(value, AlpstoreError):
+        return
+    digest = clean(lambda: store.archive.put(value))
+    if isinstance(digest, AlpstoreError):
+        assert store.archive.stats().blobs == before  # nothing written
+    else:
+        assert store.archive.get(digest, verify=True) == value
 
 
 # ------------------------------------------------------------------ .zst files
