@@ -151,7 +151,12 @@ class SqlArchive:
         self._dec.add_dictionary(dict_id, bytes(data))
 
     def train_dictionary(
-        self, *, samples: int = 4000, size: int = DICT_SIZE, recompress: bool = True
+        self,
+        *,
+        samples: int = 4000,
+        size: int = DICT_SIZE,
+        recompress: bool = True,
+        only_if_none: bool = False,
     ) -> tuple[int, int, int]:
         """Train a new dictionary from the archive's small blobs and use it from now on.
 
@@ -190,6 +195,14 @@ class SqlArchive:
         data = train_dictionary([r for _, r in raws], max(1024, min(size, total // 8)))
         ddig = digest_bytes(data)
         with self.db.atomic() as conn:
+            if only_if_none:  # automatic training: the first process to get here wins
+                rival = conn.execute(
+                    select(zstd_dicts.c.id).order_by(zstd_dicts.c.id.desc()).limit(1)
+                ).scalar()
+                if rival is not None:
+                    self._dict_id = None
+                    self._load_newest_dictionary()
+                    return int(rival), 0, 0
             conn.execute(
                 self._insert(zstd_dicts)
                 .values(
@@ -244,8 +257,9 @@ class SqlArchive:
         if self._small_count >= AUTO_TRAIN_SAMPLES:
             self._load_newest_dictionary()  # another process may have trained one already
             if self._dict_id is None:
-                self.train_dictionary(samples=self._small_count)
-                self._compact_small_file()
+                _, _, changed = self.train_dictionary(samples=self._small_count, only_if_none=True)
+                if changed:
+                    self._compact_small_file()
 
     def _compact_small_file(self) -> None:
         """VACUUM a small SQLite archive after the dictionary rewrote its first blobs.
@@ -261,7 +275,9 @@ class SqlArchive:
                 return
             raw = self.db.engine.raw_connection()
             try:
-                raw.driver_connection.execute("VACUUM")  # type: ignore[union-attr]
+                driver = raw.driver_connection
+                driver.execute("PRAGMA busy_timeout = 100")  # type: ignore[union-attr]
+                driver.execute("VACUUM")  # type: ignore[union-attr]
             finally:
                 raw.close()
         except (OSError, sqlite3.Error):
