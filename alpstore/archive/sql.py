@@ -33,7 +33,7 @@ from alpstore.codec import (
     train_dictionary,
 )
 from alpstore.db import raw as rsql
-from alpstore.db.engine import Database
+from alpstore.db.engine import SQLITE_BUSY_TIMEOUT_MS, Database
 from alpstore.db.tables import (
     BLOB_MESSAGE,
     BLOB_SUMMARY,
@@ -277,7 +277,12 @@ class SqlArchive:
             try:
                 driver = raw.driver_connection
                 driver.execute("PRAGMA busy_timeout = 100")  # type: ignore[union-attr]
-                driver.execute("VACUUM")  # type: ignore[union-attr]
+                try:
+                    driver.execute("VACUUM")  # type: ignore[union-attr]
+                finally:  # the connection goes back to the pool: restore its patience
+                    driver.execute(  # type: ignore[union-attr]
+                        f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"
+                    )
             finally:
                 raw.close()
         except (OSError, sqlite3.Error):
