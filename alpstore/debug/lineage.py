@@ -280,6 +280,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise StorageError(f"{path}: cannot write ({err.strerror})") from err
     try:
         with os.fdopen(fd, "wb") as handle:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(handle.fileno(), 0o666 & ~umask)  # as open() would, not mkstemp's 0600
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
