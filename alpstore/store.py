@@ -313,18 +313,20 @@ class Store:
                 f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest"
             )
         session = self.get_session(match["session"])
-        cks = self.list_checkpoints(session.id, include_abandoned=True)
+        query = select(checkpoints.c.id).where(checkpoints.c.session_id == session.id)
         if match["at"] == "latest":
-            retained = [c for c in cks if not c.abandoned]
-            if not retained:
-                raise NotFoundError(f"session {session.uuid} has no checkpoint")
-            return self.get_checkpoint(retained[-1].id)
-        turn = int(match["at"])
-        at_turn = [c for c in cks if c.turn == turn]
-        if not at_turn:
-            raise NotFoundError(f"session {session.uuid} has no checkpoint at turn {turn}")
-        retained = [c for c in at_turn if not c.abandoned]
-        return self.get_checkpoint((retained or at_turn)[-1].id)
+            query = query.where(checkpoints.c.abandoned.is_(False))
+            missing = f"session {session.uuid} has no checkpoint"
+        else:  # the retained one at that turn, else the newest cut one
+            query = query.where(checkpoints.c.turn == int(match["at"]))
+            missing = f"session {session.uuid} has no checkpoint at turn {match['at']}"
+        with self.db.read() as conn:
+            found = conn.execute(
+                query.order_by(checkpoints.c.abandoned, checkpoints.c.seq.desc()).limit(1)
+            ).scalar()
+        if found is None:
+            raise NotFoundError(missing)
+        return self.get_checkpoint(int(found))
 
     def insert_checkpoint(
         self,
