@@ -274,9 +274,9 @@ def delta_compressor(base: bytes, level: int = DEFAULT_LEVEL) -> zstandard.ZstdC
     )
 
 
-def line_hashes(raw: bytes) -> frozenset[int]:
-    """Hashes of the longer lines of a document (JSON text escapes each newline)."""
-    return frozenset(hash(line) for line in raw.split(b"\\n") if len(line) > 8)
+def line_hashes(raw: bytes) -> frozenset[bytes]:
+    """The distinct lines of a document (JSON text escapes each newline), for similarity."""
+    return frozenset(raw.split(b"\\n"))
 
 
 def bounded_decompress(dctx: zstandard.ZstdDecompressor, payload: bytes, limit: int) -> bytes:

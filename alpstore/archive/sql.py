@@ -119,7 +119,7 @@ class SqlArchive:
         self._comp = Compressor(level)
         self._small_count: int | None = None
         self._pending_small = 0
-        self._bases: OrderedDict[int, tuple[bytes, frozenset[int]]] = OrderedDict()
+        self._bases: OrderedDict[int, tuple[bytes, frozenset[bytes]]] = OrderedDict()
         """Recent large non-delta blobs of this process: candidates to delta against."""
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases, for reading delta blobs."""
@@ -223,15 +223,17 @@ class SqlArchive:
             changed = 0
             if recompress:
                 current = {int(r.id): len(r.payload) for r in rows}
+                updates = []
                 for blob_id, raw in raws:
                     codec, payload = comp.compress(raw)
                     if codec == CODEC_ZSTD_DICT and len(payload) < current[blob_id]:
-                        conn.execute(
-                            blobs.update()
-                            .where(blobs.c.id == blob_id)
-                            .values(codec=codec, dict_id=dict_id, payload=payload)
-                        )
-                        changed += 1
+                        updates.append((codec, dict_id, payload, blob_id))
+                rsql.executemany(
+                    conn,
+                    "UPDATE blobs SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
+                    updates,
+                )
+                changed = len(updates)
         self._dict_id = dict_id
         self._comp = comp
         self._dec.add_dictionary(dict_id, data)
@@ -300,7 +302,7 @@ class SqlArchive:
         codec, payload = self._comp.compress(raw, use_dictionary=use_dict)
         return codec, (self._dict_id if codec == CODEC_ZSTD_DICT else None), payload
 
-    def _delta(self, raw: bytes, plain: int) -> tuple[int, bytes, frozenset[int]] | None:
+    def _delta(self, raw: bytes, plain: int) -> tuple[int, bytes, frozenset[bytes]] | None:
         """``(base_id, payload, lines)`` when a recent blob makes a much smaller delta."""
         lines = line_hashes(raw)
         best, score = None, 0
@@ -315,7 +317,7 @@ class SqlArchive:
                 return best, payload, lines
         return None
 
-    def _remember_base(self, blob_id: int, raw: bytes, lines: frozenset[int]) -> None:
+    def _remember_base(self, blob_id: int, raw: bytes, lines: frozenset[bytes]) -> None:
         self._bases[blob_id] = (raw, lines)
         while len(self._bases) > DELTA_CANDIDATES:
             self._bases.popitem(last=False)
@@ -336,7 +338,7 @@ class SqlArchive:
                 fresh[item[0]] = item
         if fresh:
             rows = []
-            new_bases: list[tuple[bytes, bytes, frozenset[int]]] = []
+            new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
             for digest, kind, raw_bytes in fresh.values():
                 codec, dict_id, payload = self.compress(raw_bytes)
                 base_id = None
