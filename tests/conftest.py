@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from sqlalchemy.pool import NullPool
 
 if TYPE_CHECKING:
@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 settings.register_profile(
     "ci",
     derandomize=True,
+    # no "explain" phase: its line tracer makes a failing stateful test take many minutes to
+    # report; the shrunk example is printed all the same
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
     deadline=None,
     max_examples=60,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
