@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, update
 
-from alpstore.archive.sql import SqlArchive, encode
+from alpstore.archive.sql import SqlArchive, encode, parse_documents
 from alpstore.codec import Digest, parse_json
 from alpstore.db import raw as rsql
 from alpstore.db.engine import Database, inserted_id, open_database
@@ -24,7 +24,7 @@ from alpstore.db.tables import (
     session_events,
     sessions,
 )
-from alpstore.errors import IntegrityError, NotFoundError, UsageError
+from alpstore.errors import NotFoundError, UsageError
 from alpstore.events import EventLog
 from alpstore.sessions import (
     CheckpointInfo,
@@ -478,14 +478,7 @@ class Store:
         per batch.
         """
         raws = self.hydrate_raw(view, verify=verify)
-        if not raws:
-            return []
-        try:
-            values = json.loads(b"[" + b",".join(raw for _, _, raw in raws) + b"]")
-        except ValueError:
-            values = [parse_json(raw, where=f"blob {d.hex()}") for d, _, raw in raws]
-        if len(values) != len(raws):
-            raise IntegrityError("a stored blob holds more than one JSON document")
+        values = parse_documents([(d, raw) for d, _, raw in raws])
         out: list[Entry] = []
         for (digest, kind, _), value in zip(raws, values, strict=True):
             if kind == BLOB_SUMMARY:

@@ -99,6 +99,24 @@ def encode(value: Any, kind: int = BLOB_MESSAGE) -> Encoded:
     return digest_bytes(raw), kind, raw
 
 
+def parse_documents(items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
+    """Parse ``(digest, canonical bytes)`` pairs: one ``json.loads`` for the whole batch (canonical
+    documents join into a valid array), per document only to name a damaged one.
+
+    Raises:
+        IntegrityError: a document is not one JSON value.
+    """
+    if not items:
+        return []
+    try:
+        docs = json.loads(b"[" + b",".join(data for _, data in items) + b"]")
+    except ValueError:
+        docs = [parse_json(data, where=f"blob {bytes(d).hex()}") for d, data in items]
+    if not isinstance(docs, list) or len(docs) != len(items):
+        raise IntegrityError("a stored blob holds more than one JSON document")
+    return docs
+
+
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
     """Consecutive slices of at most ``size`` items."""
     for start in range(0, len(items), size):
@@ -505,7 +523,11 @@ class SqlArchive:
     def load_raw_by_ids(
         self, conn: Connection, ids: Iterable[int], *, verify: bool = False
     ) -> dict[int, tuple[Digest, int, bytes]]:
-        """Load ``{id: (digest, kind, canonical bytes)}``: hydration without parsing."""
+        """Load ``{id: (digest, kind, canonical bytes)}``: hydration without parsing.
+
+        Raises:
+            IntegrityError: a blob is damaged, or an id names no blob.
+        """
         out: dict[int, tuple[Digest, int, bytes]] = {}
         unique = list(dict.fromkeys(ids))
         for part in chunks(unique):
@@ -517,32 +539,6 @@ class SqlArchive:
             raws = self.decode_rows(conn, rows, verify=verify)
             for r, raw in zip(rows, raws, strict=True):
                 out[r[0]] = (Digest(bytes(r[1])), r[2], raw)
-        return out
-
-    def load_by_ids(
-        self, conn: Connection, ids: Iterable[int], *, verify: bool = False
-    ) -> dict[int, tuple[Digest, int, Any]]:
-        """Load ``{id: (digest, kind, document)}`` for the given surrogate ids."""
-        out: dict[int, tuple[Digest, int, Any]] = {}
-        unique = list(dict.fromkeys(ids))
-        for part in chunks(unique):
-            sql = (
-                "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
-                f"WHERE id IN ({rsql.placeholders(len(part))})"
-            )
-            rows = rsql.fetchall(conn, sql, part)
-            raws = self.decode_rows(conn, rows, verify=verify)
-            try:  # one parse for the whole batch: canonical JSON joins into a valid array
-                docs = json.loads(b"[" + b",".join(raws) + b"]")
-            except ValueError:
-                docs = [
-                    parse_json(data, where=f"blob {bytes(row[1]).hex()}")
-                    for row, data in zip(rows, raws, strict=True)
-                ]
-            if len(docs) != len(rows):
-                raise IntegrityError("a stored blob holds more than one JSON document")
-            for row, doc in zip(rows, docs, strict=True):
-                out[row[0]] = (Digest(bytes(row[1])), row[2], doc)
         if len(out) != len(unique):
             missing = next(i for i in unique if i not in out)
             raise IntegrityError(
@@ -550,6 +546,14 @@ class SqlArchive:
                 hint="`alpstore archive verify` names the rows that refer to it",
             )
         return out
+
+    def load_by_ids(
+        self, conn: Connection, ids: Iterable[int], *, verify: bool = False
+    ) -> dict[int, tuple[Digest, int, Any]]:
+        """Load ``{id: (digest, kind, document)}`` for the given surrogate ids."""
+        raw = self.load_raw_by_ids(conn, ids, verify=verify)
+        docs = parse_documents([(d, data) for d, _, data in raw.values()])
+        return {i: (d, kind, doc) for (i, (d, kind, _)), doc in zip(raw.items(), docs, strict=True)}
 
     def get(self, digest: Digest, *, verify: bool = False) -> Any:
         """Return the document stored under ``digest``.
