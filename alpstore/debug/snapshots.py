@@ -370,6 +370,7 @@ class Branch:
     def snapshot(self, *, label: str | None = None) -> Snapshot:
         """Snapshot the branch's current state as a child of its last snapshot."""
         self._open()
+        existed = set(self.tree.nodes)
         snap = self.tree._add(
             self.tip.id,
             self.base.view,
@@ -379,7 +380,9 @@ class Branch:
             self.turn,
             label,
         )
-        if snap.id not in self.own and snap.id != self.base.id:
+        # a branch owns only what it created: reaching a state the tree already holds (same
+        # content, same id) must not remove that node when the branch is discarded
+        if snap.id not in existed and snap.id not in self.own:
             self.own.append(snap.id)
         self.tip = snap
         return snap

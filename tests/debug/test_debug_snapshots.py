@@ -116,6 +116,26 @@ TestSnapshotModel = SnapshotMachine.TestCase
 TestSnapshotModel.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
 
 
+def test_discarding_a_branch_keeps_a_node_it_merely_reached_again(tmp_path: Path) -> None:
+    """Found by the model test in CI: a branch that reaches an existing state (same content
+    hash) must not take that node with it when it is discarded."""
+    store = open_store(tmp_path / "run")
+    s = store.create_session(name="m")
+    tree = SnapshotTree(s)
+    s.append([{"role": "user", "content": ""}])
+    base = tree.take_snapshot()
+    s.append([{"role": "user", "content": ""}])
+    with tree.branch(base.id) as b:
+        b.append([{"role": "user", "content": ""}])
+        b.promote()
+    before = set(tree.nodes)
+    with tree.branch(base.id) as b:
+        b.append([{"role": "user", "content": ""}])
+        b.snapshot(label="inside")
+    assert set(tree.nodes) == before
+    store.close()
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> Any:
     s = open_store(tmp_path / "run")
