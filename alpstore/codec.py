@@ -7,6 +7,7 @@ document, so the same content always has one digest.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -45,11 +46,10 @@ def canonical_json(value: Any) -> bytes:
         CanonicalJSONError: the value holds NaN/Infinity, a non-string key or a non-JSON type;
             the message names the path (``$.messages[3].content``).
     """
+    # when encoding fails, _find_problem below names where
     if _keys_are_strings(value):
-        try:
+        with contextlib.suppress(TypeError, ValueError, UnicodeEncodeError, RecursionError):
             return _encoder.encode(value).encode("utf-8")
-        except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
-            pass  # find out where, below
     problem = _find_problem(value, "$") or "$: not canonical JSON"
     raise CanonicalJSONError(problem)
 

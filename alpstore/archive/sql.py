@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -509,14 +510,13 @@ class SqlArchive:
             if not verify and (
                 codec == CODEC_ZSTD or (codec == CODEC_ZSTD_DICT and row[5] in dicts)
             ):
-                try:
+                # on a zstd error the slow path below names the damage
+                with contextlib.suppress(zstandard.ZstdError):
                     if declared(payload) == size:
                         raw = (plain if codec == CODEC_ZSTD else dicts[row[5]]).decompress(payload)
                         if len(raw) == size:
                             out.append(raw)
                             continue
-                except zstandard.ZstdError:
-                    pass  # the slow path names the damage
             out.append(self._decode_row(conn, _Row(*row), verify=verify))
         return out
 
