@@ -104,7 +104,8 @@ def _register(only: str | None) -> None:
             app.command(name=name)(module.command)
 
 
-_register(invoked_name(sys.argv[1:]) if Path(sys.argv[0]).name == "alpstore" else None)
+if "--version" not in sys.argv[1:]:  # the version alone needs no command module
+    _register(invoked_name(sys.argv[1:]) if Path(sys.argv[0]).name == "alpstore" else None)
 
 
 def main() -> None:
