@@ -123,6 +123,13 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
                 keep.add(parent)
                 need.setdefault(parent, 0)
                 parent = shapes[parent][0]
+        # a kept segment's parent keeps at least the prefix it branches from: trimming the
+        # parent below a child's base_length would leave a segment that verify (rightly)
+        # reports as branching from a short segment (found by the kill -9 test after a GC)
+        for seg in keep:
+            parent, base = shapes[seg][0], shapes[seg][1]
+            if parent is not None:
+                need[parent] = max(need[parent], base)
         doomed_segments = [s for s in shapes if s not in keep]
         trims = [(s, need[s]) for s in keep if need[s] < shapes[s][2]]
         live_blobs = _reachable_blobs(conn, keep, need)

@@ -67,3 +67,19 @@ def test_every_operation_is_an_event_line(tmp_path: Path) -> None:
     kinds = [json.loads(line)["event"] for line in lines]
     assert kinds.count("checkpoint") == 3
     assert {"session", "fold", "backtrack", "fork"} <= set(kinds)
+
+
+def test_gc_keeps_the_prefix_a_kept_segment_branches_from(tmp_path: Path) -> None:
+    """Found by the kill -9 test: a segment kept only as an ancestor (none of its own entries
+    needed) still branches from its parent at base_length; GC must not cut the parent shorter."""
+    store = Store.open(tmp_path)
+    s = store.create_session(retention=Retention("single"))
+    s.append([{"role": "user", "content": f"m{i}"} for i in range(10)])
+    s.checkpoint()
+    s.truncate_and_append(8, [{"role": "user", "content": "x"}])
+    s.checkpoint()
+    s.truncate_and_append(3, [{"role": "user", "content": "y"}])
+    s.checkpoint()
+    gc(store)
+    assert verify(store).ok
+    assert [e.value["content"] for e in s.history()] == ["m0", "m1", "m2", "y"]
