@@ -16,6 +16,14 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from sqlalchemy.pool import NullPool
 
+from tests.backend_pass import (
+    ROOT_SCHEMAS,
+    RootSchemas,
+    database_env_for,
+    root_of_cli_args,
+    suite_backend,
+)
+
 if TYPE_CHECKING:
     from alpstore.db import Database
     from alpstore.store import Store
@@ -54,9 +62,8 @@ def run_cli(
 ) -> Result:
     """Run the real `alpstore` command in a subprocess."""
     full_env = {**os.environ, **(env or {})}
-    full_env.pop(
-        "ALPSTORE_DATABASE_URL", None
-    ) if env is None or "ALPSTORE_DATABASE_URL" not in env else None
+    if "ALPSTORE_DATABASE_URL" not in full_env:
+        full_env.update(database_env_for(root_of_cli_args(args, cwd)))
     data = input.encode() if isinstance(input, str) else input
     proc = subprocess.run(
         [ALPSTORE, *args],
@@ -212,3 +219,84 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
             yield b
         finally:
             b.close_all()
+
+
+# ---------------------------------------------------------------- the two passes of the suite
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "sqlite_only(reason): the test reads or damages the SQLite file itself; skipped on the "
+        "PostgreSQL pass",
+    )
+    # never write into a database the developer's shell points at
+    os.environ.pop("ALPSTORE_DATABASE_URL", None)
+    suite_backend()  # a bad ALPSTORE_TEST_BACKEND fails here, before any test
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if suite_backend() == "postgresql":
+        return "alpstore pass: PostgreSQL (every run root's archive in a schema of its own)"
+    return "alpstore pass: SQLite (backend-parametrised tests also run on PostgreSQL)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On the PostgreSQL pass, leave out the tests that are parametrised over both backends:
+    the SQLite pass ran them on each already."""
+    if suite_backend() != "postgresql":
+        return
+
+    def key(item: pytest.Item) -> tuple[str, str]:
+        return (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
+
+    twins = {key(item) for item in items if item.get_closest_marker("postgres")}
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        both = key(item) in twins or "backend" in getattr(item, "fixturenames", ())
+        (drop if both else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _postgresql_pass() -> Iterator[None]:
+    """On the PostgreSQL pass, give every run root an archive in a PostgreSQL schema."""
+    if suite_backend() != "postgresql":
+        yield
+        return
+    base = postgres_base_url()
+    if base is None:
+        pytest.fail(f"ALPSTORE_TEST_BACKEND=postgresql needs {POSTGRES_URL_ENV}")
+    import alpstore.db.engine
+
+    schemas = RootSchemas(_pg_admin(), base)
+
+    def default_database_url(root: Path | None, *, create: bool = True) -> str | None:
+        if os.environ.get("ALPSTORE_DATABASE_URL") or root is None:
+            return os.environ.get("ALPSTORE_DATABASE_URL") or None
+        return schemas.url_for(root)
+
+    ROOT_SCHEMAS.append(schemas)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(alpstore.db.engine, "default_database_url", default_database_url)
+        try:
+            yield
+        finally:
+            ROOT_SCHEMAS.clear()
+            schemas.drop_except(set())
+
+
+@pytest.fixture(autouse=True)
+def _own_archives(request: pytest.FixtureRequest, _postgresql_pass: None) -> Iterator[None]:
+    """Drop the PostgreSQL schemas of the run roots a test made; skip SQLite-only tests there."""
+    if not ROOT_SCHEMAS:
+        yield
+        return
+    marker = request.node.get_closest_marker("sqlite_only")
+    if marker is not None:
+        pytest.skip(f"SQLite only: {marker.args[0] if marker.args else 'reads the SQLite file'}")
+    schemas = ROOT_SCHEMAS[0]
+    before = schemas.existing()
+    yield
+    schemas.drop_except(before)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"
+ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"  # the same name alpstore.db.engine reads
 
 
 @dataclass

@@ -51,6 +51,9 @@ WRITE_RETRIES = 8
 """Bounded retries with backoff when the database asks for one (busy, serialization, deadlock)."""
 
 PG_CONNECT_TIMEOUT_S = 10
+
+ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"
+"""Names the archive's database when no URL is passed (CLI and library alike)."""
 """An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
 
 PG_MIGRATION_LOCK = 0x616C7073  # "alps"
@@ -371,6 +374,13 @@ def redact(text: str) -> str:
     return _PASSWORD_KV.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\3", text))
 
 
+def default_database_url(root: Path | None, *, create: bool = True) -> str | None:
+    """The database an archive opened without a URL uses: ``$ALPSTORE_DATABASE_URL`` when it is
+    set, else None — the SQLite file of the run root.
+    """
+    return os.environ.get(ENV_DATABASE_URL) or None
+
+
 def open_database(
     *,
     root: Path | None = None,
@@ -381,6 +391,10 @@ def open_database(
     """Open (and, unless ``migrate`` is False, migrate to head) the archive of ``root`` or at
     ``url``.
 
+    Without ``url``, ``$ALPSTORE_DATABASE_URL`` names the database when it is set (so an agent
+    embedding the library and the ``alpstore`` command agree on one archive); otherwise the
+    archive is the SQLite file of ``root``.
+
     Raises:
         UsageError: neither given, or the URL is malformed.
         StorageError: the run root cannot be created or written.
@@ -388,9 +402,13 @@ def open_database(
         DatabaseError: the server cannot be reached or refuses the login.
         SchemaVersionError: the archive comes from a newer alpstore.
     """
-    from alpstore.db.migrate import ensure_schema
+    from alpstore.db.migrate import current_revision, ensure_schema
     from alpstore.errors import NotFoundError
 
+    if root is not None and root.exists() and not root.is_dir():
+        raise StorageError(f"run root {root} is not a directory")
+    if url is None:
+        url = default_database_url(root, create=create)
     if url:
         try:
             parsed = make_url(url)
@@ -431,6 +449,11 @@ def open_database(
         engine = _sqlite_engine(f"sqlite:///{path}")
     db = Database(engine, location=location)
     try:
+        if migrate and url and not create and current_revision(db) is None:
+            raise NotFoundError(
+                f"no archive at {location}",
+                hint="create one with any write, e.g. `alpstore archive put`",
+            )
         if migrate:
             ensure_schema(db)
     except BaseException:

@@ -36,7 +36,8 @@ from typing import Any
 from alpstore.continuity.checkpoint import read_checkpoint
 from alpstore.continuity.journal import replay
 from alpstore.continuity.paths import ExecutionPaths
-from alpstore.errors import AlpstoreError
+from alpstore.db import sqlite_path_for_root
+from alpstore.errors import AlpstoreError, NotFoundError
 from alpstore.maintenance import verify
 from alpstore.sessions import CheckpointInfo
 from alpstore.store import Store
@@ -62,6 +63,8 @@ class TortureConfig:
         long_delay: the longest wait.
         early_every: one kill in this many is timed from the fork, not from ``ready``, so it
             may land while the archive is being opened or created.
+        database_url: maps a run root to the URL of an empty database for its archive (e.g. a
+            fresh PostgreSQL schema); None keeps each archive in its run root's SQLite file.
     """
 
     workdir: Path
@@ -73,6 +76,7 @@ class TortureConfig:
     long_every: int = 10
     long_delay: float = 0.400
     early_every: int = 7
+    database_url: Callable[[Path], str] | None = None
 
 
 @dataclass
@@ -126,9 +130,10 @@ class _Execution:
 class _Model:
     """Everything the parent expects one run root to hold."""
 
-    def __init__(self, root: Path, home: Path) -> None:
+    def __init__(self, root: Path, home: Path, url: str | None = None) -> None:
         self.root = root
         self.home = home
+        self.url = url
         self.heads: dict[str, str] = {}
         self.checkpoints: dict[int, tuple[str, str, str | None]] = {}
         self.checked_up_to = 0
@@ -174,9 +179,9 @@ class Torture:
         if kill % config.epoch == 0:
             self.finish_epoch()
             epoch = kill // config.epoch
-            self.model = _Model(
-                config.workdir / f"root-{epoch}", config.workdir / f"alp-home-{epoch}"
-            )
+            root = config.workdir / f"root-{epoch}"
+            url = config.database_url(root) if config.database_url else None
+            self.model = _Model(root, config.workdir / f"alp-home-{epoch}", url)
             self.model.root.mkdir()
             self.model.home.mkdir()
             self.report.epochs += 1
@@ -188,6 +193,7 @@ class Torture:
             seed=self.rng.getrandbits(64),
             worker=kill,
             log_path=str(log_path),
+            url=self.model.url,
         )
         early = config.early_every > 0 and kill % config.early_every == config.early_every - 1
         if config.long_every > 0 and self.rng.randrange(config.long_every) == 0:
@@ -290,11 +296,12 @@ def check_log(model: _Model, log_path: Path, report: TortureReport) -> None:
         else:
             _continuity_ack(model, line)
     where = f"after kill {log_path.stem}"
-    if (model.root / "traces" / "archive" / "archive.db").exists():
-        with Store.open(model.root, create=False) as store:
+    store = _open_existing(model)
+    if store is not None:
+        with store:
             _check_archive(store, model, pending, new_acks, where, report)
     elif model.heads or (pending and any(not p.new for p in pending.values())):
-        raise TortureFailure(f"{where}: the archive file is gone")
+        raise TortureFailure(f"{where}: the archive is gone")
     _check_events(model.root, where)
     for name in EXECUTIONS:
         _check_execution(model, name, where, report)
@@ -501,11 +508,23 @@ def _check_execution(model: _Model, name: str, where: str, report: TortureReport
     ex.rotation_in_flight = False
 
 
+def _open_existing(model: _Model) -> Store | None:
+    """The model's archive, or None when no worker got as far as creating it."""
+    if model.url is None and not sqlite_path_for_root(model.root).exists():
+        return None
+    try:
+        return Store.open(model.root, url=model.url, create=False)
+    except NotFoundError:
+        if model.url is None:
+            raise
+        return None
+
+
 def _final_check(model: _Model, report: TortureReport) -> None:
     """At the end of a run root: every checkpoint ever acknowledged, once more."""
     if not model.checkpoints:
         return
-    with Store.open(model.root, create=False) as store:
+    with Store.open(model.root, url=model.url, create=False) as store:
         for ck_id in model.checkpoints:
             _check_acked(store, model, ck_id, f"end of {model.root.name}")
             report.checkpoints_verified += 1

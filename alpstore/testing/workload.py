@@ -100,6 +100,7 @@ class WorkerSpec:
         worker: the worker's number (part of every message and pin it writes).
         log_path: where it appends its intent and ack lines.
         max_seconds: a worker nobody kills stops by itself after this long.
+        url: the archive's database URL (None: the SQLite file of ``root``).
     """
 
     root: str
@@ -108,6 +109,7 @@ class WorkerSpec:
     worker: int
     log_path: str
     max_seconds: float = 60.0
+    url: str | None = None
 
 
 class AckLog:
@@ -458,7 +460,7 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
     """
     log = AckLog(spec.log_path)
     try:
-        store = Store.open(spec.root)
+        store = Store.open(spec.root, url=spec.url)
         workload = Workload(spec, store, log)
         workload.load()
         log.write("ready", pid=os.getpid())

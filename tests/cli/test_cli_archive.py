@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select, update
+
+from alpstore.db import open_database
+from alpstore.db.tables import blobs
 from tests.conftest import run_cli
 
 
@@ -28,16 +31,12 @@ def test_verify_names_the_flipped_blob(cli: Any, run_root: Path) -> None:
         for i in range(3)
     ]
     assert cli("archive", "verify").code == 0
-    db = sqlite3.connect(run_root / "traces" / "archive" / "archive.db")
-    payload = db.execute(
-        "select payload from blobs where digest = ?", (bytes.fromhex(digests[1]),)
-    ).fetchone()[0]
-    damaged = bytearray(payload)
-    damaged[len(damaged) // 2] ^= 0x5A
-    db.execute(
-        "update blobs set payload = ? where digest = ?", (bytes(damaged), bytes.fromhex(digests[1]))
-    )
-    db.commit()
+    db = open_database(root=run_root)  # the SQLite file, or the PostgreSQL schema of this root
+    where = blobs.c.digest == bytes.fromhex(digests[1])
+    with db.atomic() as conn:
+        damaged = bytearray(conn.execute(select(blobs.c.payload).where(where)).scalar_one())
+        damaged[len(damaged) // 2] ^= 0x5A
+        conn.execute(update(blobs).where(where).values(payload=bytes(damaged)))
     db.close()
     result = cli("archive", "verify")
     assert result.code != 0

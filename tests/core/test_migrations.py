@@ -12,6 +12,7 @@ from alpstore.db import open_database
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config
 from alpstore.db.tables import metadata
 from alpstore.errors import SchemaVersionError
+from tests.backend_pass import sqlite_only
 from tests.conftest import run_cli
 
 
@@ -46,6 +47,7 @@ def test_archive_from_a_newer_alpstore_is_refused(tmp_path: Path) -> None:
 
 
 def test_truncated_database_is_a_clear_error(tmp_path: Path) -> None:
+    sqlite_only("truncates the SQLite file")
     db = open_database(root=tmp_path)
     db.close()
     path = tmp_path / "traces" / "archive" / "archive.db"
@@ -54,3 +56,25 @@ def test_truncated_database_is_a_clear_error(tmp_path: Path) -> None:
     assert result.code != 0
     assert "Traceback" not in result.err
     assert str(path) in result.err or "archive" in result.err
+
+
+def test_database_url_variable_names_the_archive_for_library_and_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$ALPSTORE_DATABASE_URL: the embedded library and the command open the same archive."""
+    from alpstore.store import Store
+
+    elsewhere = tmp_path / "shared" / "fleet.db"
+    elsewhere.parent.mkdir()
+    root = tmp_path / "run"
+    monkeypatch.setenv("ALPSTORE_DATABASE_URL", f"sqlite:///{elsewhere}")
+    with Store.open(root) as store:
+        store.create_session(name="from-the-library")
+    assert elsewhere.exists()
+    assert not (root / "traces" / "archive" / "archive.db").exists()
+    listed = run_cli("--root", str(root), "session", "list")
+    assert listed.code == 0 and "from-the-library" in listed.out
+    # an explicit URL wins over the variable
+    other = tmp_path / "other.db"
+    with Store.open(root, url=f"sqlite:///{other}") as store:
+        assert store.list_sessions() == []

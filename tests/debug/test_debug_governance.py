@@ -15,6 +15,7 @@ from alpstore.debug.governance import (
 )
 from alpstore.errors import PolicyError
 from alpstore.store import Store
+from tests.backend_pass import suite_backend
 from tests.conftest import run_cli
 from tests.debug._debug_helpers import open_store, simple_session
 
@@ -179,12 +180,16 @@ def test_decisions_show_in_sql_and_session_log(tmp_path: Path) -> None:
         gov = ErrorRecovery(s, BacktrackOnError())
         gov.on_error(E)
         gov.on_error(E)
+    action = (  # the archive is plain SQL in either dialect
+        "json_extract(detail, '$.action')"
+        if suite_backend() == "sqlite"
+        else "cast(detail as json) ->> 'action'"
+    )
     sql = run_cli(
         "--root",
         str(root),
         "sql",
-        "select kind, json_extract(detail, '$.action') from session_events "
-        "where kind = 'recovery' order by id",
+        f"select kind, {action} from session_events where kind = 'recovery' order by id",
     )
     assert sql.code == 0, sql.err
     assert "retry" in sql.out and "backtrack" in sql.out

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.backend_pass import database_env_for
+
 TUTORIAL = Path(__file__).resolve().parents[2] / "docs" / "tutorial.md"
 
 
@@ -71,7 +73,7 @@ def test_every_tutorial_command(tmp_path: Path) -> None:
     assert len(steps) >= 15
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")}
-    env.pop("ALPSTORE_DATABASE_URL", None)
+    env.update(database_env_for(tmp_path))  # the PostgreSQL pass: the archive of this root
     env["COLUMNS"] = "200"
     for step in steps:
         proc = subprocess.run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from alpstore.portable.deep import (
 )
 from alpstore.portable.files import load_checkpoint_file
 from alpstore.store import Store
+from tests.backend_pass import database_env_for, root_of_cli_args
 from tests.conftest import run_cli
 
 UPSTREAM_SCHEMA = Path(__file__).parent.parent / "fixtures" / "upstream" / "checkpoint.schema.yaml"
@@ -228,6 +230,7 @@ def run_open(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", script],
         cwd=cwd,
+        env={**os.environ, **database_env_for(root_of_cli_args(args, cwd))},
         capture_output=True,
         text=True,
         check=False,

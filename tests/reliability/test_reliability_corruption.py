@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from alpstore.errors import AlpstoreError, CorruptArchiveError, IntegrityError
 from alpstore.maintenance import repair, verify
 from alpstore.store import Store
+from tests.backend_pass import sqlite_only
 from tests.conftest import run_cli
 
 
@@ -57,6 +58,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 @pytest.fixture
 def damaged(tmp_path: Path, pristine: tuple[Path, dict[str, Any]]) -> Iterator[Path]:
     """A copy of the pristine run root to damage."""
+    sqlite_only("damages a copy of the run root's SQLite file with sqlite3")
     root = tmp_path / "copy"
     shutil.copytree(pristine[0], root)
     yield root

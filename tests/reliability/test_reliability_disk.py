@@ -19,6 +19,7 @@ from alpstore.maintenance import verify
 from alpstore.portable.deep import export_snapshot, snapshot_of_checkpoint
 from alpstore.portable.files import write_checkpoint_file
 from alpstore.store import Store
+from tests.backend_pass import sqlite_only
 from tests.conftest import run_cli
 
 
@@ -41,6 +42,7 @@ def _can_mount(probe: Path) -> str | None:
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB tmpfs (grown later by remount to check the archive)."""
+    sqlite_only("fills the disk under the run root's SQLite file")
     reason = _can_mount(tmp_path / "probe")
     if reason:
         pytest.skip(reason)
@@ -114,6 +116,7 @@ def test_disk_full_during_checkpoints_is_clear_and_the_archive_stays_valid(tiny_
 
 
 def test_a_read_only_run_root_is_a_clear_error_and_changes_nothing(tmp_path: Path) -> None:
+    sqlite_only("mounts the run root holding the SQLite file read-only")
     reason = _can_mount(tmp_path / "probe")
     if reason:
         pytest.skip(reason)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select, update
 
+from alpstore.db import open_database
+from alpstore.db.tables import blobs
 from alpstore.testing.torture import (
     Torture,
     TortureConfig,
@@ -17,13 +19,16 @@ from alpstore.testing.torture import (
     check_log,
     run,
 )
+from tests.backend_pass import database_url_for_roots
 
 KILLS = int(os.environ.get("ALPSTORE_TORTURE_KILLS", "200"))
 SEED = int(os.environ.get("ALPSTORE_TORTURE_SEED", "20261130"))
 
 
 def test_kill9_torture_keeps_every_acknowledged_write(tmp_path: Path) -> None:
-    report = run(TortureConfig(workdir=tmp_path, kills=KILLS, seed=SEED))
+    # on the PostgreSQL pass each run root's archive is a schema of its own on the server
+    urls = database_url_for_roots()
+    report = run(TortureConfig(workdir=tmp_path, kills=KILLS, seed=SEED, database_url=urls))
     print(report.summary())
     assert not report.failures, report.summary() + "\n" + "\n".join(report.failures)
     assert report.kills == KILLS >= 200 or "ALPSTORE_TORTURE_KILLS" in os.environ
@@ -37,7 +42,11 @@ def test_kill9_torture_keeps_every_acknowledged_write(tmp_path: Path) -> None:
 @pytest.fixture
 def short_run(tmp_path: Path) -> Torture:
     """Three workers killed on one run root, every check passed."""
-    t = Torture(TortureConfig(workdir=tmp_path, kills=3, seed=7, early_every=0))
+    t = Torture(
+        TortureConfig(
+            workdir=tmp_path, kills=3, seed=7, early_every=0, database_url=database_url_for_roots()
+        )
+    )
     for _ in range(3):
         t.kill_once()
     return t
@@ -82,12 +91,13 @@ def test_a_head_that_moved_without_a_write_is_caught(short_run: Torture) -> None
 def test_a_damaged_blob_is_caught(short_run: Torture) -> None:
     model = short_run.model
     assert model is not None
-    db = sqlite3.connect(model.root / "traces" / "archive" / "archive.db")
-    with db:
-        db.execute(
-            "UPDATE blobs SET payload = CAST(REPLACE(CAST(payload AS TEXT), 'w', 'W') AS BLOB) "
-            "WHERE codec = 0 AND CAST(payload AS TEXT) LIKE '%w%'"
-        )
+    db = open_database(root=model.root)  # the SQLite file, or this root's PostgreSQL schema
+    with db.atomic() as conn:
+        raw = conn.execute(select(blobs.c.id, blobs.c.payload).where(blobs.c.codec == 0)).all()
+        for blob_id, payload in raw:
+            if b"w" in payload:
+                damaged = bytes(payload).replace(b"w", b"W")
+                conn.execute(update(blobs).where(blobs.c.id == blob_id).values(payload=damaged))
     db.close()
     with pytest.raises(TortureFailure, match="archive verify failed"):
         check_log(model, _forge(short_run), TortureReport())
