@@ -121,7 +121,22 @@ class CheckpointStore(Protocol):
         ...
 
 
-class MemoryCheckpointStore:
+class _PlannedPrune:
+    """Retention and resume for a store whose listing and deletes are its own."""
+
+    def prune(self: CheckpointStore, session_id: str, retention: Retention) -> builtins.list[str]:
+        """See :class:`CheckpointStore`."""
+        doomed = _prune_plan(self.list(), session_id, retention)
+        for name in doomed:
+            self.delete(name)
+        return doomed
+
+    def load_for_resume(self: CheckpointStore, name: str) -> dict[str, Any]:
+        """See :class:`CheckpointStore`."""
+        return self.get(name)
+
+
+class MemoryCheckpointStore(_PlannedPrune):
     """Process-local documents: fast, gone with the process."""
 
     kind: StorageKind = "memory"
@@ -158,23 +173,12 @@ class MemoryCheckpointStore:
         if self._docs.pop(name, None) is None:
             raise NotFoundError(f"no checkpoint {name!r} in memory")
 
-    def prune(self, session_id: str, retention: Retention) -> builtins.list[str]:
-        """See :class:`CheckpointStore`."""
-        doomed = _prune_plan(self.list(), session_id, retention)
-        for name in doomed:
-            self.delete(name)
-        return doomed
-
-    def load_for_resume(self, name: str) -> dict[str, Any]:
-        """See :class:`CheckpointStore`."""
-        return self.get(name)
-
     def reopen(self) -> MemoryCheckpointStore:
         """A new process has an empty memory."""
         return MemoryCheckpointStore()
 
 
-class DiskCheckpointStore:
+class DiskCheckpointStore(_PlannedPrune):
     """JSON files in a directory (``.json``, or ``.json.zst`` with ``compress``)."""
 
     kind: StorageKind = "disk"
@@ -221,17 +225,6 @@ class DiskCheckpointStore:
             path.unlink()
         except FileNotFoundError:
             raise NotFoundError(f"{path}: no such checkpoint file") from None
-
-    def prune(self, session_id: str, retention: Retention) -> builtins.list[str]:
-        """See :class:`CheckpointStore`."""
-        doomed = _prune_plan(self.list(), session_id, retention)
-        for name in doomed:
-            self.delete(name)
-        return doomed
-
-    def load_for_resume(self, name: str) -> dict[str, Any]:
-        """See :class:`CheckpointStore`."""
-        return self.get(name)
 
     def reopen(self) -> DiskCheckpointStore:
         """Files survive the process."""
