@@ -64,6 +64,13 @@ def run_query(store: Store, query: str) -> tuple[list[str], list[tuple[Any, ...]
             raise
         except Exception as err:
             msg = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+            helpers = [n for n in ("blob_text", "digest_hex") if f"{n}(" in msg.replace(" ", "")]
+            if helpers and not isinstance(dbapi, sqlite3.Connection):
+                raise UsageError(
+                    f"query failed: {helpers[0]}() exists on SQLite archives only",
+                    hint="on PostgreSQL: encode(digest, 'hex') for hex digests, "
+                    "`alpstore archive get DIGEST` for a blob's text",
+                ) from err
             raise UsageError(f"query failed: {msg}") from err
         finally:
             if isinstance(dbapi, sqlite3.Connection):

@@ -19,8 +19,8 @@ def command(
     """Run a read-only SQL query and print a table.
 
     On SQLite, helper functions are available: blob_text(digest) (the decompressed JSON of a
-    blob), digest_hex(digest), and the views session_lineage, session_summary and
-    checkpoint_views.
+    blob) and digest_hex(digest); on PostgreSQL, encode(digest, 'hex'). Both have the views
+    session_lineage, session_summary and checkpoint_views.
     """
     columns, rows = run_query(store(ctx, create=False), query)
     if as_json:

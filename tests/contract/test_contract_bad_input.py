@@ -3,6 +3,7 @@ away mid-write. One clear line, the password never printed, nothing partial left
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +118,22 @@ def test_a_server_going_away_mid_write_leaves_no_partial_checkpoint(backend: Bac
     # the first store reconnects on its next write
     session.commit_turn([{"role": "user", "content": "again"}])
     assert [e.value for e in fresh.get_session(session.uuid).history()][-1]["content"] == "again"
+
+
+def test_sql_helpers_on_each_backend(backend: Backend) -> None:
+    """`alpstore sql`: the helpers on SQLite; on PostgreSQL a clear pointer to what to use."""
+    with backend.open_store() as store:
+        digest = store.archive.put({"role": "user", "content": "hi"})
+    query = "select digest_hex(digest) as h, blob_text(digest) as t from blobs"
+    result = backend.cli("sql", query, "--json")
+    if backend.is_postgresql:
+        assert result.code == UsageError.exit_code
+        _assert_one_clean_line(result.err)
+        assert "SQLite archives only" in result.err and "encode(digest, 'hex')" in result.err
+        native = backend.cli("sql", "select encode(digest, 'hex') as h from blobs", "--json")
+        assert native.code == 0, native.err
+        assert json.loads(native.out) == [{"h": digest.hex()}]
+    else:
+        assert result.code == 0, result.err
+        text = '{"content":"hi","role":"user"}'
+        assert json.loads(result.out) == [{"h": digest.hex(), "t": text}]
