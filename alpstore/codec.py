@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, NewType
 
@@ -158,57 +159,95 @@ def parse_digest(text: str) -> Digest:
 
 
 class Compressor:
-    """zstd compression of blobs, optionally with a trained dictionary; keeps what shrinks."""
+    """zstd compression of blobs, optionally with a trained dictionary; keeps what shrinks.
+
+    Safe to share between threads: python-zstandard contexts are not, so each thread gets its
+    own (made on its first use).
+    """
 
     def __init__(self, level: int = DEFAULT_LEVEL, dictionary: bytes | None = None) -> None:
         self.level = level
-        self._plain = zstandard.ZstdCompressor(
-            level=level, write_content_size=True, write_checksum=True
-        )
-        self._dict: zstandard.ZstdCompressor | None = None
-        if dictionary is not None:
-            zdict = zstandard.ZstdCompressionDict(dictionary)
-            self._dict = zstandard.ZstdCompressor(
-                level=level,
-                dict_data=zdict,
-                write_content_size=True,
-                write_dict_id=False,
-                write_checksum=True,
+        self._dictionary = dictionary
+        self._local = threading.local()
+
+    def _contexts(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]:
+        contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None] | None
+        contexts = getattr(self._local, "contexts", None)
+        if contexts is None:
+            plain = zstandard.ZstdCompressor(
+                level=self.level, write_content_size=True, write_checksum=True
             )
+            with_dict = None
+            if self._dictionary is not None:
+                with_dict = zstandard.ZstdCompressor(
+                    level=self.level,
+                    dict_data=zstandard.ZstdCompressionDict(self._dictionary),
+                    write_content_size=True,
+                    write_dict_id=False,
+                    write_checksum=True,
+                )
+            contexts = (plain, with_dict)
+            self._local.contexts = contexts
+        return contexts
 
     @property
     def has_dictionary(self) -> bool:
         """True when a trained dictionary is loaded."""
-        return self._dict is not None
+        return self._dictionary is not None
 
     def compress(self, raw: bytes, *, use_dictionary: bool = True) -> tuple[int, bytes]:
         """Return ``(codec, payload)``; the raw bytes are kept when zstd does not shrink them."""
-        if self._dict is not None and use_dictionary:
-            packed = self._dict.compress(raw)
+        plain, with_dict = self._contexts()
+        if with_dict is not None and use_dictionary:
+            packed = with_dict.compress(raw)
             if len(packed) < len(raw):
                 return CODEC_ZSTD_DICT, packed
-        packed = self._plain.compress(raw)
+        packed = plain.compress(raw)
         if len(packed) < len(raw):
             return CODEC_ZSTD, packed
         return CODEC_RAW, raw
 
 
 class Decompressor:
-    """Bounded zstd decompression: output may never exceed the recorded raw size."""
+    """Bounded zstd decompression: output may never exceed the recorded raw size.
+
+    Safe to share between threads: ``plain`` and ``dicts`` are the calling thread's own
+    python-zstandard contexts (which must not be used by two threads at once).
+    """
 
     def __init__(self) -> None:
-        self.plain = zstandard.ZstdDecompressor()
-        self.dicts: dict[int, zstandard.ZstdDecompressor] = {}
+        self._dictionaries: dict[int, bytes] = {}
+        self._local = threading.local()
+
+    @property
+    def plain(self) -> zstandard.ZstdDecompressor:
+        """This thread's context for frames without a dictionary."""
+        dctx: zstandard.ZstdDecompressor | None = getattr(self._local, "plain", None)
+        if dctx is None:
+            dctx = self._local.plain = zstandard.ZstdDecompressor()
+        return dctx
+
+    @property
+    def dicts(self) -> dict[int, zstandard.ZstdDecompressor]:
+        """This thread's contexts for every loaded dictionary, by dictionary id."""
+        mine: dict[int, zstandard.ZstdDecompressor] | None = getattr(self._local, "dicts", None)
+        if mine is None:
+            mine = self._local.dicts = {}
+        if len(mine) != len(self._dictionaries):
+            for dict_id, data in list(self._dictionaries.items()):
+                if dict_id not in mine:
+                    mine[dict_id] = zstandard.ZstdDecompressor(
+                        dict_data=zstandard.ZstdCompressionDict(data)
+                    )
+        return mine
 
     def add_dictionary(self, dict_id: int, data: bytes) -> None:
         """Make dictionary ``dict_id`` available to ``decompress``."""
-        self.dicts[dict_id] = zstandard.ZstdDecompressor(
-            dict_data=zstandard.ZstdCompressionDict(data)
-        )
+        self._dictionaries[dict_id] = data
 
     def has_dictionary(self, dict_id: int) -> bool:
         """True when ``dict_id`` is loaded."""
-        return dict_id in self.dicts
+        return dict_id in self._dictionaries
 
     def decompress(
         self,
@@ -233,7 +272,7 @@ class Decompressor:
         else:
             if codec == CODEC_ZSTD:
                 dctx = self.plain
-            elif codec == CODEC_ZSTD_DICT and dict_id is not None and dict_id in self.dicts:
+            elif codec == CODEC_ZSTD_DICT and dict_id is not None and self.has_dictionary(dict_id):
                 dctx = self.dicts[dict_id]
             elif codec == CODEC_ZSTD_BASE and base is not None:
                 dctx = zstandard.ZstdDecompressor(dict_data=raw_content_dict(base))

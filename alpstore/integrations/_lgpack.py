@@ -10,6 +10,7 @@ its position among the write's items for writes) or ``["l", position, n]`` (n me
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -50,8 +51,6 @@ STATE_DICTIONARY = (
 """What LangGraph checkpoint states and task writes look like: small packed rows compress
 against it to a fraction of what zstd alone reaches (changing it needs a new codec number)."""
 
-_DICT = zstandard.ZstdCompressionDict(STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-
 
 def id_bytes(text: str) -> bytes:
     r"""A LangGraph id as stored: a UUID's 16 bytes, anything else ``\\0`` + UTF-8 (never 16)."""
@@ -89,19 +88,32 @@ class Packer:
 
     def __init__(self) -> None:
         self._dec = Decompressor()
-        self._lg_comp = zstandard.ZstdCompressor(
-            level=3,
-            dict_data=_DICT,
-            write_content_size=False,
-            write_checksum=False,
-            write_dict_id=False,
-        )
-        self._lg_dec = zstandard.ZstdDecompressor(dict_data=_DICT)
+        self._local = threading.local()  # zstd contexts must not be shared between threads
+
+    def _contexts(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None
+        contexts = getattr(self._local, "contexts", None)
+        if contexts is None:
+            state_dict = zstandard.ZstdCompressionDict(
+                STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+            contexts = (
+                zstandard.ZstdCompressor(
+                    level=3,
+                    dict_data=state_dict,
+                    write_content_size=False,
+                    write_checksum=False,
+                    write_dict_id=False,
+                ),
+                zstandard.ZstdDecompressor(dict_data=state_dict),
+            )
+            self._local.contexts = contexts
+        return contexts
 
     def pack(self, doc: Any) -> Packed:
         """Canonical JSON of ``doc``, compressed (or raw when that is smaller)."""
         raw = canonical_json(doc)
-        payload = self._lg_comp.compress(raw)
+        payload = self._contexts()[0].compress(raw)
         if len(payload) >= len(raw):
             return CODEC_RAW, None, len(raw), raw
         return CODEC_LG_DICT, None, len(raw), payload
@@ -114,7 +126,7 @@ class Packer:
         """
         codec, dict_id, size, payload = packed
         if codec == CODEC_LG_DICT:
-            return json.loads(self._lg_dec.decompress(payload, max_output_size=size))
+            return json.loads(self._contexts()[1].decompress(payload, max_output_size=size))
         if dict_id is not None and not self._dec.has_dictionary(int(dict_id)):
             row = rsql.fetchone(conn, "SELECT data FROM zstd_dicts WHERE id = ?", (dict_id,))
             if row is None:

@@ -137,3 +137,52 @@ def test_gc_keeps_the_base_of_a_live_delta(tmp_path: Path) -> None:
     report = gc(store)
     assert report.blobs_removed == 0
     assert [e.value for e in keep.history()] == [_file(2)]
+
+
+def test_threads_share_one_archive(archive: SqlArchive) -> None:
+    """LangGraph calls a saver from many threads: reads and writes through one archive at once
+    must neither crash (python-zstandard contexts are not thread-safe) nor mix up content."""
+    import threading
+
+    small = [
+        {"role": "tool", "content": f"result {i} " + "build output line " * (i % 13)}
+        for i in range(AUTO_TRAIN_SAMPLES)
+    ]
+    large = [  # long zstd work, during which the C code runs without the GIL
+        {"role": "tool", "content": " ".join(f"line {i}-{k} of a long log" for k in range(4000))}
+        for i in range(60)
+    ]
+    docs = [d for pair in zip(small, large * 20, strict=False) for d in pair] + small[60:]
+    digests = archive.put_many(docs)
+    assert archive.stats().dictionaries == 1  # dictionary and plain frames both in play
+    failures: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def reader(offset: int) -> None:
+        try:
+            start.wait()
+            for round_ in range(15):
+                lo = (offset * 97 + round_ * 61) % (len(docs) - 300)
+                assert archive.get_many(digests[lo : lo + 300]) == docs[lo : lo + 300]
+        except BaseException as err:
+            failures.append(err)
+
+    def writer(offset: int) -> None:
+        try:
+            start.wait()
+            for round_ in range(15):
+                new = [
+                    {"role": "tool", "content": f"w{offset} {round_} {k} " * 900} for k in range(8)
+                ]
+                assert archive.get_many(archive.put_many(new)) == new
+        except BaseException as err:
+            failures.append(err)
+
+    threads = [threading.Thread(target=reader, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=writer, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    assert archive.verify().ok
