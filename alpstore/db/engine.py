@@ -4,6 +4,7 @@ transaction helper every write goes through.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -107,6 +108,8 @@ class Database:
         self.location = location
         self.dialect = engine.dialect.name
         self._local = threading.local()
+        self._queue_fds: list[int] = []
+        self._queue_lock = threading.Lock()
         self._rollback_hooks: list[Callable[[], None]] = []
 
     def on_rollback(self, hook: Callable[[], None]) -> None:
@@ -131,21 +134,34 @@ class Database:
         """True for the PostgreSQL backend."""
         return self.dialect == "postgresql"
 
-    def _conn(self) -> Connection:
+    def _current(self) -> Connection | None:
+        """This thread's connection while it is inside a transaction, else None."""
         conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and conn.invalidated and not conn.in_transaction():
-            conn.close()  # the server went away: the next transaction gets a fresh connection
-            conn = None
-        if conn is None or conn.closed:
-            with translate_errors(self.location):
-                conn = self.engine.connect()
-            self._local.conn = conn
-        return conn
+        if conn is not None and not conn.closed and conn.in_transaction():
+            return conn
+        return None
+
+    @contextmanager
+    def _checked_out(self) -> Iterator[Connection]:
+        """A pooled connection for one outermost transaction, back in the pool after it.
+
+        Nothing is pinned to a thread between transactions: a framework that calls in from
+        short-lived threads (LangGraph's executor) reuses pooled connections instead of
+        opening one per thread and leaving it behind.
+        """
+        with translate_errors(self.location):
+            conn = self.engine.connect()
+        self._local.conn = conn
+        try:
+            yield conn
+        finally:
+            self._local.conn = None
+            with contextlib.suppress(Exception):  # a connection the server dropped
+                conn.close()
 
     def in_transaction(self) -> bool:
         """True while this thread's connection is inside a transaction."""
-        conn: Connection | None = getattr(self._local, "conn", None)
-        return conn is not None and not conn.closed and conn.in_transaction()
+        return self._current() is not None
 
     @contextmanager
     def atomic(self) -> Iterator[Connection]:
@@ -155,19 +171,20 @@ class Database:
             DatabaseError: the database refused the write (after bounded retries are exhausted
                 by ``retrying``) or went away.
         """
-        conn = self._conn()
         try:
-            if conn.in_transaction():
-                with translate_errors(self.location), conn.begin_nested():
-                    yield conn
+            current = self._current()
+            if current is not None:
+                with translate_errors(self.location), current.begin_nested():
+                    yield current
                 return
-            if self.is_sqlite:
-                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-                with self._writer_queue(), translate_errors(self.location), conn.begin():
+            with self._checked_out() as conn:
+                if self.is_sqlite:
+                    conn.execution_options(sqlite_begin="IMMEDIATE")
+                    with self._writer_queue(), translate_errors(self.location), conn.begin():
+                        yield conn
+                    return
+                with translate_errors(self.location), conn.begin():
                     yield conn
-                return
-            with translate_errors(self.location), conn.begin():
-                yield conn
         except BaseException:
             self._rolled_back()
             raise
@@ -181,38 +198,45 @@ class Database:
         rate, p99 latency 0.6 s). A blocking ``flock`` hands the lock to the next writer the
         moment it is free. ``busy_timeout`` stays as the fallback for writers outside alpstore.
         """
-        fd = self._queue_fd()
+        fd = self._take_queue_fd()
         if fd is None:
             yield
             return
-        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            with self._queue_lock:
+                self._queue_fds.append(fd)
 
-    def _queue_fd(self) -> int | None:
-        fd: int | None = getattr(self._local, "queue_fd", None)
-        if fd is not None or fcntl is None:
-            return fd
+    def _take_queue_fd(self) -> int | None:
+        """A free descriptor of the queue file (opened on demand, reused after).
+
+        Each is its own open file description, so ``flock`` excludes the threads of this
+        process from one another as well as other processes.
+        """
+        with self._queue_lock:
+            if self._queue_fds:
+                return self._queue_fds.pop()
         database = self.engine.url.database
-        if not database or database == ":memory:" or database.startswith("file:"):
+        if fcntl is None or not database or database == ":memory:" or database.startswith("file:"):
             return None
-        try:  # one open file description per thread: flock then excludes threads too
-            fd = os.open(database + SQLITE_QUEUE_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            return os.open(database + SQLITE_QUEUE_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
             return None  # e.g. a read-only directory: the busy timeout alone serialises
-        self._local.queue_fd = fd
-        return fd
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A read transaction: one consistent snapshot for the duration of the block."""
-        conn = self._conn()
-        if conn.in_transaction():
-            yield conn
+        current = self._current()
+        if current is not None:
+            yield current
             return
-        with translate_errors(self.location), conn.begin():
+        with self._checked_out() as conn, translate_errors(self.location), conn.begin():
             yield conn
 
     def exclude_writers(self, conn: Connection) -> None:
@@ -235,8 +259,7 @@ class Database:
         Raises:
             DatabaseError: still conflicting after ``WRITE_RETRIES`` attempts.
         """
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and not conn.closed and conn.in_transaction():
+        if self._current() is not None:
             return fn()
         delay = 0.01
         for attempt in range(WRITE_RETRIES):
@@ -255,15 +278,12 @@ class Database:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        """Close this thread's connection and dispose of the engine."""
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
-        fd: int | None = getattr(self._local, "queue_fd", None)
-        if fd is not None:
-            os.close(fd)
-            self._local.queue_fd = None
+        """Dispose of the engine (every pooled connection) and the queue file descriptors."""
+        with self._queue_lock:
+            fds, self._queue_fds = self._queue_fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         self.engine.dispose()
 
 

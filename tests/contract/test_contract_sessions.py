@@ -4,6 +4,7 @@ against plain lists after every step) runs on each backend, plus direct piece-ta
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from contextlib import ExitStack
@@ -97,3 +98,29 @@ def test_deep_branch_chains_are_flattened(backend: Backend) -> None:
         depth = store.views.depth(conn, view)
     assert depth <= MAX_CHAIN_DEPTH
     assert _ids(store, view) == ids
+
+
+def test_short_lived_threads_leave_no_connection_or_file_behind(backend: Backend) -> None:
+    """A framework calling in from a new thread each turn (LangGraph's executor does) must not
+    pin a connection or a lock-file descriptor to every thread it ever used."""
+    import threading
+
+    store = backend.open_store()
+    session = store.create_session(name="threads")
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def turn(i: int) -> None:
+        session.commit_turn([{"role": "user", "content": f"turn {i}"}])
+        assert len(store.hydrate(store.resolve_checkpoint("threads@latest"))) == i + 1
+
+    turn(0)  # the first transaction may open what every later one reuses
+    before = open_fds()
+    for i in range(1, 61):
+        worker = threading.Thread(target=turn, args=(i,))
+        worker.start()
+        worker.join()
+    assert open_fds() <= before + 2
+    assert store.db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert len(store.list_checkpoints(session.id)) == 61
