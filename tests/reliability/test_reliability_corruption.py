@@ -148,6 +148,7 @@ def test_a_damaged_kernel_blob_names_its_checkpoints(damaged: Path) -> None:
 def test_any_payload_damage_fails_verified_reads_and_verify(
     pristine: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
 ) -> None:
+    sqlite_only("flips bits in a copy of the run root's SQLite file with sqlite3")
     root = tmp_path_factory.mktemp("flip") / "copy"
     shutil.copytree(pristine[0], root)
     conn = _db(root)
@@ -241,6 +242,7 @@ UnicodeDecodeError while connecting, and verify failing with TypeError on NULLs)
 def test_flipped_bytes_in_the_database_file_never_give_wrong_content(
     pristine: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
+    sqlite_only("flips bytes of the SQLite file itself")
     expected = pristine[1]["expected"]
     source = (pristine[0] / "traces" / "archive" / "archive.db").read_bytes()
     outcomes: dict[str, int] = {}
