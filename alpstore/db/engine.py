@@ -53,6 +53,10 @@ WRITE_RETRIES = 8
 
 PG_CONNECT_TIMEOUT_S = 10
 
+PG_PING_AFTER_IDLE_S = 2.0
+"""A pooled PostgreSQL connection idle longer than this is pinged before use (a dead one is
+replaced); one used more recently is trusted, saving a round trip per transaction."""
+
 ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"
 """Names the archive's database when no URL is passed (CLI and library alike)."""
 """An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
@@ -490,7 +494,7 @@ def _postgresql_engine(parsed: URL, location: str) -> Engine:
     if "connect_timeout" not in parsed.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     try:
-        return create_engine(parsed, pool_pre_ping=True, future=True, connect_args=connect_args)
+        engine = create_engine(parsed, future=True, connect_args=connect_args)
     except (ImportError, ModuleNotFoundError) as err:
         raise UsageError(
             f"database URL {location}: driver not installed ({err.name})",
@@ -498,6 +502,29 @@ def _postgresql_engine(parsed: URL, location: str) -> Engine:
         ) from err
     except exc.ArgumentError as err:
         raise UsageError(f"database URL {location} is not valid: {redact(str(err))}") from err
+    event.listen(engine, "checkout", _ping_if_idle)
+    event.listen(engine, "checkin", _note_last_use)
+    return engine
+
+
+def _ping_if_idle(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+    """``pool_pre_ping``, but only for a connection that sat idle (see PG_PING_AFTER_IDLE_S)."""
+    last = record.info.get("last_use")
+    if last is None or time.monotonic() - last <= PG_PING_AFTER_IDLE_S:
+        return
+    try:
+        cur = dbapi_conn.cursor()
+        try:
+            cur.execute("SELECT 1")
+        finally:
+            cur.close()
+        dbapi_conn.rollback()
+    except Exception as err:
+        raise exc.DisconnectionError(str(err)) from err  # the pool connects afresh
+
+
+def _note_last_use(dbapi_conn: Any, record: Any) -> None:
+    record.info["last_use"] = time.monotonic()
 
 
 def _sqlite_engine(url: str) -> Engine:

@@ -10,6 +10,7 @@ hold the whole database (``BEGIN IMMEDIATE``), runs the statement without it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -41,11 +42,32 @@ def execute(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
     return cur
 
 
+_ONE_ROW = re.compile(r"\bVALUES (\(\?(?:, \?)*\))")
+MULTI_ROW_PARAMS = 30_000
+"""Bound parameters in one multi-row INSERT (PostgreSQL allows 65,535)."""
+
+
 def executemany(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Run one statement for many parameter rows."""
-    if rows:
-        cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        cur.executemany(_translate(sql, conn.dialect.name), [tuple(r) for r in rows])
+    """Run one statement for many parameter rows.
+
+    On PostgreSQL an ``INSERT … VALUES (?, …)`` becomes one multi-row ``VALUES (…), (…)``
+    statement (a round trip and one plan instead of one execution per row: 0.11 ms against
+    0.50 ms for the six rows of a turn, measured by benchmarks/bench_postgres.py).
+    """
+    if not rows:
+        return
+    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    dialect = conn.dialect.name
+    match = _ONE_ROW.search(sql) if dialect == "postgresql" and len(rows) > 1 else None
+    if match is None or not sql.lstrip().upper().startswith("INSERT"):
+        cur.executemany(_translate(sql, dialect), [tuple(r) for r in rows])
+        return
+    group = match.group(1)
+    per = max(1, MULTI_ROW_PARAMS // group.count("?"))
+    for start in range(0, len(rows), per):
+        part = rows[start : start + per]
+        stmt = f"{sql[: match.start(1)]}{', '.join([group] * len(part))}{sql[match.end(1) :]}"
+        cur.execute(_translate(stmt, dialect), tuple(v for r in part for v in r))
 
 
 def fetchall(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:

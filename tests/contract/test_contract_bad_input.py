@@ -14,7 +14,8 @@ from sqlalchemy.engine import make_url
 from alpstore.db import open_database
 from alpstore.db.tables import blobs, checkpoints
 from alpstore.errors import DatabaseError, UsageError
-from tests.conftest import Backend, _pg_admin, postgres_base_url, run_cli
+from alpstore.store import Store
+from tests.conftest import Backend, _pg_admin, postgres_base_url, postgres_schema, run_cli
 
 SECRET = "s3cr3t-Pa55"
 
@@ -137,3 +138,28 @@ def test_sql_helpers_on_each_backend(backend: Backend) -> None:
         assert result.code == 0, result.err
         text = '{"content":"hi","role":"user"}'
         assert json.loads(result.out) == [{"h": digest.hex(), "t": text}]
+
+
+@pytest.mark.postgres
+def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent idle for a while (the server restarted, or a proxy closed the connection): its
+    next turn goes through on a fresh connection instead of failing."""
+    import alpstore.db.engine as engine_module
+
+    with postgres_schema() as url:
+        store = Store.open(tmp_path, url=url)
+        try:
+            session = store.create_session(name="idle")
+            session.commit_turn([{"role": "user", "content": "before the drop"}])
+            with store.db.read() as conn:
+                pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            with _pg_admin().connect() as admin:
+                admin.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
+            monkeypatch.setattr(engine_module, "PG_PING_AFTER_IDLE_S", 0.0)  # "a while" = now
+            session.commit_turn([{"role": "user", "content": "after the drop"}])
+            history = [e.value["content"] for e in session.history()]
+            assert history == ["before the drop", "after the drop"]
+        finally:
+            store.close()
