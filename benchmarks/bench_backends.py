@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,19 +69,15 @@ def worker(root: str, url: str, index: int, turns: int, out: str, barrier: str) 
 def pg_schema(base: str) -> Iterator[str]:
     """A fresh schema on the benchmark server, dropped afterwards."""
     from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
 
+    from alpstore.testing.postgres import fresh_schema
+
     engine = create_engine(base, poolclass=NullPool)
-    schema = f"bench_{uuid.uuid4().hex[:12]}"
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
     try:
-        url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-        yield url.render_as_string(hide_password=False)
+        with fresh_schema(engine, base, "bench_") as url:
+            yield url
     finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
         engine.dispose()
 
 

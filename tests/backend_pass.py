@@ -53,14 +53,14 @@ class RootSchemas:
     def url_for(self, root: Path | str) -> str:
         """The URL of ``root``'s schema, creating the schema the first time."""
         from sqlalchemy import exc
-        from sqlalchemy.engine import make_url
+
+        from alpstore.testing.postgres import schema_url
 
         schema = self.schema_for(root)
         # two processes may race to create it
         with contextlib.suppress(exc.IntegrityError), self.admin.begin() as conn:
             conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {schema}")
-        url = make_url(self.base_url).update_query_dict({"options": f"-csearch_path={schema}"})
-        return url.render_as_string(hide_password=False)
+        return schema_url(self.base_url, schema)
 
     def existing(self) -> set[str]:
         """The schemas of this session that exist now."""

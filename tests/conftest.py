@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -185,19 +184,10 @@ def _pg_admin() -> Any:
 @contextmanager
 def postgres_schema() -> Iterator[str]:
     """A fresh, empty schema on the test server; yields a URL whose search_path is it."""
-    from sqlalchemy.engine import make_url
+    from alpstore.testing.postgres import fresh_schema
 
-    engine = _pg_admin()
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
-    url = make_url(postgres_base_url()).update_query_dict({"options": f"-csearch_path={schema}"})
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql("SET lock_timeout = '10s'")
-            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_schema(_pg_admin(), postgres_base_url() or "", "t_") as url:
+        yield url
 
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
@@ -272,7 +262,7 @@ def _postgresql_pass() -> Iterator[None]:
 
     schemas = RootSchemas(_pg_admin(), base)
 
-    def default_database_url(root: Path | None, *, create: bool = True) -> str | None:
+    def default_database_url(root: Path | None) -> str | None:
         if os.environ.get("ALPSTORE_DATABASE_URL") or root is None:
             return os.environ.get("ALPSTORE_DATABASE_URL") or None
         return schemas.url_for(root)

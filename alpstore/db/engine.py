@@ -398,7 +398,7 @@ def redact(text: str) -> str:
     return _PASSWORD_KV.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\3", text))
 
 
-def default_database_url(root: Path | None, *, create: bool = True) -> str | None:
+def default_database_url(root: Path | None) -> str | None:
     """The database an archive opened without a URL uses: ``$ALPSTORE_DATABASE_URL`` when it is
     set, else None — the SQLite file of the run root.
     """
@@ -432,7 +432,7 @@ def open_database(
     if root is not None and root.exists() and not root.is_dir():
         raise StorageError(f"run root {root} is not a directory")
     if url is None:
-        url = default_database_url(root, create=create)
+        url = default_database_url(root)
     if url:
         try:
             parsed = make_url(url)
