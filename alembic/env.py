@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection
 
 from alembic import context
@@ -23,8 +25,33 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
+def _run_sqlite(database: Any) -> None:
+    """SQLite: migrate with foreign keys off, checked before commit.
+
+    A migration that rebuilds a table (SQLite cannot alter a primary key in place) drops a table
+    other tables refer to; with enforcement on, that drop fails or leaves the transaction unable
+    to commit. The pragma only changes outside a transaction, hence a connection of its own,
+    queued like any writer; ``PRAGMA foreign_key_check`` then proves nothing was left dangling.
+    """
+    with database.engine.connect() as connection:
+        driver = connection.connection.driver_connection  # outside any transaction
+        driver.execute("PRAGMA foreign_keys=OFF")
+        try:
+            connection.execution_options(sqlite_begin="IMMEDIATE")
+            with database._writer_queue(), connection.begin():
+                _run(connection)
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").first()
+                if broken is not None:
+                    raise RuntimeError(f"migration left a dangling reference: {tuple(broken)}")
+        finally:
+            driver.execute("PRAGMA foreign_keys=ON")
+
+
 def run_migrations_online() -> None:
     database = config.attributes.get("database")
+    if database is not None and database.is_sqlite:
+        _run_sqlite(database)
+        return
     if database is not None:
         with database.atomic() as connection:
             if connection.dialect.name == "postgresql":

@@ -159,8 +159,10 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
                     segment_entries.c.segment_id == seg, segment_entries.c.position >= hi
                 )
             )
-            conn.execute(
-                segments.update().where(segments.c.id == seg).values(length=max(hi, shapes[seg][1]))
+            conn.execute(  # sealed: the freed positions are never written again
+                segments.update()
+                .where(segments.c.id == seg)
+                .values(length=max(hi, shapes[seg][1]), sealed=True)
             )
         for start in range(0, len(doomed_segments), 500):
             part = doomed_segments[start : start + 500]

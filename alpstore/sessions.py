@@ -29,7 +29,7 @@ from alpstore.db.tables import (
 )
 from alpstore.errors import NotFoundError, SessionStateError, UsageError
 from alpstore.importers import is_user_turn
-from alpstore.views import View
+from alpstore.views import View, cover_add, cover_bytes, cover_int, cover_sub
 
 if TYPE_CHECKING:
     from alpstore.store import Store
@@ -86,6 +86,8 @@ class CheckpointInfo:
     created_at: float
     kernel_digest: Digest | None = None
     wm_digest: Digest | None = None
+    covering_digest: bytes | None = None
+    """The digest of the covering list (None: not recorded); see ``alpstore.views.cover_term``."""
 
     @property
     def length(self) -> int:
@@ -165,6 +167,9 @@ class Session:
     def __init__(self, store: Store, info: SessionInfo) -> None:
         self.store = store
         self._info = info
+        self._cover = 0
+        """The covering digest of ``_info.head``: meaningful only inside a write transaction,
+        after ``_write`` read it from the session row."""
 
     # ---------------------------------------------------------------- reading
     @property
@@ -210,7 +215,7 @@ class Session:
         row = rsql.fetchone(
             conn,
             "SELECT status, head_segment_id, head_length, turn, "
-            "backtrack_count FROM sessions WHERE id = ? FOR NO KEY UPDATE",
+            "backtrack_count, head_digest FROM sessions WHERE id = ? FOR NO KEY UPDATE",
             (self.id,),
         )
         if row is None:
@@ -223,6 +228,8 @@ class Session:
             backtrack_count=int(row[4]),
         )
         self._info = info
+        cover = cover_int(row[5])
+        self._cover = self.store.views.cover(conn, info.head) if cover is None else cover
         return info
 
     def _require_writable(self, info: SessionInfo, what: str) -> None:
@@ -241,13 +248,14 @@ class Session:
         view: View,
         *,
         turn: int,
+        cover: int,
         status: Status | None = None,
         backtrack_count: int | None = None,
     ) -> None:
         rsql.execute(
             conn,
             "UPDATE sessions SET head_segment_id = ?, head_length = ?, turn = ?, "
-            "updated_at = ?, status = ?, backtrack_count = ? WHERE id = ?",
+            "updated_at = ?, status = ?, backtrack_count = ?, head_digest = ? WHERE id = ?",
             (
                 view.segment_id,
                 view.length,
@@ -255,9 +263,11 @@ class Session:
                 time.time(),
                 status or info.status,
                 info.backtrack_count if backtrack_count is None else backtrack_count,
+                cover_bytes(cover),
                 info.id,
             ),
         )
+        self._cover = cover
         self._info = _evolve(
             info,
             head=view,
@@ -313,10 +323,12 @@ class Session:
             with store.db.atomic() as conn:
                 info = self._write(conn)
                 self._require_writable(info, "append")
-                head = info.head
+                head, cover = info.head, self._cover
                 if keep is not None:
                     if not 0 <= keep <= head.length:
                         raise UsageError(f"keep {keep}: the head holds {head.length} entries")
+                    if keep < head.length:  # O(dropped): the cut entries leave the digest
+                        cover = cover_sub(cover, keep, store.views.read_digests(conn, head, keep))
                     head = View(head.segment_id if keep else None, keep)
                 ids = store.archive.store_encoded(conn, items)
                 view = store.views.append(conn, head, info.id, ids)
@@ -325,6 +337,7 @@ class Session:
                     info,
                     view,
                     turn=info.turn + count_user_turns(messages),
+                    cover=cover_add(cover, head.length, [d for d, _, _ in items]),
                     status="active" if info.status == "created" else None,
                 )
                 if checkpoint is None:
@@ -348,7 +361,8 @@ class Session:
             self._require_writable(info, "append")
             sid, digest = store.archive.store_summary(conn, text, covers)
             view = store.views.append(conn, info.head, info.id, [sid])
-            self._move_head(conn, info, view, turn=info.turn)
+            cover = cover_add(self._cover, info.head.length, [digest])
+            self._move_head(conn, info, view, turn=info.turn, cover=cover)
         return digest
 
     def fold(self, start: int, end: int, summary: str) -> Digest:
@@ -373,7 +387,10 @@ class Session:
             digests = store.digests_for_ids(conn, covered)
             sid, digest = store.archive.store_summary(conn, summary, digests)
             view = store.views.splice(conn, info.head, info.id, start, end, [sid])
-            self._move_head(conn, info, view, turn=info.turn)
+            old = store.views.read_digests(conn, info.head, start)
+            cover = cover_sub(self._cover, start, old)
+            cover = cover_add(cover, start, [digest, *old[end - start :]])
+            self._move_head(conn, info, view, turn=info.turn, cover=cover)
             store.record_event(
                 conn,
                 info.id,
@@ -434,9 +451,10 @@ class Session:
             trigger=trigger,
             kernel_id=k_id,
             wm_id=w_id,
+            cover=self._cover,
         )
         if turn is not None and turn != info.turn:
-            self._move_head(conn, info, info.head, turn=turn)
+            self._move_head(conn, info, info.head, turn=turn, cover=self._cover)
         if info.retention.mode != "all":
             store.apply_retention(conn, info)
         return ck
@@ -485,12 +503,16 @@ class Session:
             latest = retained[-1]
             store.abandon_after(conn, info.id, target.seq)
             view, turn = target.view, target.turn
+            cover = cover_int(target.covering_digest)
+            if cover is None:  # not recorded (cannot happen after revision 0004's upgrade)
+                cover = store.views.cover(conn, view)
             steer_digest: Digest | None = None
             steer_id: int | None = None
             if steering is not None:
                 item = encode(steering_message(steering), BLOB_MESSAGE)
                 (steer_id,) = store.archive.store_encoded(conn, [item])
                 steer_digest = item[0]
+                cover = cover_add(cover, view.length, [item[0]])
                 view = store.views.append(conn, view, info.id, [steer_id])
                 turn += 1
             count = info.backtrack_count + (1 if automatic else 0)
@@ -499,6 +521,7 @@ class Session:
                 info,
                 view,
                 turn=turn,
+                cover=cover,
                 backtrack_count=count,
                 status="active" if info.status in ("created", "checkpointing") else None,
             )
@@ -551,8 +574,15 @@ class Session:
                     f"not {info.uuid}",
                     hint="use fork to continue another session's history",
                 )
+            else:  # the row as it is now (retention may have cut it, `gc` its entries since)
+                checkpoint = store.checkpoint_in(conn, checkpoint.id, info)
+            cover = cover_int(checkpoint.covering_digest)
+            if cover is None:  # not recorded (cannot happen after revision 0004's upgrade)
+                cover = store.views.cover(conn, checkpoint.view)
             store.abandon_after(conn, info.id, checkpoint.seq)
-            self._move_head(conn, info, checkpoint.view, turn=checkpoint.turn, status="active")
+            self._move_head(
+                conn, info, checkpoint.view, turn=checkpoint.turn, cover=cover, status="active"
+            )
             store.record_event(conn, info.id, "resume", checkpoint.id, {"turn": checkpoint.turn})
         store.emit("resume", session=info.uuid, checkpoint=checkpoint.id, turn=checkpoint.turn)
         return checkpoint
@@ -589,7 +619,7 @@ class Session:
             info = self._write(conn)
             if info.status == "terminated" and status != "terminated":
                 raise SessionStateError(f"session {info.uuid} is terminated; cannot be resumed")
-            self._move_head(conn, info, info.head, turn=info.turn, status=status)
+            self._move_head(conn, info, info.head, turn=info.turn, cover=self._cover, status=status)
             self.store.record_event(conn, info.id, "status", None, {"status": status})
 
     def record_decision(

@@ -24,7 +24,7 @@ from alpstore.db.tables import (
     session_events,
     sessions,
 )
-from alpstore.errors import NotFoundError, UsageError
+from alpstore.errors import IntegrityError, NotFoundError, UsageError
 from alpstore.events import EventLog
 from alpstore.sessions import (
     CheckpointInfo,
@@ -37,12 +37,13 @@ from alpstore.sessions import (
     manifest_blob,
     new_session_uuid,
 )
-from alpstore.views import View, ViewStore
+from alpstore.views import EMPTY_COVER, View, ViewStore, cover_bytes, cover_int, cover_of
 
 INSERT_CHECKPOINT = (
     "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
-    "wm_blob_id, label, trigger, abandoned, created_at) VALUES (?, (SELECT COALESCE(MAX(seq), 0)"
-    " + 1 FROM checkpoints WHERE session_id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES (?, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checkpoints WHERE session_id = ?), "
+    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
 )
 
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
@@ -127,6 +128,7 @@ class Store:
                         retention_n=retention.n,
                         created_at=now,
                         updated_at=now,
+                        head_digest=EMPTY_COVER,
                     )
                 )
             )
@@ -232,7 +234,29 @@ class Store:
             created_at=float(row.created_at),
             kernel_digest=digests.get(row.kernel_blob_id) if row.kernel_blob_id else None,
             wm_digest=digests.get(row.wm_blob_id) if row.wm_blob_id else None,
+            covering_digest=None if row.covering_digest is None else bytes(row.covering_digest),
         )
+
+    def checkpoint_in(
+        self, conn: Connection, checkpoint_id: int, info: SessionInfo
+    ) -> CheckpointInfo:
+        """A checkpoint of ``info``'s session re-read inside the caller's transaction.
+
+        Raises:
+            NotFoundError: the row is gone (retention or another process cut it).
+        """
+        row = conn.execute(
+            select(checkpoints).where(
+                checkpoints.c.id == checkpoint_id, checkpoints.c.session_id == info.id
+            )
+        ).first()
+        if row is None:
+            raise NotFoundError(
+                f"checkpoint {checkpoint_id} of session {info.uuid} no longer exists",
+                hint="retention or another process removed it; `alpstore checkpoint list` "
+                "shows the ones kept",
+            )
+        return self._ck(row, info.uuid)
 
     def list_checkpoints(
         self, session_id: int, *, include_abandoned: bool = False, conn: Connection | None = None
@@ -339,10 +363,18 @@ class Store:
         trigger: str | None,
         kernel_id: int | None,
         wm_id: int | None,
+        cover: int | None = None,
     ) -> CheckpointInfo:
-        """Insert a checkpoint row for ``info`` inside the caller's transaction."""
+        """Insert a checkpoint row for ``info`` inside the caller's transaction.
+
+        ``cover``: the view's covering digest when the caller keeps it (a session's head);
+        otherwise it is computed from the view's entries (O(length)).
+        """
         stored_label = None if label in (None, default_label(turn)) else label
         now = time.time()
+        if cover is None:
+            cover = self.views.cover(conn, view)
+        digest = cover_bytes(cover)
         ck_id, seq = rsql.fetchone(
             conn,
             INSERT_CHECKPOINT,
@@ -358,10 +390,20 @@ class Store:
                 trigger,
                 False,
                 now,
+                digest,
             ),
         )
         return CheckpointInfo(
-            ck_id, info.uuid, seq, turn, label or default_label(turn), trigger, view, False, now
+            ck_id,
+            info.uuid,
+            seq,
+            turn,
+            label or default_label(turn),
+            trigger,
+            view,
+            False,
+            now,
+            covering_digest=digest,
         )
 
     def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
@@ -433,6 +475,9 @@ class Store:
             src = conn.execute(select(checkpoints).where(checkpoints.c.id == checkpoint.id)).first()
             if parent is None or src is None:
                 raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
+            cover = cover_int(src.covering_digest)
+            if cover is None:  # not recorded (cannot happen after revision 0004's upgrade)
+                cover = self.views.cover(conn, View(src.segment_id, int(src.length)))
             sid = inserted_id(
                 conn.execute(
                     sessions.insert().values(
@@ -452,6 +497,7 @@ class Store:
                         retention_n=parent.retention_n,
                         created_at=now,
                         updated_at=now,
+                        head_digest=cover_bytes(cover),
                     )
                 )
             )
@@ -465,6 +511,7 @@ class Store:
                 trigger="fork",
                 kernel_id=src.kernel_blob_id,
                 wm_id=src.wm_blob_id,
+                cover=cover,
             )
             self.record_event(conn, int(parent.id), "fork", checkpoint.id, {"child": uuid})
         self.emit(
@@ -477,7 +524,10 @@ class Store:
         """The entries of a view, in order: one joined range scan per segment, one JSON parse
         per batch.
         """
-        raws = self.hydrate_raw(view, verify=verify)
+        return self._entries(self.hydrate_raw(view, verify=verify))
+
+    @staticmethod
+    def _entries(raws: list[tuple[Digest, int, bytes]]) -> list[Entry]:
         values = parse_documents([(d, raw) for d, _, raw in raws])
         out: list[Entry] = []
         for (digest, kind, _), value in zip(raws, values, strict=True):
@@ -496,13 +546,45 @@ class Store:
         if view.length == 0:
             return []
         with self.db.read() as conn:
-            rows = self.views.read_blob_rows(conn, view)
-            raws = self.archive.decode_rows(conn, rows, verify=verify)
+            return self._hydrate_raw(conn, view, verify=verify)
+
+    def _hydrate_raw(
+        self, conn: Connection, view: View, *, verify: bool
+    ) -> list[tuple[Digest, int, bytes]]:
+        rows = self.views.read_blob_rows(conn, view) if view.length else []
+        raws = self.archive.decode_rows(conn, rows, verify=verify)
         return [(Digest(bytes(r[1])), r[2], raw) for r, raw in zip(rows, raws, strict=True)]
 
     def hydrate(self, checkpoint: CheckpointInfo, *, verify: bool = False) -> list[Entry]:
-        """The covering list a checkpoint points at, hydrated."""
-        return self.hydrate_view(checkpoint.view, verify=verify)
+        """The covering list a checkpoint points at, hydrated.
+
+        The checkpoint row is re-read in the same snapshot: a checkpoint retention or another
+        process removed is reported, never read through a view whose entries may be gone.
+        ``verify``: every blob re-hashed, and the list checked against the checkpoint's
+        covering digest (a swapped or reordered entry is named).
+
+        Raises:
+            NotFoundError: the checkpoint no longer exists.
+            IntegrityError: damaged content, or (``verify``) a list that does not match.
+        """
+        with self.db.read() as conn:
+            row = rsql.fetchone(
+                conn,
+                "SELECT segment_id, length, covering_digest FROM checkpoints WHERE id = ?",
+                (checkpoint.id,),
+            )
+            if row is None:
+                raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
+            view = View(row[0], int(row[1]))
+            raws = self._hydrate_raw(conn, view, verify=verify)
+        recorded = None if row[2] is None else bytes(row[2])
+        if verify and recorded is not None and cover_of([d for d, _, _ in raws]) != recorded:
+            raise IntegrityError(
+                f"checkpoint {checkpoint.id}: its covering list does not match its recorded "
+                "digest (an entry was swapped, lost or reordered)",
+                hint="`alpstore archive verify` names every checkpoint affected",
+            )
+        return self._entries(raws)
 
     def expand(self, entry: Entry) -> list[Entry]:
         """The entries a summary covers (one level), hydrated."""

@@ -9,10 +9,11 @@ view is O(1); reading a view is one range scan per segment of its chain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import blake3
 from sqlalchemy import Connection
 
 from alpstore.db import raw as rsql
@@ -30,6 +31,15 @@ READ_RANGE_BLOBS = (
     "FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
     "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
 )
+
+READ_RANGE_DIGESTS = (
+    "SELECT b.digest FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+)
+
+GROW = "UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed"
+"""Extend a segment in place: only at its tip, and never one `gc` trimmed (sealed), so a
+position once written is never written again and ``(segment, length)`` names fixed entries."""
 
 MAX_CHAIN_DEPTH = 48
 """A new segment whose chain would be deeper than this is flattened (one O(length) copy),
@@ -51,6 +61,46 @@ class View:
 
 EMPTY = View(None, 0)
 
+# ---------------------------------------------------------------- covering digests
+COVER_BITS = 256
+COVER_MOD = 1 << COVER_BITS
+EMPTY_COVER = bytes(COVER_BITS // 8)
+"""The covering digest of an empty list."""
+
+
+def cover_term(position: int, digest: bytes) -> int:
+    """One entry's share of a covering digest: BLAKE3 of its absolute position and digest."""
+    return int.from_bytes(blake3.blake3(position.to_bytes(8, "big") + digest).digest(), "big")
+
+
+def cover_add(cover: int, start: int, digests: Iterable[bytes]) -> int:
+    """``cover`` with the entries ``digests`` added from position ``start`` on."""
+    for i, digest in enumerate(digests, start):
+        cover += cover_term(i, digest)
+    return cover % COVER_MOD
+
+
+def cover_sub(cover: int, start: int, digests: Iterable[bytes]) -> int:
+    """``cover`` without the entries ``digests`` from position ``start`` on."""
+    for i, digest in enumerate(digests, start):
+        cover -= cover_term(i, digest)
+    return cover % COVER_MOD
+
+
+def cover_of(digests: Sequence[bytes]) -> bytes:
+    """The covering digest of a whole list of entry digests (what an importer re-derives)."""
+    return cover_bytes(cover_add(0, 0, digests))
+
+
+def cover_bytes(cover: int) -> bytes:
+    """A covering digest as stored (32 bytes, big-endian)."""
+    return cover.to_bytes(COVER_BITS // 8, "big")
+
+
+def cover_int(stored: bytes | None) -> int | None:
+    """A stored covering digest as a number (None: not recorded)."""
+    return None if stored is None else int.from_bytes(bytes(stored), "big")
+
 
 @dataclass(frozen=True)
 class SegmentRow:
@@ -62,11 +112,70 @@ class SegmentRow:
     base_length: int
 
 
+def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
+    """The covering digest of each view, computed in one ordered pass over every entry.
+
+    What ``archive verify`` checks the recorded digests against, and how the upgrade to
+    revision 0004 recorded them: O(entries + views x chain depth), whatever the views share.
+    Entries that are missing (or name a missing blob) count as absent: the digest then differs.
+    """
+    shapes: dict[int, tuple[int | None, int]] = {
+        int(i): (p, int(b))
+        for i, p, b in conn.exec_driver_sql("SELECT id, parent_id, base_length FROM segments")
+    }
+    chains: dict[View, list[tuple[int, int, int]]] = {}
+    marks: dict[int, set[int]] = {}
+    for view in views:
+        chain: list[tuple[int, int, int]] = []
+        seg, hi = view.segment_id, view.length
+        while seg is not None and hi > 0 and seg in shapes:
+            parent, base = shapes[seg]
+            lo = min(base, hi)
+            if hi > lo:
+                chain.append((seg, lo, hi))
+                marks.setdefault(seg, set()).update((lo, hi))
+            seg, hi = parent, lo
+        chains[view] = chain
+    sums: dict[tuple[int, int], int] = {}
+    current, running, pending = None, 0, list[int]()
+    rows = conn.exec_driver_sql(
+        "SELECT e.segment_id, e.position, b.digest FROM segment_entries e "
+        "JOIN blobs b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
+    )
+
+    def settle(upto: int | None) -> None:
+        # record the running sum at every wanted position up to ``upto`` (all when None)
+        while pending and (upto is None or pending[0] <= upto):
+            sums[(current, pending.pop(0))] = running  # type: ignore[index]
+
+    for seg, pos, digest in rows:
+        seg, pos = int(seg), int(pos)
+        if seg != current:
+            settle(None)
+            current, running = seg, 0
+            pending = sorted(marks.get(seg, ()))
+        if seg not in marks:
+            continue
+        settle(pos)
+        running += cover_term(pos, bytes(digest))
+    settle(None)
+    out: dict[View, int] = {}
+    for view, chain in chains.items():
+        total = 0
+        for seg, lo, hi in chain:
+            total += sums.get((seg, hi), 0) - sums.get((seg, lo), 0)
+        out[view] = total % COVER_MOD
+    return out
+
+
 class ViewStore:
     """Piece-table operations inside a caller's transaction."""
 
     def __init__(self) -> None:
         self._shape: dict[int, SegmentRow] = {}
+        """Segment shapes by id. Safe across `gc` and other writers: ids are never reused
+        and a shape never changes; a collected segment is simply never asked for again by a
+        live view (a stale view finds its entries missing)."""
 
     def segment(self, conn: Connection, segment_id: int) -> SegmentRow:
         """The (cached) shape of a segment.
@@ -135,6 +244,27 @@ class ViewStore:
             rows.extend(part)
         return rows
 
+    def read_digests(self, conn: Connection, view: View, start: int = 0) -> list[bytes]:
+        """The blob digests of ``view`` at positions ``start`` and after (O(length - start)).
+
+        Raises:
+            IntegrityError: entries or blobs are missing.
+        """
+        out: list[bytes] = []
+        for seg_id, lo, hi in clip(self.chain(conn, view), start):
+            part = rsql.fetchall(conn, READ_RANGE_DIGESTS, (seg_id, lo, hi))
+            if len(part) != hi - lo:
+                raise IntegrityError(
+                    f"view {view.archive_view_id}: segment {seg_id} resolves {len(part)} of the "
+                    f"{hi - lo} entries in positions {lo}..{hi - 1}"
+                )
+            out.extend(bytes(r[0]) for r in part)
+        return out
+
+    def cover(self, conn: Connection, view: View) -> int:
+        """The covering digest of ``view`` computed from its entries (O(length))."""
+        return cover_add(0, 0, self.read_digests(conn, view)) if view.length else 0
+
     def depth(self, conn: Connection, view: View) -> int:
         """How many segments the view's chain spans."""
         return len(self.chain(conn, view))
@@ -151,11 +281,7 @@ class ViewStore:
         if view.segment_id is not None:
             seg = self.segment(conn, view.segment_id)
             if seg.session_id == session_id:
-                grown = rsql.execute(
-                    conn,
-                    "UPDATE segments SET length = ? WHERE id = ? AND length = ?",
-                    (new_length, seg.id, view.length),
-                )
+                grown = rsql.execute(conn, GROW, (new_length, seg.id, view.length))
                 if grown.rowcount == 1:
                     self._insert_entries(conn, seg.id, view.length, blob_ids)
                     return View(seg.id, new_length)

@@ -61,6 +61,9 @@ INSERT_BLOB = (
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
 )
 
+BASE_LOOKUP = "SELECT id, codec FROM blobs WHERE digest = ? FOR KEY SHARE"
+"""A delta base, looked up where the delta is written (and locked on PostgreSQL until commit)."""
+
 DELTA_MIN_SIZE = 1024
 """Documents from this raw size up are tried as deltas against a recent similar one."""
 
@@ -138,16 +141,23 @@ class SqlArchive:
         self._comp = Compressor(level)
         self._small_count: int | None = None
         self._pending_small = 0
-        self._bases: OrderedDict[int, tuple[bytes, frozenset[bytes]]] = OrderedDict()
-        """Recent large non-delta blobs of this process: candidates to delta against."""
+        self._bases: OrderedDict[bytes, tuple[bytes, frozenset[bytes]]] = OrderedDict()
+        """Recent large non-delta blobs of this process, by digest: candidates to delta against.
+        A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
+        `gc` may have deleted it since.
+        """
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
-        """Decoded bases, for reading delta blobs."""
+        """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
+        reused, and a blob's content never changes (only its encoding may)."""
         self._load_newest_dictionary()
         db.on_rollback(self._forget_uncommitted)
 
     def _forget_uncommitted(self) -> None:
-        """A write rolled back: forget blob ids it may have produced (SQLite reuses them)."""
+        """A write rolled back: forget what it wrote (SQLite hands a rolled-back id out again,
+        AUTOINCREMENT or not).
+        """
         self._bases.clear()
+        self._base_raw.clear()
         self._pending_small = 0
 
     # ----------------------------------------------------------------- dictionaries
@@ -321,23 +331,34 @@ class SqlArchive:
         codec, payload = self._comp.compress(raw, use_dictionary=use_dict)
         return codec, (self._dict_id if codec == CODEC_ZSTD_DICT else None), payload
 
-    def _delta(self, raw: bytes, plain: int) -> tuple[int, bytes, frozenset[bytes]] | None:
-        """``(base_id, payload, lines)`` when a recent blob makes a much smaller delta."""
+    def _delta(
+        self, conn: Connection, raw: bytes, plain: int
+    ) -> tuple[int, bytes, frozenset[bytes]] | None:
+        """``(base_id, payload, lines)`` when a recent blob makes a much smaller delta.
+
+        The base must still be stored: its id is looked up in this transaction (locked on
+        PostgreSQL until commit, so `gc` cannot delete it under the delta). A candidate `gc`
+        collected since is forgotten.
+        """
         lines = line_hashes(raw)
         best, score = None, 0
-        for base_id, (_, base_lines) in self._bases.items():
+        for base_digest, (_, base_lines) in self._bases.items():
             shared = len(lines & base_lines)
             if shared > score:
-                best, score = base_id, shared
+                best, score = base_digest, shared
         if best is not None and score >= DELTA_MIN_SHARED * len(lines):
             base = self._bases[best][0]
             payload = delta_compressor(base, self.level).compress(raw)
             if len(payload) < DELTA_GAIN * plain:
-                return best, payload, lines
+                found = rsql.fetchone(conn, BASE_LOOKUP, (best,))
+                if found is None or found[1] == CODEC_ZSTD_BASE:  # collected (or re-stored
+                    del self._bases[best]  # since as a delta itself): no base any more
+                    return None
+                return int(found[0]), payload, lines
         return None
 
-    def _remember_base(self, blob_id: int, raw: bytes, lines: frozenset[bytes]) -> None:
-        self._bases[blob_id] = (raw, lines)
+    def _remember_base(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
+        self._bases[digest] = (raw, lines)
         while len(self._bases) > DELTA_CANDIDATES:
             self._bases.popitem(last=False)
 
@@ -362,7 +383,7 @@ class SqlArchive:
                 codec, dict_id, payload = self.compress(raw_bytes)
                 base_id = None
                 if len(raw_bytes) >= DELTA_MIN_SIZE:
-                    delta = self._delta(raw_bytes, len(payload))
+                    delta = self._delta(conn, raw_bytes, len(payload))
                     if delta is not None:
                         codec, dict_id, (base_id, payload, _) = CODEC_ZSTD_BASE, None, delta
                     else:
@@ -374,7 +395,7 @@ class SqlArchive:
             rsql.executemany(conn, INSERT_BLOB, rows)
             ids.update(self.ids_for(conn, list(fresh), lock=True))
             for base_digest, base_raw, lines in new_bases:
-                self._remember_base(ids[base_digest], base_raw, lines)
+                self._remember_base(base_digest, base_raw, lines)
             self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
         return [ids[d] for d, _, _ in items]
 
@@ -385,7 +406,9 @@ class SqlArchive:
 
         ``lock`` (for a writer about to reference them): on PostgreSQL the rows are locked
         ``FOR KEY SHARE`` until commit, so a concurrent GC cannot delete a blob between this
-        lookup and the row that references it (SQLite writers exclude GC as a whole).
+        lookup and the row that references it (SQLite writers exclude GC as a whole). Every id
+        a write refers to comes from a lookup like this in its own transaction, never from a
+        process-local cache.
         """
         found: dict[bytes, int] = {}
         for part in chunks(digests):

@@ -1,7 +1,9 @@
 """SQLAlchemy Core tables: the archive's schema as the models Alembic migrations must equal.
 
 Rows refer to blobs by an integer surrogate key (``blobs.id``); the 32-byte BLAKE3 digest is the
-public id. A covering list (view) is a piece table: a segment holds the entries appended after it
+public id. Integer ids are never reused (SQLite: AUTOINCREMENT; PostgreSQL: sequences), so a
+process-local cache keyed by one can find its row gone but never another row in its place.
+A covering list (view) is a piece table: a segment holds the entries appended after it
 branched from its parent at ``base_length``; a view is ``(segment_id, length)``.
 """
 
@@ -21,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 
 NAMING = {
@@ -53,6 +56,7 @@ zstd_dicts = Table(
     Column("created_at", Float, nullable=False),
     Column("data", LargeBinary, nullable=False),
     comment="Trained zstd dictionaries; a row is never changed once written.",
+    sqlite_autoincrement=True,
 )
 
 blobs = Table(
@@ -67,6 +71,7 @@ blobs = Table(
     Column("payload", LargeBinary, nullable=False),
     Column("base_id", Integer, nullable=True),
     comment="Content-addressed nodes: digest = BLAKE3-256 of the canonical JSON bytes.",
+    sqlite_autoincrement=True,
 )
 
 blob_refs = Table(
@@ -99,7 +104,9 @@ sessions = Table(
     Column("retention_n", Integer, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    Column("head_digest", LargeBinary(32), nullable=True),
     comment="One agent session: its live covering head is (head_segment_id, head_length).",
+    sqlite_autoincrement=True,
 )
 
 segments = Table(
@@ -110,7 +117,9 @@ segments = Table(
     Column("parent_id", Integer, ForeignKey("segments.id"), nullable=True, index=True),
     Column("base_length", Integer, nullable=False),
     Column("length", Integer, nullable=False),
+    Column("sealed", Boolean(name="ck_segments_sealed"), nullable=False, server_default=false()),
     comment="Piece-table segment: parent's first base_length entries, then its own entries.",
+    sqlite_autoincrement=True,
 )
 
 segment_entries = Table(
@@ -138,8 +147,10 @@ checkpoints = Table(
     Column("trigger", String(32), nullable=True),
     Column("abandoned", Boolean(name="ck_checkpoints_abandoned"), nullable=False),
     Column("created_at", Float, nullable=False),
+    Column("covering_digest", LargeBinary(32), nullable=True),
     UniqueConstraint("session_id", "seq"),
     comment="Shallow checkpoints: a pointer to a view (segment_id, length) plus state blobs.",
+    sqlite_autoincrement=True,
 )
 
 backtracks = Table(
@@ -155,6 +166,7 @@ backtracks = Table(
     Column("error_signature", String(200), nullable=True),
     Column("created_at", Float, nullable=False),
     comment="Every backtrack: where from, where to, and the steering message injected.",
+    sqlite_autoincrement=True,
 )
 
 session_events = Table(
@@ -168,6 +180,7 @@ session_events = Table(
     Column("created_at", Float, nullable=False),
     Index(None, "session_id", "kind"),
     comment="Decisions and notable events (folds, forks, recovery decisions) as JSON detail.",
+    sqlite_autoincrement=True,
 )
 
 ARCHIVE_TABLES = (
@@ -193,6 +206,7 @@ lg_threads = Table(
     Column("session_id", Integer, ForeignKey("sessions.id"), nullable=False, index=True),
     UniqueConstraint("thread_id", "checkpoint_ns"),
     comment="A LangGraph thread + namespace, mapped to the alpstore session holding it.",
+    sqlite_autoincrement=True,
 )
 
 lg_runs = Table(
@@ -201,6 +215,7 @@ lg_runs = Table(
     Column("id", Integer, primary_key=True),
     Column("run_id", String(255), nullable=False, unique=True),
     comment="LangGraph run ids, interned (checkpoints refer to them by number).",
+    sqlite_autoincrement=True,
 )
 
 lg_checkpoints = Table(
@@ -218,6 +233,7 @@ lg_checkpoints = Table(
     Column("state", LargeBinary, nullable=False),
     UniqueConstraint("thread_ref", "checkpoint_id"),
     comment="A LangGraph checkpoint: its alpstore checkpoint (messages view), packed state.",
+    sqlite_autoincrement=True,
 )
 
 lg_checkpoint_blobs = Table(
@@ -242,6 +258,7 @@ lg_writes = Table(
     Column("state", LargeBinary, nullable=False),
     UniqueConstraint("thread_ref", "checkpoint_id", "task_id"),
     comment="One task's pending writes on a LangGraph checkpoint (packed; blobs in items).",
+    sqlite_autoincrement=True,
 )
 
 lg_write_items = Table(
