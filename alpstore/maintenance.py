@@ -24,7 +24,7 @@ from alpstore.db.tables import (
     segments,
     sessions,
 )
-from alpstore.views import View
+from alpstore.views import View, cover_bytes, covers_of_views
 
 if TYPE_CHECKING:
     from alpstore.store import Store
@@ -46,24 +46,34 @@ class _Views:
     """Every view in the archive: session heads and checkpoints, with who owns them."""
 
     items: list[tuple[View, str, int | None]] = field(default_factory=list)
+    digests: list[bytes | None] = field(default_factory=list)
+    """The covering digest recorded for each item (None: not recorded)."""
 
 
 def _all_views(conn: Connection) -> _Views:
     out = _Views()
     uuids = dict(conn.execute(select(sessions.c.id, sessions.c.uuid)).all())
-    for sid, seg, length in conn.execute(
-        select(sessions.c.id, sessions.c.head_segment_id, sessions.c.head_length)
+    for sid, seg, length, digest in conn.execute(
+        select(
+            sessions.c.id,
+            sessions.c.head_segment_id,
+            sessions.c.head_length,
+            sessions.c.head_digest,
+        )
     ):
         out.items.append((View(seg, int(length)), uuids[sid], None))
-    for ck_id, sid, seg, length in conn.execute(
+        out.digests.append(None if digest is None else bytes(digest))
+    for ck_id, sid, seg, length, digest in conn.execute(
         select(
             checkpoints.c.id,
             checkpoints.c.session_id,
             checkpoints.c.segment_id,
             checkpoints.c.length,
+            checkpoints.c.covering_digest,
         )
     ):
         out.items.append((View(seg, int(length)), uuids[sid], int(ck_id)))
+        out.digests.append(None if digest is None else bytes(digest))
     return out
 
 
@@ -313,7 +323,9 @@ def _verify_rows(store: Store) -> VerifyReport:
                     state_bad[int(ck_id)] = True
         affected_sessions: set[str] = set()
         affected_cks: list[int] = []
-        for view, uuid, ck in _all_views(conn).items:
+        every = _all_views(conn)
+        readable: list[tuple[View, str, int | None, bytes]] = []
+        for (view, uuid, ck), recorded in zip(every.items, every.digests, strict=True):
             if view.segment_id is not None and view.segment_id not in shapes:
                 report.problems.append(
                     Problem(
@@ -340,6 +352,24 @@ def _verify_rows(store: Store) -> VerifyReport:
                 or any(lo <= p < hi for seg, lo, hi in chain for p in bad_positions.get(seg, ()))
             )
             if hit:
+                affected_sessions.add(uuid)
+                if ck is not None:
+                    affected_cks.append(ck)
+            elif recorded is not None:
+                readable.append((view, uuid, ck, recorded))
+        # every readable view against its covering digest: one ordered pass over the entries
+        covers = covers_of_views(conn, [v for v, _, _, _ in readable])
+        for view, uuid, ck, recorded in readable:
+            report.rows_checked += 1
+            if cover_bytes(covers[view]) != recorded:
+                report.problems.append(
+                    Problem(
+                        what=f"{_owner(ck, uuid)}: covering list {view.archive_view_id} does "
+                        "not match its recorded digest (an entry was swapped, lost or reordered)",
+                        sessions=(uuid,),
+                        checkpoints=(ck,) if ck else (),
+                    )
+                )
                 affected_sessions.add(uuid)
                 if ck is not None:
                     affected_cks.append(ck)

@@ -29,6 +29,7 @@ from alpstore.portable.files import (
     validate_document,
 )
 from alpstore.sessions import CheckpointInfo, Entry, Session, SessionInfo, default_label
+from alpstore.views import cover_of
 
 if TYPE_CHECKING:
     from alpstore.store import Store
@@ -276,6 +277,7 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
     covered = [encode_entry(e) for e in _covered(store, entries)]
     manifest = store.session_manifest(info.id)
     block: dict[str, Any] = {"format": FORMAT, "archive_view_id": snap.view.archive_view_id}
+    block["covering_digest"] = _covering_digest(snap, entries)
     if covered:
         block["covered"] = covered
     if manifest is None:
@@ -432,6 +434,7 @@ def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
         elif shape == "none":
             wm = None
     _check_covers(conversation, covered, where)
+    _check_covering_digest(block, conversation, where)
     kernel: Any | None = None if block.get("kernel_absent") else doc["kernel"]
     manifest = None if block.get("manifest_absent") else doc["manifest"]["content"]
     return ImportPlan(
@@ -447,6 +450,39 @@ def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
         turn,
         int(doc.get("backtrack_count", 0)),
     )
+
+
+def _covering_digest(snap: Snapshot, entries: Sequence[Entry]) -> str:
+    """The covering digest a deep file carries; a checkpoint's must match the one it recorded.
+
+    Raises:
+        IntegrityError: the checkpoint's list no longer matches its digest (not exported).
+    """
+    cover = cover_of([e.digest for e in entries])
+    recorded = snap.checkpoint.covering_digest if snap.checkpoint is not None else None
+    if snap.checkpoint is not None and recorded is not None and recorded != cover:
+        raise IntegrityError(
+            f"checkpoint {snap.checkpoint.id}: its covering list does not match its recorded "
+            "digest (an entry was swapped, lost or reordered); not exported",
+            hint="`alpstore archive verify` names every checkpoint affected",
+        )
+    return cover.hex()
+
+
+def _check_covering_digest(block: dict[str, Any], conversation: Sequence[Item], where: str) -> None:
+    """A carried covering digest must be the one the committed messages re-derive (files
+    without one — older exports, mas-lab's — carry none and are not checked).
+    """
+    if "covering_digest" not in block:
+        return
+    path = f"$.working_memory[0].conversation_chunks.{BLOCK}.covering_digest"
+    carried = _hex_digest(block["covering_digest"], f"{where}: {path}")
+    derived = cover_of([i.digest for i in conversation])
+    if carried != derived:
+        raise CheckpointFileError(
+            f"{where}: {path} {digest_hex(carried)[:12]}… does not match the committed messages "
+            f"(re-derived {digest_hex(derived)[:12]}…): an entry was swapped, lost or reordered"
+        )
 
 
 def _check_covers(conversation: Sequence[Item], covered: Sequence[Item], where: str) -> None:
