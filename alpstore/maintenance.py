@@ -121,6 +121,8 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
         shapes = _shapes(conn)
         need: dict[int, int] = {}
         for view, _, _ in _all_views(conn).items:
+            if view.segment_id in shapes:  # named even when it adds no entry to the view
+                need.setdefault(view.segment_id, 0)  # (a head cut back to its branch point)
             for seg, _lo, hi in _chain(shapes, view):
                 if need.get(seg, 0) >= hi:
                     break

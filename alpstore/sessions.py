@@ -329,7 +329,7 @@ class Session:
                         raise UsageError(f"keep {keep}: the head holds {head.length} entries")
                     if keep < head.length:  # O(dropped): the cut entries leave the digest
                         cover = cover_sub(cover, keep, store.views.read_digests(conn, head, keep))
-                    head = View(head.segment_id if keep else None, keep)
+                    head = store.views.cut(conn, head, keep)
                 ids = store.archive.store_encoded(conn, items)
                 view = store.views.append(conn, head, info.id, ids)
                 self._move_head(

@@ -244,6 +244,19 @@ class ViewStore:
             rows.extend(part)
         return rows
 
+    def cut(self, conn: Connection, view: View, keep: int) -> View:
+        """The first ``keep`` entries of ``view``, named by the segment that holds the last of
+        them (a view never names a segment it takes no entry from: GC marks through chains
+        and would not keep that segment).
+        """
+        seg = view.segment_id if keep else None
+        while seg is not None:
+            shape = self.segment(conn, seg)
+            if keep > shape.base_length:
+                break
+            seg = shape.parent_id
+        return View(seg, keep)
+
     def read_digests(self, conn: Connection, view: View, start: int = 0) -> list[bytes]:
         """The blob digests of ``view`` at positions ``start`` and after (O(length - start)).
 

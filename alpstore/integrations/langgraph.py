@@ -115,7 +115,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             if not create:
                 return None
             row = lgdb.create_thread(self.store, conn, thread_id, ns)
-        if cached is None or cached.ref != row[0]:
+        if cached is None or cached.ref != row[0] or cached.session.id != row[1]:
             cached = lgdb.ThreadState(self.store, conn, int(row[0]), int(row[1]))
             self._threads[key] = cached
         return cached

@@ -102,3 +102,19 @@ def test_a_cut_checkpoint_is_not_hydrated_from_a_regrown_segment(backend: Backen
     s.append([{"role": "assistant", "content": "not"}, {"role": "user", "content": "old's"}])
     with pytest.raises(NotFoundError):
         store.hydrate(old)
+
+
+def test_a_head_cut_back_to_its_branch_point_survives_gc(backend: Backend) -> None:
+    """Found by the stress run: an append that branched a segment, then dropped again
+    (`truncate_and_append(n, [])`, OpenAI Agents' `pop_item`), left the head naming a segment it
+    takes no entry from; `gc` deleted that segment and the session could no longer be read."""
+    store = backend.open_store()
+    s = store.create_session()
+    s.commit_turn([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    s.truncate_and_append(1, [{"role": "assistant", "content": "c"}])  # branches a segment
+    s.truncate_and_append(1, [])  # ... and drops its only entry again
+    gc(backend.open_store())
+    assert msgs(s) == [{"role": "user", "content": "a"}]
+    assert verify(backend.open_store()).ok
+    s.append([{"role": "assistant", "content": "d"}])
+    assert [m["content"] for m in msgs(backend.open_store().get_session(s.uuid))] == ["a", "d"]
