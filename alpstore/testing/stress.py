@@ -38,6 +38,9 @@ from alpstore.store import Store
 FINAL_SAMPLE = 150
 """Older checkpoints each long-lived writer re-reads at the end, besides every session's newest."""
 
+NATIVE_STEP_S = 0.05
+"""A native writer takes at least this long a step (unpaced it made ~25 a second)."""
+
 MAX_ENTRIES = 40
 """A session longer than this is left for a new one (keeps the final check bounded)."""
 
@@ -401,8 +404,11 @@ def writer(
     steps = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
+        began = time.monotonic()
         actor.step()
         steps += 1
+        if isinstance(actor, Native):  # paced: the final reads grow with every checkpoint
+            time.sleep(max(0.0, NATIVE_STEP_S - (time.monotonic() - began)))
         if steps % 15 == 0:  # read the others (and ourselves) through this process's caches
             records, deleted, _ = read_logs(workdir)
             sample = rng.sample(records, min(6, len(records)))
