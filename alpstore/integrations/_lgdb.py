@@ -21,7 +21,7 @@ from alpstore.integrations._lgcodec import KIND_MESSAGE, message_docs, message_f
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.sessions import Session
 from alpstore.store import Store, encode
-from alpstore.views import View
+from alpstore.views import View, cover_int
 
 SESSION_NAME_PREFIX = "langgraph:"
 CHUNK = 500
@@ -482,7 +482,7 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
             conn,
             "SELECT lc.id, lc.checkpoint_id, lc.parent_checkpoint_id, lc.run_ref, lc.codec, "
             "lc.dict_id, lc.raw_size, lc.state, c.id, c.segment_id, c.length, c.turn, "
-            f"c.kernel_blob_id, c.wm_blob_id, c.label, c.trigger {_CK_FROM} "
+            f"c.kernel_blob_id, c.wm_blob_id, c.label, c.trigger, c.covering_digest {_CK_FROM} "
             "WHERE lc.thread_ref = ? ORDER BY lc.checkpoint_id",
             (ref,),
         )
@@ -515,6 +515,7 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
             w,
             lab,
             trig,
+            cover,
         ) in cks:
             ck = store.insert_checkpoint(
                 conn,
@@ -525,6 +526,7 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
                 trigger=trig,
                 kernel_id=k,
                 wm_id=w,
+                cover=cover_int(cover),  # the source's (None: computed)
             )
             new = rsql.fetchone(
                 conn,
