@@ -100,8 +100,15 @@ def _sqlite_on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
 def _sqlite_on_begin(conn: Connection) -> None:
     # Writers take the write lock up front (BEGIN IMMEDIATE): a deferred transaction that later
     # upgrades to a writer can fail with SQLITE_BUSY regardless of busy_timeout.
+    # On the driver connection: through ``exec_driver_sql`` the BEGIN of every transaction
+    # paid SQLAlchemy's statement machinery (about a tenth of a turn); errors are wrapped as
+    # SQLAlchemy would, so ``translate_errors`` still names them (and retries a busy one).
     mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-    conn.exec_driver_sql(f"BEGIN {mode}")
+    statement = f"BEGIN {mode}"
+    try:
+        conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
+    except sqlite3.Error as err:
+        raise exc.DBAPIError.instance(statement, None, err, sqlite3.Error) from err
 
 
 class Database:
