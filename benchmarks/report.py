@@ -246,7 +246,14 @@ def main(argv: list[str]) -> int:
     ]
     lines += core_section(b)
     lines += curves_section(HERE / "results" / "curves.json")
-    for name in ("langgraph.md", "backends.md", "postgres.md", "portable.md", "debug.md"):
+    for name in (
+        "langgraph.md",
+        "backends.md",
+        "postgres.md",
+        "portable.md",
+        "debug.md",
+        "integrity.md",
+    ):
         extra = HERE / "results" / name
         if extra.exists():
             text = extra.read_text().strip().splitlines()
