@@ -72,8 +72,12 @@ def run_migrations_online() -> None:
     )
     if not url:
         raise SystemExit("alembic: pass -x url=DATABASE_URL")
-    engine = _sqlite_engine(url) if url.startswith("sqlite") else create_engine(url)
-    with engine.begin() as connection:
+    if url.startswith("sqlite"):
+        from alpstore.db.engine import Database
+
+        _run_sqlite(Database(_sqlite_engine(url), location=url))  # foreign keys off, checked
+        return
+    with create_engine(url).begin() as connection:
         _run(connection)
 
 
