@@ -173,6 +173,7 @@ class Bar:
 
 CHART_W = 600
 CHART_H = 80
+MAX_BAR = 12.0
 
 
 def bytes_chart(points: list[tuple[int, int, int]]) -> list[Bar]:
@@ -180,7 +181,7 @@ def bytes_chart(points: list[tuple[int, int, int]]) -> list[Bar]:
     if not points:
         return []
     top = max(b for _, _, b in points) or 1
-    width = CHART_W / len(points)
+    width = min(CHART_W / len(points), MAX_BAR)
     bars = []
     for n, (ck, turn, added) in enumerate(points):
         h = max(CHART_H * added / top, 1.0 if added else 0.0)

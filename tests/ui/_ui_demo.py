@@ -51,12 +51,16 @@ def build_demo(store: Store, turns: int = 40) -> dict[str, Any]:
     fork_point = store.resolve_checkpoint("demo@20")
     child = demo.fork(fork_point, name="experiment")
     child.commit_turn([{"role": "user", "content": "Try the other approach from here."}])
+    live = store.create_session(name="live")
+    live.commit_turn([{"role": "user", "content": "first"}])
     xss = store.create_session(name="xss<b>bold</b>")
     xss.commit_turn(XSS_MESSAGES, label="<i>label</i>")
     return {
         "demo": demo.uuid,
         "child": child.uuid,
         "xss": xss.uuid,
+        "live": live.uuid,
+        "bad_turn": turns - 8,
         "folded": folded.id,
         "backtrack_to": bt.to_checkpoint.id,
     }
