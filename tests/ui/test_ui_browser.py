@@ -128,15 +128,9 @@ def walk(page: Any, ui: UiServer) -> None:
     expect(page.locator("#journal")).to_contain_text("generation")
 
 
-def test_walk_sessions_timeline_conversation_summary_diff_bisect(
-    page: Any, ui_server: UiServer
-) -> None:
-    walk(page, ui_server)
-
-
-def test_full_session_leaves_archive_bytes_and_revision_unchanged(
-    page: Any, ui_server: UiServer
-) -> None:
+def test_walk_leaves_archive_bytes_and_revision_unchanged(page: Any, ui_server: UiServer) -> None:
+    """The whole walk, then the archive compared with how it was before: same bytes (SQLite
+    file and WAL) or same rows (every PostgreSQL table), same schema revision."""
     before = fingerprint(ui_server.root, ui_server.db_url)
     walk(page, ui_server)
     page.goto(f"{ui_server.base}/c/{ui_server.ids['folded']}")
