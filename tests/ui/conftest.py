@@ -121,7 +121,8 @@ def fingerprint(root: Path, db_url: str | None) -> dict[str, str]:
         out = {}
         for suffix in ("", "-wal"):
             p = Path(str(path) + suffix)
-            out[p.name] = hashlib.sha256(p.read_bytes()).hexdigest() if p.exists() else "-"
+            # a reader may leave an empty WAL behind: no content, as good as none
+            out[p.name] = hashlib.sha256(p.read_bytes() if p.exists() else b"").hexdigest()
         db_url = f"sqlite:///file:{path}?mode=ro&uri=true"
     else:
         out = {}
