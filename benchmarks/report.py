@@ -149,6 +149,7 @@ def other_groups(b: dict[str, dict[str, Any]], known: set[str]) -> list[str]:
                 "test_hydrate",
                 "test_curves",
                 "test_langgraph",
+                "test_ui_page",
             )
         )
     ]
@@ -246,7 +247,14 @@ def main(argv: list[str]) -> int:
     ]
     lines += core_section(b)
     lines += curves_section(HERE / "results" / "curves.json")
-    for name in ("langgraph.md", "backends.md", "postgres.md", "portable.md", "debug.md"):
+    for name in (
+        "langgraph.md",
+        "backends.md",
+        "postgres.md",
+        "portable.md",
+        "debug.md",
+        "ui.md",
+    ):
         extra = HERE / "results" / name
         if extra.exists():
             text = extra.read_text().strip().splitlines()
