@@ -59,7 +59,7 @@ def walk(page: Any, ui: UiServer) -> None:
     expect(page.locator("tr.marker-recovery")).to_contain_text("retry")
     assert page.locator("tr.ck.cut").count() >= 2
     assert page.locator("#chart rect.bar").count() == page.locator("tr.ck").count()
-    page.evaluate("() => document.querySelector('tr.marker-fold').scrollIntoView({block: 'center'})")
+    page.locator("tr.marker-fold").evaluate("el => el.scrollIntoView({block: 'center'})")
     shot(page, ui, "timeline")
 
     # conversation at turn 3: the entries that turn added are highlighted
