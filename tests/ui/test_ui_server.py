@@ -18,6 +18,7 @@ from alpstore.store import Store
 from alpstore.ui import queries
 from alpstore.ui.app import Settings, create_app
 from alpstore.ui.readonly import open_read_only
+from tests.backend_pass import database_url_for_roots
 from tests.conftest import Backend
 from tests.ui._ui_demo import build_demo
 from tests.ui.conftest import fingerprint
@@ -71,13 +72,19 @@ def test_read_only_store_cannot_write(backend: Backend) -> None:
     assert fingerprint(backend.root, backend.url) == before
 
 
+def read_only(root: Path) -> Store:
+    """The inspector's store over ``root``'s archive (its PostgreSQL schema on that pass)."""
+    url_for = database_url_for_roots()
+    return open_read_only(root, url_for(root) if url_for else None)
+
+
 # ---------------------------------------------------------------- the token gate
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, dict[str, Any]]]:
     root = tmp_path_factory.mktemp("ui-demo")
     with Store.open(root) as store:
         ids = build_demo(store)
-    ro = open_read_only(root)
+    ro = read_only(root)
     yield ro, ids
     ro.close()
 
@@ -171,7 +178,7 @@ def test_timeline_pages_match_session_log(tmp_path: Path) -> None:
         for d in json.loads(log.out)
         if d["type"] == "checkpoint"
     }
-    ro = open_read_only(tmp_path)
+    ro = read_only(tmp_path)
     try:
         info = ro.get_session("long").info()
         last = queries.timeline_page(ro, info, None)
