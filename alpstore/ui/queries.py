@@ -18,10 +18,10 @@ from alpstore.db.tables import BLOB_SUMMARY, checkpoints, sessions, zstd_dicts
 from alpstore.debug.diff import _covered, json_diff
 from alpstore.debug.entries import load_entries
 from alpstore.debug.history import view_delta
-from alpstore.errors import NotFoundError
+from alpstore.errors import IntegrityError, NotFoundError
 from alpstore.sessions import CheckpointInfo, Entry, SessionInfo
 from alpstore.store import checkpoint_deltas
-from alpstore.views import EMPTY
+from alpstore.views import EMPTY, clip, common_prefix
 
 if TYPE_CHECKING:
     from alpstore.debug.diff import JsonChange
@@ -37,6 +37,35 @@ DIFF_PAGE = 200
 EXPAND_LIMIT = 200
 """Leaves shown inline under one summary; the rest are counted."""
 EXPAND_DEPTH = 16
+
+
+ENTRY_POSITIONS = (
+    "SELECT position, blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? "
+    "AND position < ?"
+)
+SUMMARY_POSITIONS = (
+    "SELECT e.position FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? AND b.kind = ?"
+)
+
+
+def _ids_at(
+    store: Store, chain: list[tuple[int, int, int]], positions: list[int]
+) -> dict[int, int]:
+    """Blob ids at the given positions of a view (one range read per segment they span)."""
+    if not positions:
+        return {}
+    lo, hi = min(positions), max(positions) + 1
+    wanted = set(positions)
+    out: dict[int, int] = {}
+    with store.db.read() as conn:
+        for seg, s_lo, s_hi in chain:
+            a, b = max(s_lo, lo), min(s_hi, hi)
+            if a < b:
+                for pos, blob in rsql.fetchall(conn, ENTRY_POSITIONS, (seg, a, b)):
+                    if int(pos) in wanted:
+                        out[int(pos)] = int(blob)
+    return out
 
 
 # ---------------------------------------------------------------- timeline
@@ -249,15 +278,21 @@ def conversation(store: Store, ck: CheckpointInfo, start: int | None) -> Convers
     """A window of the history at ``ck`` (None: the last window), with the entries new since
     the previous checkpoint marked and every summary in it expanded.
     """
-    with store.db.read() as conn:
-        ids = store.views.read_ids(conn, ck.view) if ck.view.length else []
-    n = len(ids)
+    n = ck.view.length
     if start is None:
         start = max(n - CONVERSATION_WINDOW, 0)
     start = min(max(start, 0), max(n - 1, 0))
-    window = ids[start : start + CONVERSATION_WINDOW]
-    loaded = load_entries(store, window)
-    entries = [(start + i, loaded[b]) for i, b in enumerate(window)]
+    positions = list(range(start, min(start + CONVERSATION_WINDOW, n)))
+    with store.db.read() as conn:
+        chain = store.views.chain(conn, ck.view)
+    ids = _ids_at(store, chain, positions)
+    if len(ids) != len(positions):
+        raise IntegrityError(
+            f"view {ck.view.archive_view_id}: entries {start}..{start + len(positions) - 1} "
+            "are not all in the archive"
+        )
+    loaded = load_entries(store, ids.values())
+    entries = [(p, loaded[ids[p]]) for p in positions]
     prev = previous_checkpoint(store, ck)
     d = view_delta(store, prev.view if prev is not None else EMPTY, ck.view)
     new = frozenset(p for p, _ in d.added)
@@ -319,11 +354,67 @@ def _summary_ids(store: Store, ids: list[int]) -> set[int]:
     return out
 
 
+def _extension_diff(
+    store: Store,
+    a: CheckpointInfo,
+    b: CheckpointInfo,
+    chains: tuple[Any, Any],
+    shared: int,
+    page: int,
+) -> tuple[int, int, list[FoldRow], list[DiffRow], int, int]:
+    """The diff when one view extends the other (the usual case within a session): the
+    longer one's tail is all added (or removed), so only the page's ids are read, and the
+    tail's summaries come from one joined scan instead of an id list.
+    """
+    grew = b.length > shared
+    chain, length = (chains[1], b.length) if grew else (chains[0], a.length)
+    summary_pos: list[int] = []
+    if grew:
+        with store.db.read() as conn:
+            for seg, lo, hi in clip(chain, shared):
+                rows = rsql.fetchall(conn, SUMMARY_POSITIONS, (seg, lo, hi, BLOB_SUMMARY))
+                summary_pos.extend(int(r[0]) for r in rows)
+        summary_pos.sort()
+    folds: list[FoldRow] = []
+    if summary_pos:
+        ids = _ids_at(store, chain, summary_pos)
+        loaded = load_entries(store, ids.values())
+        folds = [FoldRow(p, loaded[ids[p]], 0, []) for p in summary_pos]
+    skip = set(summary_pos)
+    keys = [p for p in range(shared, length) if p not in skip]
+    pages = max((len(keys) + DIFF_PAGE - 1) // DIFF_PAGE, 1)
+    page = min(max(page, 0), pages - 1)
+    window = keys[page * DIFF_PAGE : (page + 1) * DIFF_PAGE]
+    ids = _ids_at(store, chain, window)
+    hydrated = load_entries(store, ids.values())
+    rows = [
+        DiffRow("added", p, None, hydrated[ids[p]])
+        if grew
+        else DiffRow("removed", p, hydrated[ids[p]], None)
+        for p in window
+    ]
+    removed, added = (0, len(keys)) if grew else (len(keys), 0)
+    return removed, added, folds, rows, page, pages
+
+
 def diff_page(store: Store, a: CheckpointInfo, b: CheckpointInfo, page: int) -> DiffPage:
     """What ``debug diff`` reports for A → B (same removed, added and folded entries), with
     a removed and an added entry at the same position paired as "changed"; only the rows of
     page ``page`` are hydrated.
     """
+    ka, wa = store.checkpoint_state(a)
+    kb, wb = store.checkpoint_state(b)
+    kernel, wm = json_diff(ka, kb, "$"), json_diff(wa, wb, "$")
+    with store.db.read() as conn:
+        chains = (store.views.chain(conn, a.view), store.views.chain(conn, b.view))
+    shared = common_prefix(*chains)
+    if shared in (a.length, b.length):
+        removed_n, added_n, folds_, rows_, page, pages_ = _extension_diff(
+            store, a, b, chains, shared, page
+        )
+        return DiffPage(
+            a, b, shared, removed_n, added_n, 0, folds_, rows_, page, pages_, kernel, wm
+        )
     d = view_delta(store, a.view, b.view)
     summaries = _summary_ids(store, [i for _, i in d.added])
     folds: list[FoldRow] = []
@@ -369,8 +460,6 @@ def diff_page(store: Store, a: CheckpointInfo, b: CheckpointInfo, page: int) -> 
             else "added"
         )
         rows.append(DiffRow(op, p, old, new))
-    ka, wa = store.checkpoint_state(a)
-    kb, wb = store.checkpoint_state(b)
     return DiffPage(
         a,
         b,
@@ -382,8 +471,8 @@ def diff_page(store: Store, a: CheckpointInfo, b: CheckpointInfo, page: int) -> 
         rows,
         page,
         pages,
-        json_diff(ka, kb, "$"),
-        json_diff(wa, wb, "$"),
+        kernel,
+        wm,
     )
 
 
