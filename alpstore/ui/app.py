@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -61,7 +61,6 @@ class Settings:
     hosts: list[str]
     alp_home: Path | None = None
     label: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cookie(self) -> str:

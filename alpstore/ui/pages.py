@@ -17,7 +17,7 @@ from alpstore.debug.bisect import grep_predicate
 from alpstore.debug.lineage import lineage_forest
 from alpstore.errors import UsageError
 from alpstore.maintenance import verify
-from alpstore.ui import queries
+from alpstore.ui import diffs, queries
 from alpstore.ui.present import bytes_chart, size, when
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def diff(request: Request, settings: Settings) -> dict[str, Any]:
     if a_ref and b_ref:
         a = store.resolve_checkpoint(a_ref)
         b = store.resolve_checkpoint(b_ref)
-        result = queries.diff_page(store, a, b, _int(request, "page") or 0)
+        result = diffs.diff_page(store, a, b, _int(request, "page") or 0)
     return {
         "a_ref": a_ref,
         "b_ref": b_ref,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from alpstore.debug.diff import diff
 from alpstore.errors import AlpstoreError
 from alpstore.store import Store
-from alpstore.ui import queries
+from alpstore.ui import diffs, queries
 from alpstore.ui.app import Settings, create_app
 from alpstore.ui.readonly import open_read_only
 from tests.backend_pass import database_url_for_roots
@@ -145,14 +145,14 @@ def test_diff_page_reports_what_debug_diff_reports(
     a = data.draw(st.sampled_from(cks))
     b = data.draw(st.sampled_from(cks))
     want = diff(store, str(a.id), str(b.id))
-    got = queries.diff_page(store, a, b, 0)
+    got = diffs.diff_page(store, a, b, 0)
     assert got.common == want.common
     assert got.removed == len(want.removed)
     assert got.added == len(want.added)
     assert [(f.position, f.summary.digest, f.replaced) for f in got.folds] == [
         (f.position, f.summary.digest, len(f.replaced)) for f in want.folds
     ]
-    pages = [queries.diff_page(store, a, b, n) for n in range(got.pages)]
+    pages = [diffs.diff_page(store, a, b, n) for n in range(got.pages)]
     rows = [r for p in pages for r in p.rows]
     assert sorted((r.position, r.old.digest) for r in rows if r.old) == sorted(
         (p, e.digest) for p, e in want.removed
