@@ -15,7 +15,7 @@ from alpstore.db.info import describe
 from alpstore.debug.bisect import bisect as run_bisect
 from alpstore.debug.bisect import grep_predicate
 from alpstore.debug.lineage import lineage_forest
-from alpstore.errors import UsageError
+from alpstore.errors import ContinuityError, UsageError
 from alpstore.maintenance import verify
 from alpstore.ui import diffs, queries
 from alpstore.ui.present import bytes_chart, size, when
@@ -189,7 +189,10 @@ def continuity(request: Request, settings: Settings) -> dict[str, Any]:
     chosen = request.query_params.get("execution", "")
     detail: dict[str, Any] | None = None
     if chosen and home is not None:
-        paths = ExecutionPaths.of(home, chosen)
+        try:
+            paths = ExecutionPaths.of(home, chosen)
+        except ContinuityError as err:
+            raise UsageError(err.message, hint=err.hint) from None
         checkpoint, state, problem, nbytes = _inspect_checkpoint(paths)
         journal = replay(paths)
         reduction = reduce(journal.events)

@@ -90,10 +90,10 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store
 
 
 @pytest.fixture
-def client(demo_store: tuple[Store, dict[str, Any]]) -> Iterator[Any]:
+def client(demo_store: tuple[Store, dict[str, Any]], tmp_path: Path) -> Iterator[Any]:
     from starlette.testclient import TestClient
 
-    settings_ = Settings(demo_store[0], "s3cret-token", 4242, ["127.0.0.1", "localhost"])
+    settings_ = Settings(demo_store[0], "s3cret-token", 4242, ["127.0.0.1", "localhost"], tmp_path)
     with TestClient(create_app(settings_), base_url="http://127.0.0.1:4242") as c:
         yield c
 
@@ -121,6 +121,8 @@ def test_bad_parameters_are_one_line_pages(client: Any) -> None:
     r = client.get("/s/demo/bisect?grep=(")
     assert r.status_code == 400 and "not a valid regular expression" in r.text
     assert client.get("/c/999999").status_code == 404
+    r = client.get("/continuity?execution=../../etc")
+    assert r.status_code == 400 and "execution id" in r.text
     assert client.get("/s/no-such-session").status_code == 404
     r = client.get("/s/demo/poll?after=1")
     assert r.status_code == 200 and json.loads(r.text)["rows"][0]["seq"] == 2
