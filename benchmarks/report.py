@@ -149,6 +149,7 @@ def other_groups(b: dict[str, dict[str, Any]], known: set[str]) -> list[str]:
                 "test_hydrate",
                 "test_curves",
                 "test_langgraph",
+                "test_ui_page",
             )
         )
     ]
@@ -253,6 +254,7 @@ def main(argv: list[str]) -> int:
         "portable.md",
         "debug.md",
         "integrity.md",
+        "ui.md",
     ):
         extra = HERE / "results" / name
         if extra.exists():

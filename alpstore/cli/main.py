@@ -35,7 +35,7 @@ GROUPS = (
 )
 """Command groups, each a module ``alpstore.cli.<name>`` exposing a Typer ``app``."""
 
-COMMANDS = ("sql",)
+COMMANDS = ("sql", "ui")
 """Single commands, each a module ``alpstore.cli.<name>`` exposing a function ``command``."""
 
 

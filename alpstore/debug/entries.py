@@ -132,6 +132,12 @@ def delta(old: Sequence[int], new: Sequence[int]) -> Delta:
         if a != b:
             break
         common += 1
+    if common == len(old) or common == len(new):  # one is a prefix of the other: no matcher
+        return Delta(
+            common,
+            [(i, old[i]) for i in range(common, len(old))],
+            [(i, new[i]) for i in range(common, len(new))],
+        )
     matcher = SequenceMatcher(None, old[common:], new[common:], autojunk=False)
     removed: list[tuple[int, int]] = []
     added: list[tuple[int, int]] = []

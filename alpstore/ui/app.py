@@ -1,0 +1,228 @@
+"""The inspector's web application (Starlette): routes, the token gate, security headers.
+
+Every route is a GET that reads; nothing here can write (the store it is given is opened
+read-only, :mod:`alpstore.ui.readonly`). A request needs the random token — in the URL once, then
+in a cookie — and a Host header naming this machine (DNS rebinding); every page is rendered by
+Jinja2 with autoescape on, under a Content-Security-Policy that allows only this server's own
+script and stylesheet.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from starlette.responses import Response as StarletteResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from alpstore.errors import AlpstoreError, NotFoundError, UsageError
+from alpstore.store import Store
+from alpstore.ui import pages
+from alpstore.ui.present import message, size, text_diff, visible, when
+
+STATIC_DIR = Path(__file__).with_name("static")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass
+class Settings:
+    """What the server was started with."""
+
+    store: Store
+    token: str
+    port: int
+    hosts: list[str]
+    alp_home: Path | None = None
+    label: str = ""
+
+    @property
+    def cookie(self) -> str:
+        """The cookie carrying the token (one per port: two inspectors do not collide)."""
+        return f"alpstore_ui_{self.port}"
+
+
+def new_token() -> str:
+    """A random token for one server run."""
+    return secrets.token_urlsafe(24)
+
+
+def _env() -> Environment:
+    env = Environment(
+        loader=PackageLoader("alpstore.ui", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["visible"] = visible
+    env.globals.update(message=message, when=when, size=size, text_diff=text_diff)
+    env.filters["role_class"] = lambda r: r if re.fullmatch(r"[a-z]{1,20}", str(r)) else "other"
+    env.globals["qs"] = lambda **kw: urlencode({k: v for k, v in kw.items() if v is not None})
+    return env
+
+
+Handler = Callable[[Request, Settings], dict[str, Any] | StarletteResponse]
+
+
+def _page(template: str, handler: Handler, settings: Settings, env: Environment) -> Any:
+    tpl = env.get_template(template)
+
+    async def endpoint(request: Request) -> StarletteResponse:
+        def run() -> StarletteResponse:
+            _forget_ids(settings.store)
+            try:
+                result = handler(request, settings)
+            except NotFoundError as err:
+                return _error(env, settings, 404, err)
+            except UsageError as err:
+                return _error(env, settings, 400, err)
+            except AlpstoreError as err:
+                return _error(env, settings, 500, err)
+            if isinstance(result, StarletteResponse):
+                return result
+            return HTMLResponse(tpl.render(label=settings.label, **result))
+
+        return await run_in_threadpool(run)
+
+    return endpoint
+
+
+def _forget_ids(store: Store) -> None:
+    """Start each request with no id-keyed cache: the inspector runs beside writers and GC,
+    which may delete a segment or blob whose id SQLite later hands to another row.
+    """
+    store.views.forget()
+    store.archive._base_raw.clear()
+
+
+def _error(env: Environment, settings: Settings, status: int, err: AlpstoreError) -> HTMLResponse:
+    html = env.get_template("error.html").render(
+        label=settings.label, status=status, message=err.message, hint=err.hint
+    )
+    return HTMLResponse(html, status_code=status)
+
+
+class TokenGate:
+    """ASGI middleware: the token in the query string (then a cookie) or 401; GET/HEAD only;
+    security headers on every response.
+    """
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Gate one ASGI call."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+
+        async def send_secure(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        response = self._gate(request)
+        if response is not None:
+            await response(scope, receive, send_secure)
+            return
+        await self.app(scope, receive, send_secure)
+
+    def _gate(self, request: Request) -> StarletteResponse | None:
+        token = self.settings.token
+        if request.method not in ("GET", "HEAD"):
+            return PlainTextResponse("read-only inspector: GET only\n", status_code=405)
+        given = request.query_params.get("token")
+        if given is not None and secrets.compare_digest(given.encode(), token.encode()):
+            query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+            target = request.url.path + (f"?{urlencode(query)}" if query else "")
+            response = RedirectResponse(target, status_code=303)
+            response.set_cookie(
+                self.settings.cookie, token, httponly=True, samesite="strict", path="/"
+            )
+            return response
+        cookie = request.cookies.get(self.settings.cookie, "")
+        if cookie and secrets.compare_digest(cookie.encode(), token.encode()):
+            return None
+        return PlainTextResponse(
+            "401: this alpstore inspector needs its token: open the URL `alpstore ui` printed\n",
+            status_code=401,
+        )
+
+
+def create_app(settings: Settings) -> Starlette:
+    """The inspector over ``settings.store``."""
+    env = _env()
+    routes = [
+        Route("/", _page("sessions.html", pages.sessions, settings, env)),
+        Route("/s/{ref:path}/bisect", _page("bisect.html", pages.bisect, settings, env)),
+        Route("/s/{ref:path}/poll", _json(pages.poll, settings)),
+        Route("/s/{ref:path}", _page("timeline.html", pages.timeline, settings, env)),
+        Route("/c/{ck:int}", _page("conversation.html", pages.conversation, settings, env)),
+        Route("/diff", _page("diff.html", pages.diff, settings, env)),
+        Route("/archive", _page("archive.html", pages.archive, settings, env)),
+        Route("/continuity", _page("continuity.html", pages.continuity, settings, env)),
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    middleware = [
+        Middleware(TokenGate, settings=settings),
+        Middleware(TrustedHostMiddleware, allowed_hosts=settings.hosts),
+    ]
+    return Starlette(routes=routes, middleware=middleware)
+
+
+def _json(
+    handler: Callable[[Request, Settings], dict[str, Any]], settings: Settings
+) -> Callable[[Request], Awaitable[StarletteResponse]]:
+    async def endpoint(request: Request) -> StarletteResponse:
+        def run() -> StarletteResponse:
+            _forget_ids(settings.store)
+            try:
+                return JSONResponse(handler(request, settings))
+            except NotFoundError as err:
+                return JSONResponse({"error": err.message}, status_code=404)
+            except AlpstoreError as err:
+                return JSONResponse({"error": err.message}, status_code=400)
+
+        return await run_in_threadpool(run)
+
+    return endpoint
+
+
+def allowed_hosts(host: str) -> list[str]:
+    """Host header values the server answers to: this machine's loopback names, plus the
+    address it binds when that is another one.
+    """
+    hosts = list(LOCAL_HOSTS)
+    if host not in hosts and host not in ("0.0.0.0", "::"):
+        hosts.append(host)
+    return hosts

@@ -1,0 +1,218 @@
+"""One handler per page: read the request's parameters, ask :mod:`alpstore.ui.queries` (or the
+library) for the data, return the template's context. No HTML here, no writes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from alpstore.continuity.checkpoint import SECTIONS
+from alpstore.continuity.journal import reduce, replay
+from alpstore.continuity.paths import EXECUTION_ID_PATTERN, ExecutionPaths
+from alpstore.continuity.render import TITLES, render
+from alpstore.continuity.status import _inspect_checkpoint
+from alpstore.db.info import describe
+from alpstore.debug.bisect import bisect as run_bisect
+from alpstore.debug.bisect import grep_predicate
+from alpstore.debug.lineage import lineage_forest
+from alpstore.errors import ContinuityError, UsageError
+from alpstore.maintenance import verify
+from alpstore.ui import diffs, queries
+from alpstore.ui.present import bytes_chart, size, when
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from alpstore.sessions import CheckpointInfo
+    from alpstore.ui.app import Settings
+
+MAX_GREP = 500
+"""Longest regular expression a bisect request may carry."""
+
+
+def _int(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"parameter {name}={raw!r}: expected a whole number") from None
+
+
+def _names(settings: Settings) -> dict[str, str]:
+    return {s.uuid: s.name or s.uuid[:8] for s in settings.store.list_sessions()}
+
+
+def ref(names: dict[str, str], ck: CheckpointInfo) -> str:
+    """``name@turn`` of a checkpoint."""
+    return f"{names.get(ck.session, ck.session[:8])}@{ck.turn}"
+
+
+def sessions(request: Request, settings: Settings) -> dict[str, Any]:
+    """Sessions: the lineage tree, or the sessions matching ``q``."""
+    store = settings.store
+    q = request.query_params.get("q", "")
+    found = queries.search_sessions(store, q) if q.strip() else None
+    forest = lineage_forest(store) if found is None else []
+    return {"q": q, "found": found, "forest": forest, "count": store.count_sessions()}
+
+
+def timeline(request: Request, settings: Settings) -> dict[str, Any]:
+    """A page of one session's timeline with its markers and chart."""
+    store = settings.store
+    session = store.get_session(request.path_params["ref"])
+    info = session.info()
+    page = queries.timeline_page(store, info, _int(request, "page"))
+    children = queries.fork_children(store, info)
+    parent_ck = None
+    if info.source_checkpoint is not None:
+        parent_ck = store.get_checkpoint(info.source_checkpoint)
+    chart = bytes_chart([(r.checkpoint.id, r.checkpoint.turn, r.bytes_added) for r in page.rows])
+    last_seq = page.rows[-1].checkpoint.seq if page.rows else 0
+    return {
+        "info": info,
+        "tl": page,
+        "children": children,
+        "parent_ck": parent_ck,
+        "chart": chart,
+        "last_seq": last_seq,
+        "live": page.page == page.pages - 1,
+        "names": _names(settings),
+        "ref": ref,
+    }
+
+
+def poll(request: Request, settings: Settings) -> dict[str, Any]:
+    """The checkpoints after ``after`` (a live timeline asks every second)."""
+    store = settings.store
+    info = store.get_session(request.path_params["ref"]).info()
+    rows = queries.checkpoints_after(store, info, _int(request, "after") or 0)
+    return {
+        "rows": [
+            {
+                "seq": r.checkpoint.seq,
+                "id": r.checkpoint.id,
+                "turn": r.checkpoint.turn,
+                "label": r.checkpoint.label,
+                "trigger": r.checkpoint.trigger or "-",
+                "added": r.entries_added,
+                "bytes": size(r.bytes_added),
+                "head": r.checkpoint.length,
+                "cut": r.checkpoint.abandoned,
+                "at": when(r.checkpoint.created_at),
+                "href": f"/c/{r.checkpoint.id}",
+                "markers": [m.kind for m in r.markers],
+            }
+            for r in rows
+        ]
+    }
+
+
+def conversation(request: Request, settings: Settings) -> dict[str, Any]:
+    """A window of the history at one checkpoint."""
+    store = settings.store
+    ck = store.get_checkpoint(request.path_params["ck"])
+    window = queries.conversation(store, ck, _int(request, "start"))
+    return {
+        "w": window,
+        "ck": ck,
+        "names": _names(settings),
+        "ref": ref,
+        "window": queries.CONVERSATION_WINDOW,
+    }
+
+
+def diff(request: Request, settings: Settings) -> dict[str, Any]:
+    """Two checkpoints compared (``a``, ``b``: ids, SESSION@TURN or SESSION@latest)."""
+    store = settings.store
+    a_ref = request.query_params.get("a", "").strip()
+    b_ref = request.query_params.get("b", "").strip()
+    result = None
+    if a_ref and b_ref:
+        a = store.resolve_checkpoint(a_ref)
+        b = store.resolve_checkpoint(b_ref)
+        result = diffs.diff_page(store, a, b, _int(request, "page") or 0)
+    return {
+        "a_ref": a_ref,
+        "b_ref": b_ref,
+        "d": result,
+        "names": _names(settings),
+        "ref": ref,
+    }
+
+
+def bisect(request: Request, settings: Settings) -> dict[str, Any]:
+    """``debug bisect --grep`` over a session's retained checkpoints."""
+    store = settings.store
+    session = store.get_session(request.path_params["ref"])
+    pattern = request.query_params.get("grep", "")
+    result = None
+    if pattern:
+        if len(pattern) > MAX_GREP:
+            raise UsageError(f"--grep pattern is {len(pattern)} characters; at most {MAX_GREP}")
+        result = run_bisect(store, session, grep_predicate(pattern))
+    return {
+        "info": session.info(),
+        "grep": pattern,
+        "r": result,
+        "names": _names(settings),
+        "ref": ref,
+    }
+
+
+def archive(request: Request, settings: Settings) -> dict[str, Any]:
+    """Blob counts and sizes, tables, dictionaries; ``verify=1`` runs ``archive verify``."""
+    store = settings.store
+    report = verify(store) if request.query_params.get("verify") == "1" else None
+    return {
+        "stats": store.archive.stats(),
+        "db": describe(store.db),
+        "dicts": queries.dictionaries(store),
+        "report": report,
+    }
+
+
+def continuity(request: Request, settings: Settings) -> dict[str, Any]:
+    """Executions under ALP_HOME; for one: pins, the render preview and the journal's status.
+
+    Read-only: unlike ``context status`` it never rotates the journal.
+    """
+    home = settings.alp_home
+    executions: list[str] = []
+    if home is not None and (home / "executions").is_dir():
+        executions = sorted(
+            p.name
+            for p in (home / "executions").iterdir()
+            if p.is_dir() and EXECUTION_ID_PATTERN.fullmatch(p.name)
+        )
+    chosen = request.query_params.get("execution", "")
+    detail: dict[str, Any] | None = None
+    if chosen and home is not None:
+        try:
+            paths = ExecutionPaths.of(home, chosen)
+        except ContinuityError as err:
+            raise UsageError(err.message, hint=err.hint) from None
+        checkpoint, state, problem, nbytes = _inspect_checkpoint(paths)
+        journal = replay(paths)
+        reduction = reduce(journal.events)
+        detail = {
+            "id": chosen,
+            "state": state,
+            "problem": problem,
+            "bytes": nbytes,
+            "checkpoint": checkpoint,
+            "sections": [
+                (TITLES[name], checkpoint.pins(name)) for name in SECTIONS if checkpoint is not None
+            ],
+            "render": render(checkpoint) if checkpoint is not None else None,
+            "journal": {
+                "events": len(journal.events),
+                "dropped": journal.dropped_lines,
+                "generation": reduction.generation,
+                "pending": reduction.pending,
+                "last": reduction.last_completed,
+                "duplicates": reduction.duplicates,
+            },
+        }
+    return {"home": home, "executions": executions, "detail": detail}

@@ -1,0 +1,197 @@
+"""Turning stored documents into what a page shows: roles, text, tool calls, text diffs, a
+chart. Every string here is still untrusted; the templates escape it (Jinja2 autoescape), and
+:func:`visible` makes control characters (ANSI escapes, bidi overrides) show as text.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from alpstore.sessions import Entry
+
+LONG_TEXT = 1200
+"""Characters above which a message body is collapsed behind its first lines."""
+PREVIEW = 300
+MAX_DIFF_LINES = 400
+
+_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: Any) -> str:
+    r"""``text`` with control and bidi-override characters written as escapes (``\x1b``,
+    ``\u202e``): an ANSI escape shows as text, never colours or hides anything.
+    """
+    s = text if isinstance(text, str) else str(text)
+
+    def esc(m: re.Match[str]) -> str:
+        c = ord(m.group())
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _INVISIBLE.sub(esc, s)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call of an assistant message."""
+
+    name: str
+    arguments: str
+    id: str
+
+
+@dataclass
+class Message:
+    """An entry as the conversation page shows it."""
+
+    kind: str
+    role: str
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    covers: int = 0
+    digest: str = ""
+
+    @property
+    def long(self) -> bool:
+        """True when the body is collapsed by default."""
+        return len(self.text) > LONG_TEXT
+
+    @property
+    def preview(self) -> str:
+        """The first characters of a long body."""
+        return self.text[:PREVIEW]
+
+
+def _pretty(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+
+
+def _arguments(raw: Any) -> str:
+    if isinstance(raw, str):
+        try:
+            return json.dumps(json.loads(raw), ensure_ascii=False, indent=2, sort_keys=True)
+        except ValueError:
+            return raw
+    return _pretty(raw)
+
+
+def message(entry: Entry) -> Message:
+    """Role, body and tool calls of a message (OpenAI chat, Claude Code or any JSON), or a
+    summary's text and how many entries it covers.
+    """
+    if entry.kind == "summary":
+        value = entry.value if isinstance(entry.value, dict) else {}
+        return Message(
+            "summary",
+            "summary",
+            _pretty(value.get("summary", "")),
+            covers=len(entry.covers),
+            digest=entry.hex,
+        )
+    v = entry.value if isinstance(entry.value, dict) else {"content": entry.value}
+    role = v.get("role") or v.get("type") or "?"
+    content = v.get("content")
+    if content is None and isinstance(v.get("message"), dict):
+        content = v["message"].get("content")
+    calls = []
+    raw_calls = v.get("tool_calls")
+    if isinstance(raw_calls, list):
+        for c in raw_calls:
+            fn = c.get("function", {}) if isinstance(c, dict) else {}
+            fn = fn if isinstance(fn, dict) else {}
+            calls.append(
+                ToolCall(
+                    _pretty(fn.get("name", "?")),
+                    _arguments(fn.get("arguments", "")),
+                    _pretty(c.get("id", "")) if isinstance(c, dict) else "",
+                )
+            )
+    call_id = v.get("tool_call_id")
+    return Message(
+        "message",
+        _pretty(role),
+        "" if content is None else _pretty(content),
+        calls,
+        _pretty(call_id) if call_id is not None else None,
+        digest=entry.hex,
+    )
+
+
+def text_diff(old: Entry, new: Entry) -> list[tuple[str, str]]:
+    """A line diff of two entries' bodies: ``(tag, line)`` with tag ``' '``, ``'-'``, ``'+'``
+    (long unchanged runs shortened).
+    """
+    a, b = message(old), message(new)
+    left = [f"role: {a.role}", *a.text.splitlines()]
+    left += [f"call {c.name} {c.arguments}" for c in a.tool_calls]
+    right = [f"role: {b.role}", *b.text.splitlines()]
+    right += [f"call {c.name} {c.arguments}" for c in b.tool_calls]
+    out: list[tuple[str, str]] = []
+    for line in difflib.unified_diff(left, right, lineterm="", n=2):
+        if line.startswith(("---", "+++")):
+            continue
+        tag = line[:1] if line[:1] in "+-@" else " "
+        out.append((tag, line[1:] if tag != "@" else line))
+        if len(out) >= MAX_DIFF_LINES:
+            out.append(("@", "… (diff cut)"))
+            break
+    return out
+
+
+def when(ts: float) -> str:
+    """A UTC timestamp, to the second."""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def size(n: int) -> str:
+    """Bytes in a short human form."""
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of the bytes-per-checkpoint chart (SVG user units)."""
+
+    x: float
+    y: float
+    width: float
+    height: float
+    title: str
+
+
+CHART_W = 600
+CHART_H = 80
+MAX_BAR = 12.0
+
+
+def bytes_chart(points: list[tuple[int, int, int]]) -> list[Bar]:
+    """Bars for ``(checkpoint id, turn, bytes added)``, scaled to the chart's box."""
+    if not points:
+        return []
+    top = max(b for _, _, b in points) or 1
+    width = min(CHART_W / len(points), MAX_BAR)
+    bars = []
+    for n, (ck, turn, added) in enumerate(points):
+        h = max(CHART_H * added / top, 1.0 if added else 0.0)
+        bars.append(
+            Bar(
+                round(n * width, 2),
+                round(CHART_H - h, 2),
+                round(max(width - 1, 0.5), 2),
+                round(h, 2),
+                f"turn {turn}, checkpoint {ck}: +{size(added)}",
+            )
+        )
+    return bars

@@ -1,0 +1,337 @@
+"""What each page of the inspector shows, read through the library's read APIs, one window at a
+time: a page of a timeline, a window of a conversation, a page of a diff. Nothing here renders
+HTML or writes.
+
+Big sessions stay cheap because every page reads ids first (structurally shared prefixes are
+skipped), then hydrates only the entries it shows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from alpstore.db import raw as rsql
+from alpstore.db.tables import checkpoints, sessions, zstd_dicts
+from alpstore.debug.entries import load_entries
+from alpstore.debug.history import view_delta
+from alpstore.errors import IntegrityError, NotFoundError
+from alpstore.sessions import CheckpointInfo, Entry, SessionInfo
+from alpstore.store import checkpoint_deltas
+from alpstore.views import EMPTY
+
+if TYPE_CHECKING:
+    from alpstore.store import Store
+
+TIMELINE_PAGE = 100
+"""Checkpoints per timeline page."""
+CONVERSATION_WINDOW = 200
+"""Entries per conversation window."""
+EXPAND_LIMIT = 200
+"""Leaves shown inline under one summary; the rest are counted."""
+EXPAND_DEPTH = 16
+
+
+ENTRY_POSITIONS = (
+    "SELECT position, blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? "
+    "AND position < ?"
+)
+
+
+def ids_at(store: Store, chain: list[tuple[int, int, int]], positions: list[int]) -> dict[int, int]:
+    """Blob ids at the given positions of a view (one range read per segment they span)."""
+    if not positions:
+        return {}
+    lo, hi = min(positions), max(positions) + 1
+    wanted = set(positions)
+    out: dict[int, int] = {}
+    with store.db.read() as conn:
+        for seg, s_lo, s_hi in chain:
+            a, b = max(s_lo, lo), min(s_hi, hi)
+            if a < b:
+                for pos, blob in rsql.fetchall(conn, ENTRY_POSITIONS, (seg, a, b)):
+                    if int(pos) in wanted:
+                        out[int(pos)] = int(blob)
+    return out
+
+
+# ---------------------------------------------------------------- timeline
+@dataclass(frozen=True)
+class Marker:
+    """Something that happened between checkpoints: a backtrack, fold, fork or decision."""
+
+    kind: str
+    at: float
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    """One checkpoint with what it added and what happened right after it."""
+
+    checkpoint: CheckpointInfo
+    entries_added: int
+    bytes_added: int
+    markers: list[Marker] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TimelinePage:
+    """A page of a session's checkpoints (all of them, cut ones included), in order."""
+
+    session: SessionInfo
+    rows: list[TimelineRow]
+    before: list[Marker]
+    """Markers older than the first checkpoint of the page (first page only)."""
+    page: int
+    pages: int
+    total: int
+
+
+def _checkpoint_rows(store: Store, info: SessionInfo, offset: int, limit: int) -> list[Any]:
+    with store.db.read() as conn:
+        return list(
+            conn.execute(
+                select(checkpoints)
+                .where(checkpoints.c.session_id == info.id)
+                .order_by(checkpoints.c.seq)
+                .offset(offset)
+                .limit(limit)
+            ).all()
+        )
+
+
+def count_checkpoints(store: Store, info: SessionInfo) -> int:
+    """All of a session's checkpoints, cut ones included."""
+    with store.db.read() as conn:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(checkpoints)
+                .where(checkpoints.c.session_id == info.id)
+            ).scalar_one()
+        )
+
+
+def _markers(store: Store, info: SessionInfo) -> list[Marker]:
+    out = [Marker("backtrack", bt["at"], bt) for bt in store.session_backtracks(info.id)]
+    for ev in store.session_events(info.id):
+        if ev["kind"] == "status" and ev["detail"].get("status") == "active":
+            continue
+        out.append(
+            Marker(ev["kind"], float(ev["at"]), {"checkpoint": ev["checkpoint"], **ev["detail"]})
+        )
+    out.sort(key=lambda m: m.at)
+    return out
+
+
+def timeline_page(store: Store, info: SessionInfo, page: int | None) -> TimelinePage:
+    """Page ``page`` (0-based; None: the last) of a session's timeline."""
+    total = count_checkpoints(store, info)
+    pages = max((total + TIMELINE_PAGE - 1) // TIMELINE_PAGE, 1)
+    page = pages - 1 if page is None else min(max(page, 0), pages - 1)
+    rows = _checkpoint_rows(store, info, page * TIMELINE_PAGE, TIMELINE_PAGE + 1)
+    following = rows[TIMELINE_PAGE] if len(rows) > TIMELINE_PAGE else None
+    cks = [store._ck(r, info.uuid) for r in rows[:TIMELINE_PAGE]]
+    lo = float("-inf") if page == 0 or not cks else cks[0].created_at
+    return TimelinePage(
+        info, *_rows_with_markers(store, info, cks, lo, following), page, pages, total
+    )
+
+
+def checkpoints_after(store: Store, info: SessionInfo, seq: int) -> list[TimelineRow]:
+    """The checkpoints recorded after ``seq`` (what a live timeline polls for)."""
+    with store.db.read() as conn:
+        rows = conn.execute(
+            select(checkpoints)
+            .where(checkpoints.c.session_id == info.id, checkpoints.c.seq > seq)
+            .order_by(checkpoints.c.seq)
+            .limit(TIMELINE_PAGE)
+        ).all()
+    cks = [store._ck(r, info.uuid) for r in rows]
+    lo = cks[0].created_at if cks else 0.0
+    return _rows_with_markers(store, info, cks, lo, None)[0]
+
+
+def _baseline(store: Store, info: SessionInfo, first: CheckpointInfo) -> CheckpointInfo | None:
+    """What the first checkpoint of a page is compared with: the one before it, or for the
+    first checkpoint of a fork its source checkpoint.
+    """
+    with store.db.read() as conn:
+        row = conn.execute(
+            select(checkpoints)
+            .where(checkpoints.c.session_id == info.id, checkpoints.c.seq < first.seq)
+            .order_by(checkpoints.c.seq.desc())
+            .limit(1)
+        ).first()
+    if row is not None:
+        return store._ck(row, info.uuid)
+    if info.source_checkpoint is not None:
+        try:
+            return store.get_checkpoint(info.source_checkpoint)
+        except NotFoundError:
+            return None
+    return None
+
+
+def _rows_with_markers(
+    store: Store,
+    info: SessionInfo,
+    cks: list[CheckpointInfo],
+    lo: float,
+    following: Any | None,
+) -> tuple[list[TimelineRow], list[Marker]]:
+    """The checkpoints with what each added, and the markers between ``lo`` and the next
+    page's first checkpoint placed after the checkpoint they followed.
+    """
+    if not cks:
+        return [], []
+    base = _baseline(store, info, cks[0])
+    deltas = checkpoint_deltas(store, [base, *cks] if base is not None else cks)
+    hi = float(following.created_at) if following is not None else float("inf")
+    markers = [m for m in _markers(store, info) if lo <= m.at < hi]
+    rows: list[TimelineRow] = []
+    before: list[Marker] = []
+    position = 0
+    for m in markers:
+        while position < len(cks) and cks[position].created_at <= m.at:
+            position += 1
+        if position == 0:
+            before.append(m)
+        else:
+            rows_index = position - 1
+            while len(rows) <= rows_index:
+                ck = cks[len(rows)]
+                rows.append(TimelineRow(ck, *deltas[ck.id]))
+            rows[rows_index].markers.append(m)
+    while len(rows) < len(cks):
+        ck = cks[len(rows)]
+        rows.append(TimelineRow(ck, *deltas[ck.id]))
+    return rows, before
+
+
+# ---------------------------------------------------------------- conversation
+@dataclass(frozen=True)
+class Expanded:
+    """The leaves a summary covers, as far as shown."""
+
+    leaves: list[Entry]
+    total: int
+
+
+@dataclass(frozen=True)
+class ConversationWindow:
+    """Entries ``start`` .. ``start + len(entries)`` of a checkpoint's history."""
+
+    checkpoint: CheckpointInfo
+    previous: CheckpointInfo | None
+    start: int
+    length: int
+    entries: list[tuple[int, Entry]]
+    new: frozenset[int]
+    """Positions added since the previous checkpoint."""
+    expanded: dict[int, Expanded]
+    """Position of each summary in the window → the leaves it covers."""
+
+
+def previous_checkpoint(store: Store, ck: CheckpointInfo) -> CheckpointInfo | None:
+    """The checkpoint recorded just before ``ck`` in its session (cut ones included), or the
+    fork source for a fork's first checkpoint.
+    """
+    info = store.get_session(ck.session).info(refresh=False)
+    return _baseline(store, info, ck)
+
+
+def expand_summary(store: Store, summary: Entry, limit: int = EXPAND_LIMIT) -> Expanded:
+    """The raw leaves behind ``summary`` (nested summaries expanded), at most ``limit`` shown."""
+    leaves: list[Entry] = []
+    total = 0
+
+    def walk(entry: Entry, depth: int) -> None:
+        nonlocal total
+        for e in store.expand(entry):
+            if e.kind == "summary" and depth < EXPAND_DEPTH:
+                walk(e, depth + 1)
+                continue
+            total += 1
+            if len(leaves) < limit:
+                leaves.append(e)
+
+    walk(summary, 0)
+    return Expanded(leaves, total)
+
+
+def conversation(store: Store, ck: CheckpointInfo, start: int | None) -> ConversationWindow:
+    """A window of the history at ``ck`` (None: the last window), with the entries new since
+    the previous checkpoint marked and every summary in it expanded.
+    """
+    n = ck.view.length
+    if start is None:
+        start = max(n - CONVERSATION_WINDOW, 0)
+    start = min(max(start, 0), max(n - 1, 0))
+    positions = list(range(start, min(start + CONVERSATION_WINDOW, n)))
+    with store.db.read() as conn:
+        chain = store.views.chain(conn, ck.view)
+    ids = ids_at(store, chain, positions)
+    if len(ids) != len(positions):
+        raise IntegrityError(
+            f"view {ck.view.archive_view_id}: entries {start}..{start + len(positions) - 1} "
+            "are not all in the archive"
+        )
+    loaded = load_entries(store, ids.values())
+    entries = [(p, loaded[ids[p]]) for p in positions]
+    prev = previous_checkpoint(store, ck)
+    d = view_delta(store, prev.view if prev is not None else EMPTY, ck.view)
+    new = frozenset(p for p, _ in d.added)
+    expanded = {p: expand_summary(store, e) for p, e in entries if e.kind == "summary"}
+    return ConversationWindow(ck, prev, start, n, entries, new, expanded)
+
+
+# ---------------------------------------------------------------- sessions, archive
+def search_sessions(store: Store, query: str) -> list[SessionInfo]:
+    """Sessions whose id, name or status contains ``query`` (case-insensitive)."""
+    q = query.strip().lower()
+    return [
+        s
+        for s in store.list_sessions()
+        if q in s.uuid.lower() or q in (s.name or "").lower() or q in s.status.lower()
+    ]
+
+
+def fork_children(store: Store, info: SessionInfo) -> list[tuple[SessionInfo, int | None]]:
+    """Sessions forked from ``info`` and the turn each came from."""
+    out = []
+    with store.db.read() as conn:
+        rows = conn.execute(
+            select(sessions.c.id, checkpoints.c.turn)
+            .join(checkpoints, checkpoints.c.id == sessions.c.source_checkpoint_id, isouter=True)
+            .where(sessions.c.parent_id == info.id)
+            .order_by(sessions.c.id)
+        ).all()
+    for sid, turn in rows:
+        out.append((store.session_info(int(sid)), int(turn) if turn is not None else None))
+    return out
+
+
+def dictionaries(store: Store) -> list[dict[str, Any]]:
+    """The trained zstd dictionaries (id, size, samples, when)."""
+    with store.db.read() as conn:
+        rows = conn.execute(
+            select(
+                zstd_dicts.c.id,
+                zstd_dicts.c.size,
+                zstd_dicts.c.sample_count,
+                zstd_dicts.c.created_at,
+            ).order_by(zstd_dicts.c.id)
+        ).all()
+    return [
+        {
+            "id": int(r.id),
+            "size": int(r.size),
+            "samples": int(r.sample_count),
+            "at": float(r.created_at),
+        }
+        for r in rows
+    ]

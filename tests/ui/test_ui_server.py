@@ -1,0 +1,198 @@
+"""The inspector without a browser: refusing to start, the read-only connection, the token
+gate and Host check, and the page queries against the debug commands they mirror."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from alpstore.debug.diff import diff
+from alpstore.errors import AlpstoreError
+from alpstore.store import Store
+from alpstore.ui import diffs, queries
+from alpstore.ui.app import Settings, create_app
+from alpstore.ui.readonly import open_read_only
+from tests.backend_pass import database_url_for_roots
+from tests.conftest import Backend
+from tests.ui._ui_demo import build_demo
+from tests.ui.conftest import fingerprint
+
+
+def test_ui_refuses_a_missing_archive_in_one_line_and_creates_nothing(backend: Backend) -> None:
+    r = backend.cli("ui", "--port", "0")
+    assert r.code == 4, r.err
+    assert r.err.splitlines()[0].startswith("alpstore: error: no archive at ")
+    assert "Traceback" not in r.err
+    assert list(backend.root.iterdir()) == []
+    if backend.url:
+        from sqlalchemy import create_engine, inspect
+        from sqlalchemy.pool import NullPool
+
+        engine = create_engine(backend.url, poolclass=NullPool)
+        with engine.connect() as conn:
+            assert inspect(conn).get_table_names() == []
+        engine.dispose()
+
+
+def test_ui_refuses_an_archive_at_another_revision_and_leaves_it(backend: Backend) -> None:
+    from alembic import command
+    from alpstore.db.migrate import alembic_config
+
+    db = backend.open_database()
+    command.downgrade(alembic_config(db), "0002")
+    db.close()
+    before = fingerprint(backend.root, backend.url)
+    r = backend.cli("ui", "--port", "0")
+    assert r.code == 6, r.err
+    assert "schema revision 0002" in r.err.splitlines()[0]
+    assert "db upgrade" in r.err
+    assert fingerprint(backend.root, backend.url) == before
+
+
+def test_read_only_store_cannot_write(backend: Backend) -> None:
+    store = backend.open_store()
+    store.create_session(name="s").commit_turn([{"role": "user", "content": "hi"}])
+    store.close()
+    before = fingerprint(backend.root, backend.url)
+    ro = open_read_only(backend.root, backend.url)
+    try:
+        assert [s.name for s in ro.list_sessions()] == ["s"]
+        with pytest.raises(AlpstoreError), ro.db.read() as conn:
+            conn.exec_driver_sql("UPDATE sessions SET name = 'changed'")
+        with pytest.raises(AlpstoreError):
+            ro.create_session(name="another")
+    finally:
+        ro.close()
+    assert fingerprint(backend.root, backend.url) == before
+
+
+def read_only(root: Path) -> Store:
+    """The inspector's store over ``root``'s archive (its PostgreSQL schema on that pass)."""
+    url_for = database_url_for_roots()
+    return open_read_only(root, url_for(root) if url_for else None)
+
+
+# ---------------------------------------------------------------- the token gate
+@pytest.fixture(scope="module")
+def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("ui-demo")
+    with Store.open(root) as store:
+        ids = build_demo(store)
+    ro = read_only(root)
+    yield ro, ids
+    ro.close()
+
+
+@pytest.fixture
+def client(demo_store: tuple[Store, dict[str, Any]], tmp_path: Path) -> Iterator[Any]:
+    from starlette.testclient import TestClient
+
+    settings_ = Settings(demo_store[0], "s3cret-token", 4242, ["127.0.0.1", "localhost"], tmp_path)
+    with TestClient(create_app(settings_), base_url="http://127.0.0.1:4242") as c:
+        yield c
+
+
+def test_token_gate(client: Any) -> None:
+    assert client.get("/").status_code == 401
+    assert client.get("/?token=wrong").status_code == 401
+    assert client.get("/static/ui.js").status_code == 401
+    r = client.get("/s/demo?token=s3cret-token", follow_redirects=False)
+    assert r.status_code == 303
+    assert r.headers["location"] == "/s/demo"
+    assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=strict" in r.headers["set-cookie"]
+    r = client.get("/s/demo")  # the cookie now
+    assert r.status_code == 200
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert client.post("/").status_code == 405
+    assert client.get("/", headers={"host": "evil.example:4242"}).status_code == 400
+
+
+def test_bad_parameters_are_one_line_pages(client: Any) -> None:
+    client.get("/?token=s3cret-token")
+    r = client.get("/s/demo?page=x")
+    assert r.status_code == 400 and "page='x'" in r.text.replace("&#39;", "'")
+    r = client.get("/s/demo/bisect?grep=(")
+    assert r.status_code == 400 and "not a valid regular expression" in r.text
+    assert client.get("/c/999999").status_code == 404
+    r = client.get("/continuity?execution=../../etc")
+    assert r.status_code == 400 and "execution id" in r.text
+    assert client.get("/s/no-such-session").status_code == 404
+    r = client.get("/s/demo/poll?after=1")
+    assert r.status_code == 200 and json.loads(r.text)["rows"][0]["seq"] == 2
+
+
+# ---------------------------------------------------------------- queries = debug commands
+def _all_checkpoints(store: Store) -> list[Any]:
+    return [
+        ck
+        for s in store.list_sessions()
+        for ck in store.list_checkpoints(s.id, include_abandoned=True)
+    ]
+
+
+@settings(max_examples=25)
+@given(data=st.data())
+def test_diff_page_reports_what_debug_diff_reports(
+    demo_store: tuple[Store, dict[str, Any]], data: st.DataObject
+) -> None:
+    store = demo_store[0]
+    cks = _all_checkpoints(store)
+    a = data.draw(st.sampled_from(cks))
+    b = data.draw(st.sampled_from(cks))
+    want = diff(store, str(a.id), str(b.id))
+    got = diffs.diff_page(store, a, b, 0)
+    assert got.common == want.common
+    assert got.removed == len(want.removed)
+    assert got.added == len(want.added)
+    assert [(f.position, f.summary.digest, f.replaced) for f in got.folds] == [
+        (f.position, f.summary.digest, len(f.replaced)) for f in want.folds
+    ]
+    pages = [diffs.diff_page(store, a, b, n) for n in range(got.pages)]
+    rows = [r for p in pages for r in p.rows]
+    assert sorted((r.position, r.old.digest) for r in rows if r.old) == sorted(
+        (p, e.digest) for p, e in want.removed
+    )
+    assert sorted((r.position, r.new.digest) for r in rows if r.new) == sorted(
+        (p, e.digest) for p, e in want.added
+    )
+
+
+def test_timeline_pages_match_session_log(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    with Store.open(tmp_path) as store:
+        s = store.create_session(name="long")
+        for t in range(230):
+            s.commit_turn(
+                [{"role": "user", "content": f"q{t}"}, {"role": "assistant", "content": "a" * t}]
+            )
+    log = run_cli("--root", str(tmp_path), "session", "log", "long", "--json")
+    assert log.code == 0, log.err
+    want = {
+        d["checkpoint"]: (d["entries_added"], d["bytes_added"])
+        for d in json.loads(log.out)
+        if d["type"] == "checkpoint"
+    }
+    ro = read_only(tmp_path)
+    try:
+        info = ro.get_session("long").info()
+        last = queries.timeline_page(ro, info, None)
+        assert (last.page, last.pages, last.total) == (2, 3, 230)
+        got = {}
+        for n in range(3):
+            page = queries.timeline_page(ro, info, n)
+            got.update({r.checkpoint.id: (r.entries_added, r.bytes_added) for r in page.rows})
+        assert got == want
+        window = queries.conversation(ro, ro.resolve_checkpoint("long@latest"), None)
+        assert window.length == 460 and window.start == 260
+        assert window.new == frozenset({458, 459})
+        assert [p for p, _ in window.entries] == list(range(260, 460))
+    finally:
+        ro.close()
