@@ -28,6 +28,7 @@ from alpstore.codec import Digest
 from alpstore.errors import SessionStateError, UsageError
 from alpstore.policy import (
     apply_overlays,
+    effective_portability,
     find_workspace_config,
     load_manifest,
     load_workspace_config,
@@ -36,6 +37,7 @@ from alpstore.policy import (
 )
 from alpstore.policy.model import CheckpointPolicy
 from alpstore.policy.recorded import SessionPolicy, recorded_policy
+from alpstore.policy.workspace import WorkspaceConfig
 from alpstore.portable.cadence import file_label, plan
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import (
@@ -304,15 +306,16 @@ class LiveSession:
         _, mark = self._step(messages, "turn_completed", kernel, working_memory, label)
         return mark
 
-    def event(self, name: str) -> Mark | None:
-        """Raise a mid-turn event with no new messages (e.g. before_destructive_tool).
+    def event(self, name: str, messages: Sequence[Any] = ()) -> Mark | None:
+        """Append ``messages`` (possibly none) and raise a mid-turn event (after_llm_call,
+        after_tool_call, before_destructive_tool); returns the checkpoint the policy took.
 
         Raises:
             UsageError: an unknown event.
         """
         if name not in MID_TURN_EVENTS:
             raise UsageError(f"event {name!r}: expected one of {', '.join(MID_TURN_EVENTS)}")
-        _, mark = self._step((), name)
+        _, mark = self._step(messages, name)
         return mark
 
     def checkpoint(
@@ -335,7 +338,9 @@ class LiveSession:
             path = self._write_file(ck) if self._files_on() else None
         return self._remember(ck, path)
 
-    def save(self, *, label: str | None = None, directory: Path | None = None) -> Path:
+    def save(
+        self, *, label: str | None = None, directory: Path | None = None, compress: bool = False
+    ) -> Path:
         """``checkpoint save``: a deep file of the head in the CK-6 directory (always, AR-3)
         plus a manual archive checkpoint; returns the file's path.
         """
@@ -354,8 +359,9 @@ class LiveSession:
             if label is not None:
                 snap = replace(snap, label=label)
             doc = export_snapshot(store, snap, scan=False)  # the write scans
-            path = contained_path(folder, checkpoint_file_name(self.uuid, doc["label"]))
-            write_checkpoint_file(doc, path)
+            name = checkpoint_file_name(self.uuid, doc["label"], compress=compress)
+            path = contained_path(folder, name)
+            write_checkpoint_file(doc, path, compress=compress)
             ck = self.session.checkpoint(
                 kernel=snap.kernel, working_memory=snap.working_memory, label=label
             )
@@ -596,9 +602,9 @@ def resolve_policy(
     checkpoint_dir: Path | None,
     workspace_config: Path | None,
     cwd: Path,
-) -> tuple[dict[str, Any], SessionPolicy, bool]:
+) -> tuple[dict[str, Any], SessionPolicy, WorkspaceConfig]:
     """The effective manifest (overlays applied) and the policy it gives, with the CK-6
-    directory resolved to an absolute path; plus whether the workspace enables the archive.
+    directory resolved to an absolute path; plus the workspace config that applied.
 
     Raises:
         PolicyError: an invalid policy, overlay or workspace config.
@@ -626,7 +632,7 @@ def resolve_policy(
     return (
         effective,
         SessionPolicy(policy, absolute, manifest_hash(effective)),
-        workspace.archive_enabled,
+        workspace,
     )
 
 
@@ -674,6 +680,25 @@ def policy_of_session(session: Session) -> SessionPolicy | None:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A manifest validated and resolved, before anything is stored.
+
+    Fields:
+        effective_manifest: the manifest with overlays applied (what the session embeds).
+        policy: the resolved policy with its CK-6 directory and manifest hash.
+        manifest_path: the manifest file, when it came from one.
+        workspace: the workspace config that applied (CK-7, AR-2).
+        notice: a one-line notice (e.g. reference portability fell back), or None.
+    """
+
+    effective_manifest: dict[str, Any]
+    policy: SessionPolicy
+    manifest_path: Path | None
+    workspace: WorkspaceConfig
+    notice: str | None
+
+
+@dataclass(frozen=True)
 class Opened:
     """What opening a session under a manifest did.
 
@@ -681,41 +706,35 @@ class Opened:
         live: the live session.
         resumed_from: the file auto_resume_latest loaded, or None (a new session).
         reason: why nothing was resumed (for people).
-        effective_manifest: the manifest with overlays applied.
-        archive_enabled: what the workspace config says about the archive (AR-2).
+        prepared: the validated manifest and policy.
     """
 
     live: LiveSession
     resumed_from: Path | None
     reason: str
-    effective_manifest: dict[str, Any]
-    archive_enabled: bool
+    prepared: Prepared
 
 
-def open_with_manifest(
-    store: Store,
+def prepare_manifest(
     manifest: Any,
     *,
     overlays: Sequence[str] = (),
     checkpoint_dir: Path | None = None,
     workspace_config: Path | None = None,
-    name: str | None = None,
     cwd: Path,
-) -> Opened:
-    """Open a session under a manifest: validate everything first (nothing is stored when the
-    policy is invalid or the manifest holds a credential), then resume the newest matching
-    file (auto_resume_latest) or create a session, and record the policy with it.
-    """
-    from alpstore.portable.deep import import_document
-    from alpstore.portable.resume import select_latest
+) -> Prepared:
+    """Load (from a path) and validate a manifest and its policy; touches no archive.
 
+    Raises:
+        PolicyError, SecretError, UsageError: the manifest cannot be used.
+    """
     path: Path | None = None
     if isinstance(manifest, str | Path):
         path = Path(manifest)
         manifest = load_manifest(path)
     if not isinstance(manifest, dict):
         raise UsageError("a manifest must be a mapping (or the path of a YAML/JSON file)")
-    effective, bound, archive_enabled = resolve_policy(
+    effective, bound, workspace = resolve_policy(
         manifest,
         manifest_path=path,
         overlays=overlays,
@@ -723,6 +742,22 @@ def open_with_manifest(
         workspace_config=workspace_config,
         cwd=cwd,
     )
+    portability, notice = effective_portability(
+        bound.policy, archive_enabled=workspace.archive_enabled
+    )
+    if portability != bound.policy.portability:
+        bound = replace(bound, policy=replace(bound.policy, portability=portability))
+    return Prepared(effective, bound, path, workspace, notice)
+
+
+def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) -> Opened:
+    """Resume the newest matching file (auto_resume_latest) or create a session, and record
+    the policy with it.
+    """
+    from alpstore.portable.deep import import_document
+    from alpstore.portable.resume import select_latest
+
+    bound = prepared.policy
     policy = bound.policy
     resumed_from: Path | None = None
     reason = "auto_resume_latest is off"
@@ -744,9 +779,31 @@ def open_with_manifest(
             )
     if session is None:
         session = store.create_session(
-            name=name, manifest=effective, retention=session_retention(policy)
+            name=name, manifest=prepared.effective_manifest, retention=session_retention(policy)
         )
     store.bind_policy(session.id, bound.as_record(), session_retention(policy))
     session.info()
-    live = LiveSession(store, session, bound)
-    return Opened(live, resumed_from, reason, effective, archive_enabled)
+    return Opened(LiveSession(store, session, bound), resumed_from, reason, prepared)
+
+
+def open_with_manifest(
+    store: Store,
+    manifest: Any,
+    *,
+    overlays: Sequence[str] = (),
+    checkpoint_dir: Path | None = None,
+    workspace_config: Path | None = None,
+    name: str | None = None,
+    cwd: Path,
+) -> Opened:
+    """Open a session under a manifest: validate everything first (nothing is stored when the
+    policy is invalid or the manifest holds a credential), then :func:`open_prepared`.
+    """
+    prepared = prepare_manifest(
+        manifest,
+        overlays=overlays,
+        checkpoint_dir=checkpoint_dir,
+        workspace_config=workspace_config,
+        cwd=cwd,
+    )
+    return open_prepared(store, prepared, name=name)
