@@ -572,7 +572,10 @@ class LiveSession:
         """The in-process copy a checkpoint keeps: every storage but disk (CK-5: disk is the
         files alone; memory and hybrid keep a copy in process for speed).
         """
-        return None if self.rules.storage == "disk" else self._context
+        storage = self.rules.storage
+        if storage in ("memory", "hybrid"):
+            return self.context  # hydrated on the first checkpoint, then kept in step
+        return None if storage == "disk" else self._context
 
     def _trim(self, *, in_memory: bool) -> None:
         """Mirror retention on the marks of one kind (the archive prunes its rows itself)."""
