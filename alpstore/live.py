@@ -180,6 +180,8 @@ class Mark:
         trigger: what caused it (every_turn, after_tool_call, manual …).
         context: the in-process context then, or None when not hydrated.
         file: the deep file written for it, if any.
+        floor_seq: the sequence number of the newest archive checkpoint at or before it (what
+            a backtrack to it keeps retained in the archive).
     """
 
     checkpoint: CheckpointInfo | None
@@ -189,6 +191,7 @@ class Mark:
     trigger: str | None
     context: Context | None = None
     file: Path | None = None
+    floor_seq: int | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -239,8 +242,10 @@ class LiveSession:
         self._context: Context | None = None
         self._pending: list[_Pending] = []
         self._marks: list[Mark] = [
-            Mark(ck, ck.view, ck.turn, ck.label, ck.trigger) for ck in session.checkpoints()
+            Mark(ck, ck.view, ck.turn, ck.label, ck.trigger, floor_seq=ck.seq)
+            for ck in session.checkpoints()
         ]
+        self._floor = self._marks[-1].floor_seq if self._marks else None
 
     # ---------------------------------------------------------------- reading
     @property
@@ -400,16 +405,17 @@ class LiveSession:
         base = target.context
         if base is None:
             base = self._context_of(target.view)
-        dropped = self._marks[index + 1 :]
-        archive_steps = sum(1 for m in dropped if not m.in_memory)
-        keep_seq = self._last_seq(self._marks[: index + 1])
+        marks = self._marks
+        archive_steps = sum(1 for i in range(index + 1, len(marks)) if not marks[i].in_memory)
+        keep_seq = target.floor_seq
         ctx = base
         turn = target.turn
         if steering is not None:
             ctx = ctx.extend([steering_message(steering)])
             turn += 1
         self._pending.append(_Pending(steps, target, steering, archive_steps, keep_seq))
-        self._marks = self._marks[: index + 1]
+        del marks[index + 1 :]  # O(steps): the marks before the target are not copied
+        self._floor = keep_seq
         self._context = ctx
         self._turn = turn
         return LiveBacktrack(steps, target, ctx, steering)
@@ -430,13 +436,6 @@ class LiveSession:
             return live.prefix(view.length)
         entries = self.store.hydrate_view(view)
         return Context.of([model_message(e) for e in entries])
-
-    @staticmethod
-    def _last_seq(marks: Sequence[Mark]) -> int | None:
-        for mark in reversed(marks):
-            if mark.checkpoint is not None:
-                return mark.checkpoint.seq
-        return None
 
     def _flush_in_transaction(self) -> None:
         """Apply pending backtracks inside the caller's transaction, in order."""
@@ -548,6 +547,7 @@ class LiveSession:
                 label or default_label(self._turn),
                 decision.trigger,
                 self._kept_context(),
+                floor_seq=self._floor,
             )
             self._marks.append(mark)
             self._trim(in_memory=True)
@@ -563,7 +563,8 @@ class LiveSession:
 
     def _remember(self, ck: CheckpointInfo, path: Path | None) -> Mark:
         self._after_write(())
-        mark = Mark(ck, ck.view, ck.turn, ck.label, ck.trigger, self._kept_context(), path)
+        mark = Mark(ck, ck.view, ck.turn, ck.label, ck.trigger, self._kept_context(), path, ck.seq)
+        self._floor = ck.seq
         self._marks.append(mark)
         self._trim(in_memory=False)
         return mark
