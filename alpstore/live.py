@@ -239,6 +239,7 @@ class LiveSession:
         info = session.info()
         self._view = info.head
         self._turn = info.turn
+        self._completed = info.turn  # the turn count at the last completed turn
         self._context: Context | None = None
         self._pending: list[_Pending] = []
         self._marks: list[Mark] = [
@@ -418,6 +419,7 @@ class LiveSession:
         self._floor = keep_seq
         self._context = ctx
         self._turn = turn
+        self._completed = target.turn
         return LiveBacktrack(steps, target, ctx, steering)
 
     def flush(self) -> None:
@@ -508,8 +510,8 @@ class LiveSession:
         label: str | None = None,
     ) -> tuple[list[Digest], Mark | None]:
         rules = self.rules
-        before = self._turn
-        after = before + count_user_turns(messages)
+        before = self._completed if event == "turn_completed" else self._turn
+        after = self._turn + count_user_turns(messages)
         decision = (
             plan(rules, event, turn=after, previous_turn=before) if event is not None else None
         )
@@ -537,6 +539,8 @@ class LiveSession:
         if messages and not digests:
             digests = _digests_of(messages)
         self._after_write(messages)
+        if event == "turn_completed":
+            self._completed = self._turn
         if ck is not None:
             return digests, self._remember(ck, path)
         if memory and decision is not None:
