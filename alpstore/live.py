@@ -422,6 +422,23 @@ class LiveSession:
         self._completed = target.turn
         return LiveBacktrack(steps, target, ctx, steering)
 
+    def refresh(self) -> int:
+        """Catch up with writes made through the session directly (an adapter that appends on
+        its own): re-read the head; the in-process context is rebuilt on next use when the head
+        moved. Returns the head length this live session saw before.
+
+        Raises:
+            SessionStateError: backtracks are pending (flush them first).
+        """
+        if self._pending:
+            raise SessionStateError(f"session {self.uuid}: flush pending backtracks first")
+        seen = self._view.length
+        info = self.session.info()
+        if info.head != self._view:
+            self._context = None
+        self._view, self._turn = info.head, info.turn
+        return seen
+
     def flush(self) -> None:
         """Persist pending backtracks now (one transaction)."""
         if not self._pending:
