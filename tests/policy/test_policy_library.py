@@ -131,3 +131,18 @@ def test_recorded_policy_is_validated_on_the_way_back(store: Store, tmp_path: Pa
     )
     with pytest.raises(PolicyError, match=r"policy\.mode"):
         store.open_session(live.uuid)
+
+
+@pytest.mark.parametrize(
+    ("turn", "previous", "fires"),
+    [(3, 2, True), (4, 3, False), (3, 3, False), (7, 5, True), (6, 0, True), (2, 0, False)],
+)
+def test_every_n_turns_fires_when_completed_turns_cross_a_multiple(
+    turn: int, previous: int, fires: bool
+) -> None:
+    from alpstore.policy import parse_policy
+    from alpstore.portable.cadence import decide
+
+    policy = parse_policy({"mode": "on_event", "triggers": ["every_n_turns"], "every_n_turns": 3})
+    got = decide(policy, "turn_completed", turn=turn, previous_turn=previous)
+    assert got == ("every_n_turns" if fires else None)
