@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alpstore.errors import SessionStateError
-from alpstore.live import MAX_CONTEXT_DEPTH, Context
+from alpstore.live import MAX_CONTEXT_DEPTH, Context, model_message
 from alpstore.store import Store
 
 # ------------------------------------------------------------------ Context (in memory)
@@ -176,3 +176,49 @@ def test_backtrack_needs_enough_checkpoints(tmp_path: Path) -> None:
         live.commit_turn(turn(1))
         live.checkpoint()
         assert contents(live.backtrack(1).context) == contents(turn(0))
+
+
+live_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("turn"), st.integers(1, 3)),
+        st.tuples(st.just("backtrack"), st.integers(1, 3)),
+        st.tuples(st.just("flush"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=15)
+@given(live_steps, st.sampled_from(["in_memory", "every_turn"]))
+def test_live_context_always_equals_the_archive_after_flush(
+    tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, int]], mode: str
+) -> None:
+    """Any mix of turns, backtracks (with and without steering) and flushes: the context in
+    hand is what the archive holds once the backtracks are persisted.
+    """
+    root = tmp_path_factory.mktemp("live")
+    spec: dict[str, Any] = {"mode": mode}
+    if mode == "every_turn":
+        spec["storage"] = "hybrid"
+        spec["portability"] = "reference"
+    with Store.open(root / "run") as store:
+        workspace = root / "ws"
+        workspace.mkdir()
+        (workspace / "config.yaml").write_text("mas_ctl: {archive: {enabled: true}}\n")
+        live = store.open_session(manifest=agent(spec), cwd=workspace)
+        counter = 0
+        for op, n in steps:
+            if op == "turn":
+                for _ in range(n):
+                    counter += 1
+                    live.commit_turn(turn(counter))
+            elif op == "backtrack" and n < len(live.marks):
+                live.backtrack(n, f"steer {counter}" if counter % 2 else None)
+            elif op == "flush":
+                live.flush()
+        live.flush()
+        archived = [model_message(e) for e in live.session.history()]
+        assert archived == live.context.to_list()
+        assert live.turn == live.session.info().turn
+        assert not list(workspace.rglob("*.json"))  # reference portability: rows, no files
