@@ -27,7 +27,7 @@ from alpstore.db.tables import (
     backtracks,
     checkpoints,
 )
-from alpstore.errors import NotFoundError, SessionStateError, UsageError
+from alpstore.errors import IntegrityError, NotFoundError, SessionStateError, UsageError
 from alpstore.importers import is_user_turn
 from alpstore.views import View, cover_add, cover_bytes, cover_int, cover_sub
 
@@ -549,6 +549,65 @@ class Session:
             steering=digest_hex(steer_digest) if steer_digest else None,
         )
         return BacktrackInfo(bt_id, info.uuid, steps, latest.id, target, steer_digest, automatic)
+
+    def rewind(
+        self,
+        view: View,
+        turn: int,
+        *,
+        steering: str | None = None,
+        keep_seq: int | None = None,
+        expect_head: View | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> View:
+        """Move the head to ``view`` (a prefix this session wrote, e.g. the view of an
+        in-process checkpoint that has no archive row) and inject ``steering``; one transaction.
+
+        Checkpoints after ``keep_seq`` stop being retained. ``expect_head`` refuses the move when
+        another writer moved the head since the caller last saw it. The move is recorded as a
+        ``backtrack`` event (detail given by the caller).
+
+        Raises:
+            SessionStateError: terminated, or the head is not ``expect_head``.
+            IntegrityError: ``view`` is no longer in the archive.
+        """
+        store = self.store
+        with store.db.atomic() as conn:
+            info = self._write(conn)
+            if info.status == "terminated":
+                raise SessionStateError(f"session {info.uuid} is terminated; cannot backtrack")
+            if expect_head is not None and info.head != expect_head:
+                raise SessionStateError(
+                    f"session {info.uuid}: its head moved to {info.head.archive_view_id} "
+                    f"(expected {expect_head.archive_view_id}); another writer changed it",
+                    hint="reopen the session to continue from its current head",
+                )
+            if view.segment_id is not None:
+                row = rsql.fetchone(
+                    conn, "SELECT length FROM segments WHERE id = ?", (view.segment_id,)
+                )
+                if row is None or int(row[0]) < view.length:
+                    raise IntegrityError(
+                        f"session {info.uuid}: view {view.archive_view_id} is no longer in the "
+                        "archive"
+                    )
+            if keep_seq is not None:
+                store.abandon_after(conn, info.id, keep_seq)
+            if steering is not None:
+                item = encode(steering_message(steering), BLOB_MESSAGE)
+                (steer_id,) = store.archive.store_encoded(conn, [item])
+                view = store.views.append(conn, view, info.id, [steer_id])
+                turn += 1
+            self._move_head(
+                conn,
+                info,
+                view,
+                turn=turn,
+                status="active" if info.status in ("created", "checkpointing") else None,
+            )
+            store.record_event(conn, info.id, "backtrack", None, detail or {})
+        store.emit("backtrack", session=info.uuid, view=view.archive_view_id, **(detail or {}))
+        return view
 
     def resume(self, checkpoint: CheckpointInfo | None = None) -> CheckpointInfo:
         """Move the head back to ``checkpoint`` (default: the latest retained one) and make the

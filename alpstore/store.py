@@ -7,7 +7,7 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, func, select, update
 
@@ -26,6 +26,7 @@ from alpstore.db.tables import (
 )
 from alpstore.errors import IntegrityError, NotFoundError, UsageError
 from alpstore.events import EventLog
+from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import (
     CheckpointInfo,
     Entry,
@@ -38,6 +39,9 @@ from alpstore.sessions import (
     new_session_uuid,
 )
 from alpstore.views import EMPTY_COVER, View, ViewStore, cover_bytes, cover_int, cover_of
+
+if TYPE_CHECKING:
+    from alpstore.live import LiveSession
 
 INSERT_CHECKPOINT = (
     "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
@@ -104,6 +108,8 @@ class Store:
         if not uuid.strip() or "@" in uuid:
             raise UsageError(f"session id {uuid!r}: must be non-empty and contain no '@'")
         retention = retention or Retention()
+        if manifest is not None:  # CK-11: a credential never enters the archive
+            require_no_secrets(manifest, what="manifest")
         now = time.time()
         with self.db.atomic() as conn:
             if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
@@ -136,6 +142,59 @@ class Store:
             info = self.session_info(sid, conn=conn)
         self.emit("session", session=uuid, name=name)
         return Session(self, info)
+
+    def open_session(
+        self,
+        session: str | None = None,
+        *,
+        manifest: Any | None = None,
+        overlays: Sequence[str] = (),
+        checkpoint_dir: Path | str | None = None,
+        workspace_config: Path | str | None = None,
+        name: str | None = None,
+        cwd: Path | str | None = None,
+    ) -> LiveSession:
+        """A running agent's session: the policy it runs under plus its in-process context.
+
+        With ``manifest`` (a mapping, or the path of a YAML/JSON file) a session is opened
+        under that manifest's ``spec.checkpoint`` (overlays, workspace config and the CK-6
+        directory applied; ``auto_resume_latest`` resumes the newest matching file) and the
+        resolved policy is recorded with it. With ``session`` alone, an existing session is
+        opened under the policy recorded with it (none: manual checkpoints only).
+
+        Raises:
+            PolicyError, SecretError, NotFoundError, UsageError: nothing is stored.
+        """
+        from alpstore.live import open_live_session
+
+        return open_live_session(
+            self,
+            session,
+            manifest=manifest,
+            overlays=overlays,
+            checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir is not None else None,
+            workspace_config=Path(workspace_config) if workspace_config is not None else None,
+            name=name,
+            cwd=Path(cwd) if cwd is not None else None,
+        )
+
+    def bind_policy(self, session_id: int, record: dict[str, Any], retention: Retention) -> None:
+        """Record a session's checkpoint policy (in ``origin``) and apply its retention."""
+        with self.db.atomic() as conn:
+            current = conn.execute(
+                select(sessions.c.origin).where(sessions.c.id == session_id)
+            ).scalar()
+            origin = json.loads(current) if current else {}
+            origin["policy"] = record
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(
+                    origin=json.dumps(origin, sort_keys=True),
+                    retention_mode=retention.mode,
+                    retention_n=retention.n,
+                )
+            )
 
     def session_info(self, session_id: int, *, conn: Connection | None = None) -> SessionInfo:
         """Read a session row by its internal id.

@@ -175,22 +175,6 @@ def test_backtrack_persisted(benchmark: Any, length: int, scratch: Path) -> None
 
 @pytest.mark.benchmark(group="backtrack")
 @pytest.mark.parametrize("length", [100, 10_000])
-def test_backtrack_live(benchmark: Any, length: int, scratch: Path) -> None:
-    """In process: the covering head is an immutable view; a retarget swaps the pointer."""
-    store, session, _work = _session_at(scratch, length // 4)
-    views = [c.view for c in session.checkpoints()]
-    heads = {"live": views[-1]}
-
-    def retarget() -> None:
-        heads["live"] = views[-2]  # copy-on-write: nothing is copied
-
-    benchmark.pedantic(retarget, rounds=1000, iterations=10)
-    benchmark.extra_info.update(history_entries=length)
-    store.close()
-
-
-@pytest.mark.benchmark(group="backtrack")
-@pytest.mark.parametrize("length", [100, 10_000])
 def test_backtrack_deepcopy_baseline(benchmark: Any, length: int) -> None:
     """What a runtime without an archive does: deep-copy the message history."""
     history = _history(length)

@@ -82,18 +82,16 @@ def core_section(b: dict[str, dict[str, Any]]) -> list[str]:
         out += [
             "## Backtrack retarget (issue 3)",
             "",
-            "| history entries | live pointer swap (µs) | persisted `backtrack(1)` (ms) | "
-            "`copy.deepcopy` of the history (ms) | deepcopy ÷ live | deepcopy ÷ persisted |",
-            "|---:|---:|---:|---:|---:|---:|",
+            "| history entries | persisted `backtrack(1)` (ms) | "
+            "`copy.deepcopy` of the history (ms) | deepcopy ÷ persisted |",
+            "|---:|---:|---:|---:|",
         ]
         for n in (100, 10000):
-            live = bt.get(f"test_backtrack_live[{n}]")
             pers = bt.get(f"test_backtrack_persisted[{n}]")
             deep = bt.get(f"test_backtrack_deepcopy_baseline[{n}]")
-            if live and pers and deep:
+            if pers and deep:
                 out.append(
-                    f"| {n:,} | {_ms(live) * 1000:.2f} | {_ms(pers):.3f} | {_ms(deep):.1f} |"
-                    f" {_ms(deep) / _ms(live):,.0f}× | {_ms(deep) / _ms(pers):,.0f}× |"
+                    f"| {n:,} | {_ms(pers):.3f} | {_ms(deep):.1f} | {_ms(deep) / _ms(pers):,.0f}× |"
                 )
         small, large = (
             bt.get("test_backtrack_persisted[100]"),
@@ -150,6 +148,7 @@ def other_groups(b: dict[str, dict[str, Any]], known: set[str]) -> list[str]:
                 "test_curves",
                 "test_langgraph",
                 "test_ui_page",
+                "test_live_",
             )
         )
     ]
@@ -255,6 +254,7 @@ def main(argv: list[str]) -> int:
         "debug.md",
         "integrity.md",
         "ui.md",
+        "live.md",
     ):
         extra = HERE / "results" / name
         if extra.exists():

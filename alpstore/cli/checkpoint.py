@@ -8,7 +8,6 @@ accepted.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -227,24 +226,18 @@ def save(
 ) -> None:
     """Save the session's head as a deep (self-contained) checkpoint file; print its path.
 
-    The directory is --checkpoint-dir, else storage.path of the session's manifest, else
+    The directory is --checkpoint-dir, else the one recorded when the session was opened with
+    `session open --manifest` (CK-6: storage.path, else .mas/checkpoints beside the manifest —
+    the directory auto_resume_latest reads), else storage.path of an embedded manifest, else
     <root>/checkpoints.
     """
-    st = store(ctx, create=False)
-    s = st.get_session(session)
+    live = store(ctx, create=False).open_session(session)
     folder = checkpoint_dir
-    if folder is None:
-        policy = policy_of_manifest(s.manifest())
-        root = options(ctx).root
-        folder = Path(policy.storage_path) if policy.storage_path else default_store_dir(root)
-    snap = snapshot_of_head(st, s)
-    if label is not None:
-        snap = replace(snap, label=label)
-    doc = export_snapshot(st, snap, scan=False)  # the write scans
-    path = contained_path(folder, checkpoint_file_name(s.uuid, doc["label"], compress=zst))
-    write_checkpoint_file(doc, path, compress=zst)
-    kernel, wm = snap.kernel, snap.working_memory
-    s.checkpoint(kernel=kernel, working_memory=wm, label=label, trigger="manual")
+    if folder is None and live.policy is None:
+        policy = policy_of_manifest(live.session.manifest())
+        if policy.storage_path:
+            folder = Path(policy.storage_path)
+    path = live.save(label=label, directory=folder, compress=zst)
     echo(str(path))
 
 

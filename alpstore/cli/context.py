@@ -13,7 +13,14 @@ from alpstore.continuity.checkpoint import KIND_SECTIONS, MAX_PIN_BYTES, read_ch
 from alpstore.continuity.files import atomic_write
 from alpstore.continuity.journal import rotate_if_needed
 from alpstore.continuity.paths import ExecutionPaths
-from alpstore.continuity.pins import add_pin, collapse_control, cut_utf8, prepare, remove_pin
+from alpstore.continuity.pins import (
+    add_pin,
+    collapse_control,
+    cut_utf8,
+    prepare,
+    refuse_secret_looking,
+    remove_pin,
+)
 from alpstore.continuity.render import MAX_RENDER_BYTES, render
 from alpstore.continuity.status import status
 from alpstore.continuity.threads import latest_pins, settle
@@ -122,10 +129,24 @@ def pin_command(
         typer.Option("--strict", help="Refuse text over 4 KiB instead of cutting it."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the new pin as JSON.")] = False,
+    allow_secret_looking: Annotated[
+        bool,
+        typer.Option(
+            "--allow-secret-looking",
+            help="Pin text the secret scan flags as a credential (AWS key, API token, private "
+            "key …). Without it such a pin is refused: use it only for a false positive.",
+        ),
+    ] = False,
 ) -> None:
-    """Pin a decision, constraint, open item or next action (creates the checkpoint if needed)."""
+    """Pin a decision, constraint, open item or next action (creates the checkpoint if needed).
+
+    Pins must not hold secrets: text that looks like a credential is refused (exit 9) unless
+    --allow-secret-looking says it is a false positive.
+    """
     paths = execution_paths(execution)
     cleaned = collapse_control(" ".join(text))
+    if not allow_secret_looking:  # before anything else: the text is never echoed back
+        refuse_secret_looking(cleaned)
     size = len(cleaned.encode("utf-8"))
     if size > MAX_PIN_BYTES:
         if strict:
@@ -135,7 +156,7 @@ def pin_command(
             )
         cleaned = cut_utf8(cleaned, MAX_PIN_BYTES)
         warn(f"pin text was {size} bytes; cut to {MAX_PIN_BYTES // 1024} KiB")
-    pin = add_pin(paths, kind, cleaned, source=source)
+    pin = add_pin(paths, kind, cleaned, source=source, allow_secret_looking=allow_secret_looking)
     if as_json:
         print_json({"kind": kind, **pin.to_json()})
     else:

@@ -14,6 +14,7 @@ from alpstore.cli._common import echo, print_json, store, warn
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
+from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import Entry, Retention, SessionInfo
 
 app = typer.Typer(
@@ -71,6 +72,8 @@ def new(
 ) -> None:
     """Create an empty session and print its id."""
     doc = _load_manifest(manifest) if manifest else None
+    if doc is not None:  # CK-11: refused before the archive is even opened
+        require_no_secrets(doc, what=str(manifest))
     session = store(ctx).create_session(
         session_id=session_id, name=name, manifest=doc, retention=Retention(retention, retention_n)
     )
@@ -134,6 +137,9 @@ def _info_doc(i: SessionInfo) -> dict[str, Any]:
     }
 
 
+EVENT_NAMES = ("after_llm_call", "after_tool_call", "before_destructive_tool", "turn_completed")
+
+
 @app.command("append")
 def append(
     ctx: typer.Context,
@@ -147,22 +153,81 @@ def append(
         str | None, typer.Option("--content", help="Text of a single message (with --role).")
     ] = None,
     checkpoint: Annotated[
-        bool, typer.Option("--checkpoint", help="Checkpoint after appending (every-turn style).")
+        bool,
+        typer.Option(
+            "--checkpoint", help="Also take an explicit checkpoint after appending (any policy)."
+        ),
     ] = False,
+    event: Annotated[
+        str | None,
+        typer.Option(
+            "--event",
+            help="What the append records for a session opened with a manifest: "
+            "after_llm_call, after_tool_call, before_destructive_tool (steps inside a turn; "
+            "messages optional), or turn_completed (the default). The session's policy "
+            "decides whether it checkpoints.",
+        ),
+    ] = None,
 ) -> None:
-    """Append messages to a session's covering head and print their digests."""
-    if source is None and (role is None or content is None):
-        raise UsageError("give a JSON source, or both --role and --content")
-    messages = (
-        _read_messages(source) if source is not None else [{"role": role, "content": content}]
-    )
-    s = store(ctx).get_session(session)
-    if checkpoint:
-        ck = s.commit_turn(messages, trigger="every_turn")
-        echo(f"checkpoint {ck.id} at turn {ck.turn} ({ck.length} entries)")
+    """Append messages to a session's covering head and print their digests.
+
+    A session opened with `session open --manifest` runs under its recorded checkpoint policy:
+    an append is a completed user turn unless --event names a step inside one, and the policy
+    (every_turn, in_memory, on_event triggers, every_n_turns) decides whether it checkpoints.
+    """
+    if event is not None and event not in EVENT_NAMES:
+        raise UsageError(f"--event {event!r}: expected one of {', '.join(EVENT_NAMES)}")
+    mid_turn = event is not None and event != "turn_completed"
+    if source is None and (role is None or content is None) and not mid_turn:
+        raise UsageError("give a JSON source, or both --role and --content (or a mid-turn --event)")
+    messages: list[Any] = []
+    if source is not None:
+        messages = _read_messages(source)
+    elif role is not None and content is not None:
+        messages = [{"role": role, "content": content}]
+    live = store(ctx).open_session(session)
+    if live.policy is None:  # no recorded policy: plain appends, --checkpoint as always
+        if event is not None:
+            warn(
+                f"session {live.uuid} has no checkpoint policy (open it with --manifest); "
+                "--event records nothing"
+            )
+        if checkpoint:
+            ck = live.session.commit_turn(messages, trigger="every_turn")
+            echo(f"checkpoint {ck.id} at turn {ck.turn} ({ck.length} entries)")
+            return
+        for digest in live.session.append(messages) if messages else []:
+            echo(digest.hex())
         return
-    for digest in s.append(messages):
-        echo(digest.hex())
+    mark = live.event(str(event), messages) if mid_turn else live.commit_turn(messages)
+    if checkpoint and mark is None:
+        mark = live.checkpoint()
+    if mark is not None:
+        _print_mark(mark)
+    elif messages:
+        for text in _digests(messages):
+            echo(text)
+    else:
+        echo(f"event {event}: no checkpoint under this session's policy")
+
+
+def _digests(messages: list[Any]) -> list[str]:
+    from alpstore.archive.sql import encode
+    from alpstore.db.tables import BLOB_MESSAGE
+
+    return [encode(m, BLOB_MESSAGE)[0].hex() for m in messages]
+
+
+def _print_mark(mark: Any) -> None:
+    where = f"; file {mark.file}" if mark.file is not None else ""
+    if mark.checkpoint is None:
+        echo(
+            f"checkpoint in memory at turn {mark.turn} ({mark.trigger}; this process only, "
+            "storage memory)"
+        )
+        return
+    ck = mark.checkpoint
+    echo(f"checkpoint {ck.id} at turn {ck.turn} ({ck.length} entries, {ck.trigger}){where}")
 
 
 @app.command("fold")
@@ -188,12 +253,19 @@ def checkpoint(
         Path | None, typer.Option("--kernel", help="JSON file with the kernel state to keep.")
     ] = None,
 ) -> None:
-    """Record a shallow checkpoint of the session's head and print its id."""
+    """Record a shallow checkpoint of the session's head and print its id.
+
+    An explicit checkpoint works in every mode; under a recorded policy with disk or hybrid
+    storage it also writes the deep file to the session's checkpoint directory.
+    """
     kernel_doc = parse_json(_read_file(kernel), where=str(kernel)) if kernel else None
-    ck = store(ctx).get_session(session).checkpoint(kernel=kernel_doc, label=label, trigger=trigger)
+    live = store(ctx).open_session(session)
+    mark = live.checkpoint(kernel=kernel_doc, label=label, trigger=trigger)
+    ck = mark.checkpoint
+    assert ck is not None
     echo(
         f"checkpoint {ck.id} ({ck.session}@{ck.turn}, {ck.length} entries, view "
-        f"{ck.archive_view_id})"
+        f"{ck.archive_view_id})" + (f"; file {mark.file}" if mark.file else "")
     )
 
 
@@ -404,14 +476,35 @@ def show(
     width: Annotated[
         int, typer.Option("--width", help="Cut lines at this width (0: never).")
     ] = 160,
+    policy: Annotated[
+        bool,
+        typer.Option(
+            "--policy", help="Print only the checkpoint policy recorded with the session."
+        ),
+    ] = False,
 ) -> None:
-    """Print the hydrated history of a session's head or of one of its checkpoints."""
+    """Print the hydrated history of a session's head or of one of its checkpoints.
+
+    A session opened with a manifest starts with a `policy:` line: the checkpoint policy
+    recorded with it, which every later command applies.
+    """
+    from alpstore.live import policy_of_session
+
     st = store(ctx)
     s = st.get_session(session)
+    bound = policy_of_session(s)
+    if policy:
+        if as_json:
+            print_json(bound.as_record() if bound else None)
+        else:
+            echo(f"policy: {bound.describe()}" if bound else "policy: none recorded")
+        return
     entries = st.hydrate(st.resolve_checkpoint(at)) if at else s.history()
     if as_json:
         print_json([{"digest": e.hex, "kind": e.kind, "value": e.value} for e in entries])
         return
+    if bound is not None:
+        echo(f"policy: {bound.describe()}")
     for i, e in enumerate(entries):
         echo(_entry_line(i, e, width))
 

@@ -13,18 +13,7 @@ from typing import Annotated
 import typer
 
 from alpstore.cli._common import echo, print_json, store, warn
-from alpstore.policy import (
-    apply_overlays,
-    effective_portability,
-    find_workspace_config,
-    load_manifest,
-    load_workspace_config,
-    policy_of_manifest,
-    resolve_checkpoint_dir,
-)
-from alpstore.portable.deep import import_document
-from alpstore.portable.files import manifest_hash
-from alpstore.portable.resume import select_latest
+from alpstore.live import open_prepared, prepare_manifest
 
 
 def open_command(
@@ -55,54 +44,38 @@ def open_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Open a session for an Agent manifest: resume the newest matching checkpoint when the
-    policy says auto_resume_latest, else start a new session.
+    policy says auto_resume_latest, else start a new session. The resolved policy is recorded
+    with the session: every later command on it (append, checkpoint, save) applies it.
+
+    A manifest holding an inline credential is refused (naming its JSON path) before anything
+    is stored.
     """
     cwd = Path.cwd()
-    effective = apply_overlays(load_manifest(manifest), list(overlay or []), cwd=cwd)
-    workspace = (
-        load_workspace_config(config)
-        if config is not None
-        else find_workspace_config(manifest, cwd)
+    prepared = prepare_manifest(
+        manifest,
+        overlays=list(overlay or []),
+        checkpoint_dir=checkpoint_dir,
+        workspace_config=config,
+        cwd=cwd,
     )
-    policy = policy_of_manifest(effective, workspace_storage=workspace.checkpoint_store)
-    portability, notice = effective_portability(policy, archive_enabled=workspace.archive_enabled)
-    if notice:
-        warn(notice)
-    folder = resolve_checkpoint_dir(
-        policy, cli_dir=checkpoint_dir, manifest_path=manifest.absolute(), cwd=cwd
-    )
-    st = store(ctx)
-    content_hash = manifest_hash(effective)
-    resumed_from: Path | None = None
-    reason = "auto_resume_latest is off"
-    session = None
-    if policy.auto_resume_latest and folder is not None:
-        selection = select_latest(folder, content_hash)
-        if selection.chosen is not None:
-            path = selection.chosen.path
-            result = import_document(st, selection.chosen.doc, source_name=path.name)
-            if result.existing:
-                result.session.resume(result.checkpoint)
-            session, resumed_from = result.session, path
-        else:
-            reason = (
-                f"no version 2 checkpoint in {folder} matches manifest {content_hash[:12]}… "
-                f"({selection.considered} file(s) examined)"
-            )
-    if session is None:
-        session = st.create_session(name=name, manifest=effective)
+    if prepared.notice:
+        warn(prepared.notice)
+    opened = open_prepared(store(ctx), prepared, name=name)
+    bound = prepared.policy
+    session = opened.live.session
+    folder = bound.checkpoint_dir
     report = {
         "session": session.uuid,
-        "resumed_from": str(resumed_from) if resumed_from else None,
+        "resumed_from": str(opened.resumed_from) if opened.resumed_from else None,
         "checkpoint_dir": str(folder) if folder else None,
-        "manifest_hash": content_hash,
-        "portability": portability,
-        "policy": policy.as_dict(),
-        "workspace_config": str(workspace.path) if workspace.path else None,
+        "manifest_hash": bound.manifest_hash,
+        "portability": bound.policy.portability,
+        "policy": bound.policy.as_dict(),
+        "workspace_config": str(prepared.workspace.path) if prepared.workspace.path else None,
     }
     if as_json:
         print_json(report)
-    elif resumed_from is not None:
-        echo(f"resumed session {session.uuid} from {resumed_from}")
+    elif opened.resumed_from is not None:
+        echo(f"resumed session {session.uuid} from {opened.resumed_from}")
     else:
-        echo(f"started session {session.uuid} ({reason})")
+        echo(f"started session {session.uuid} ({opened.reason})")

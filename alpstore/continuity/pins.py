@@ -25,7 +25,8 @@ from alpstore.continuity.checkpoint import (
 )
 from alpstore.continuity.files import iso_now, locked
 from alpstore.continuity.paths import ExecutionPaths
-from alpstore.errors import ContinuityError
+from alpstore.errors import ContinuityError, SecretError
+from alpstore.portable.secrets import scan
 
 INTERACTIVE_TASK_SENTINEL = "<interactive>"
 """The task an interactive session carries instead of a real one: never an objective (CT-5)."""
@@ -91,6 +92,24 @@ def _new_checkpoint(
     )
 
 
+def refuse_secret_looking(text: str) -> None:
+    """Refuse pin text the secret scan flags (CK-11: a pin is never a credential store).
+
+    The error names the kind of credential it looks like, never the text.
+
+    Raises:
+        SecretError: the text holds something shaped like a token or key.
+    """
+    findings = scan(text, "pin")
+    if findings:
+        raise SecretError(
+            f"pin text looks like a credential ({findings[0].kind}); refusing to pin it, "
+            "nothing was written",
+            hint="keep credentials out of pins; if this is a false positive, pin it with "
+            "--allow-secret-looking",
+        )
+
+
 def add_pin(
     paths: ExecutionPaths,
     kind: str,
@@ -98,11 +117,15 @@ def add_pin(
     *,
     source: str = "principal",
     now: datetime | None = None,
+    allow_secret_looking: bool = False,
 ) -> Pin:
     """Pin ``text`` under ``kind``; create the checkpoint (objective null, unbound) if missing.
 
+    Text the secret scan flags is refused unless ``allow_secret_looking`` (a false positive).
+
     Raises:
         ContinuityError: unknown kind or source, empty or oversize text, checkpoint over 128 KiB.
+        SecretError: the text looks like a credential (nothing is written).
         ValidationFinding: the existing checkpoint does not verify (nothing is written).
     """
     section = pin_section(kind)
@@ -119,6 +142,8 @@ def add_pin(
             f"pin text is {size} bytes, over the {MAX_PIN_BYTES // 1024} KiB limit",
             hint="a pin is one sentence, not a summary",
         )
+    if not allow_secret_looking:
+        refuse_secret_looking(text)
     stamp = iso_now(now)
     pin = Pin(id=str(uuid.uuid4()), text=text, source=source, created_at=stamp)
     with locked(paths.lock):

@@ -47,12 +47,34 @@ from alpstore.integrations._lgcodec import (
     wrap,
 )
 from alpstore.integrations._lgpack import Packer, value_ref
+from alpstore.live import LiveSession, prepare_manifest
+from alpstore.policy.recorded import SessionPolicy
+from alpstore.sessions import Retention
 from alpstore.store import Store, encode
 
-__all__ = ["AlpstoreSaver"]
+__all__ = ["AlpstoreSaver", "step_events"]
 
 TRIGGER_PREFIX = "langgraph:"
 """Checkpoints written by this saver carry the trigger ``langgraph:<source>``."""
+
+
+def step_events(new_messages: Sequence[Any]) -> list[str]:
+    """The checkpoint events a step's new messages show: an AI message is ``after_llm_call``,
+    a tool message ``after_tool_call`` (in the order they first appear).
+    """
+    events: list[str] = []
+    for message in new_messages:
+        kind = getattr(message, "type", None)
+        name = {"ai": "after_llm_call", "tool": "after_tool_call"}.get(str(kind))
+        if name is not None and name not in events:
+            events.append(name)
+    return events
+
+
+def _prepare_policy(manifest: Any | None) -> SessionPolicy | None:
+    if manifest is None:
+        return None
+    return prepare_manifest(manifest, cwd=Path.cwd()).policy
 
 
 class AlpstoreSaver(BaseCheckpointSaver[int]):
@@ -62,6 +84,11 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         store: an open alpstore ``Store`` (``AlpstoreSaver.open(root)`` opens one for you).
         messages_key: the channel whose list of messages is kept as the session's covering list.
         serde: LangGraph serializer for values that are not plain JSON (default: JsonPlus).
+        manifest: an Agent manifest (mapping or file) whose ``spec.checkpoint`` policy each
+            thread runs under, on top of LangGraph's own step checkpoints: a step that adds an
+            AI message raises ``after_llm_call``, one that adds tool messages
+            ``after_tool_call``; the policy decides (and its retention prunes its own files,
+            never LangGraph's checkpoints).
     """
 
     def __init__(
@@ -71,6 +98,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         messages_key: str = "messages",
         serde: SerializerProtocol | None = None,
         owns_store: bool = False,
+        manifest: Any | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
@@ -79,6 +107,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         self._lock = threading.RLock()
         self._threads: dict[tuple[str, str], lgdb.ThreadState] = {}
         self._packer = Packer()
+        self._policy = _prepare_policy(manifest)
+        self._live: dict[tuple[str, str], LiveSession] = {}
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> AlpstoreSaver:
@@ -193,6 +223,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 [r[2] for r in refs.values() if r[0] == "b"],
             )
         store.archive.after_commit()
+        if self._policy is not None and split:
+            self._policy_events((thread_id, ns), th, cast(list[Any], messages))
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -200,6 +232,21 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _policy_events(
+        self, key: tuple[str, str], th: lgdb.ThreadState, messages: list[Any]
+    ) -> None:
+        """Raise the events this step shows on the thread's live session (issue 15)."""
+        assert self._policy is not None
+        with self._lock:
+            live = self._live.get(key)
+            if live is None or live.session is not th.session:
+                # LangGraph's checkpoints stay in the archive whatever the retention says
+                self.store.bind_policy(th.session.id, self._policy.as_record(), Retention())
+                live = self._live[key] = LiveSession(self.store, th.session, self._policy)
+            seen = live.refresh()
+            for name in step_events(messages[seen:]):
+                live.event(name)
 
     def _inherited(
         self,

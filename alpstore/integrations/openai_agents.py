@@ -2,8 +2,11 @@
 
 Each ``add_items`` appends the items (one blob each, stored once) and checkpoints the session in
 the same transaction, so every turn of an agent run can be inspected, backtracked or forked with
-``alpstore session …``. ``pop_item`` and ``clear_session`` cut the covering list back (O(1) in
-history length); earlier checkpoints keep the history they saw.
+``alpstore session …``. A session opened with ``Store.open_session(manifest=…,
+name="openai-agents:<id>")`` runs under its checkpoint policy instead: each batch raises
+``after_llm_call``/``after_tool_call`` for the model and tool outputs it holds, then completes a
+turn, and the policy decides what is checkpointed. ``pop_item`` and ``clear_session`` cut the
+covering list back (O(1) in history length); earlier checkpoints keep the history they saw.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from alpstore.errors import NotFoundError
+from alpstore.live import LiveSession, policy_of_session
 from alpstore.sessions import Entry, Session
 from alpstore.store import Store
 
@@ -28,6 +32,40 @@ def _item(entry: Entry) -> Any:
     if entry.kind == "summary":
         return {"role": "system", "content": str(entry.value.get("summary", ""))}
     return entry.value
+
+
+def observed_events(items: list[Any]) -> list[str]:
+    """The checkpoint events a batch of run items shows: a model output (message or tool
+    call) is ``after_llm_call``, a tool's output ``after_tool_call``.
+    """
+    events: list[str] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind in ("function_call_output", "computer_call_output"):
+            name = "after_tool_call"
+        elif kind in ("function_call", "computer_call", "reasoning") or (
+            item.get("role") == "assistant"
+        ):
+            name = "after_llm_call"
+        else:
+            continue
+        if name not in events:
+            events.append(name)
+    return events
+
+
+def _run_under_policy(live: LiveSession, items: list[Any]) -> None:
+    """One ``add_items`` batch is a completed run (a turn): its events, then the turn's end."""
+    events = observed_events(items)
+    if events:
+        live.event(events[0], items)
+        for name in events[1:]:
+            live.event(name)
+        live.commit_turn()
+    else:
+        live.commit_turn(items)
 
 
 class AlpstoreSession:
@@ -57,6 +95,7 @@ class AlpstoreSession:
         self.checkpoint = checkpoint
         self._owns_store = owns_store
         self._session: Session | None = None
+        self._live: LiveSession | None = None
 
     @classmethod
     def open(
@@ -100,7 +139,13 @@ class AlpstoreSession:
         if not items:
             return
         session = self.alpstore_session()
-        if self.checkpoint:
+        if self._live is None:
+            policy = policy_of_session(session)
+            if policy is not None:  # opened under a manifest: its policy decides
+                self._live = LiveSession(self.store, session, policy)
+        if self._live is not None:
+            _run_under_policy(self._live, list(items))
+        elif self.checkpoint:
             session.commit_turn(list(items), trigger=TRIGGER)
         else:
             session.append(list(items))
@@ -114,8 +159,10 @@ class AlpstoreSession:
                 return None
             last = self.store.hydrate_view(head)[-1]
             session.truncate_and_append(head.length - 1, [])
+        self._live = None  # its in-process context no longer matches the head
         return _item(last)
 
     async def clear_session(self) -> None:
         """Forget the conversation (the head becomes empty; checkpoints keep their history)."""
         self.alpstore_session().truncate_and_append(0, [])
+        self._live = None

@@ -30,8 +30,14 @@ EVENTS: Final = (
 )
 
 
-def decide(policy: CheckpointPolicy, event: str, *, turn: int = 0) -> str | None:
+def decide(
+    policy: CheckpointPolicy, event: str, *, turn: int = 0, previous_turn: int | None = None
+) -> str | None:
     """The trigger to record for ``event`` under ``policy``, or None for no checkpoint.
+
+    ``every_n_turns`` fires when a completed turn reaches a multiple of N; with
+    ``previous_turn`` (the turn before the messages of this event) it fires only when the
+    count crossed a new multiple, so a turn completed twice at the same count fires once.
 
     Raises:
         UsageError: an unknown event name.
@@ -46,8 +52,10 @@ def decide(policy: CheckpointPolicy, event: str, *, turn: int = 0) -> str | None
         if policy.mode in ("every_turn", "in_memory"):
             return "every_turn"
         n = policy.every_n_turns
-        if "every_n_turns" in policy.triggers and n is not None and turn > 0 and turn % n == 0:
-            return "every_n_turns"
+        if "every_n_turns" in policy.triggers and n is not None and turn > 0:
+            crossed = turn // n > previous_turn // n if previous_turn is not None else turn % n == 0
+            if crossed:
+                return "every_n_turns"
         return None
     return event if event in policy.triggers else None
 
@@ -66,18 +74,36 @@ class Plan:
 
 
 def plan(
-    policy: CheckpointPolicy, event: str, *, turn: int = 0, portability: str | None = None
+    policy: CheckpointPolicy,
+    event: str,
+    *,
+    turn: int = 0,
+    previous_turn: int | None = None,
+    portability: str | None = None,
 ) -> Plan | None:
     """The cadence decision plus where the checkpoint goes.
 
     A reference (shallow) checkpoint stays an archive row (AR-1); a self-contained one also
     goes to the policy's store. A manual save is always self-contained (AR-3).
     """
-    trigger = decide(policy, event, turn=turn)
+    trigger = decide(policy, event, turn=turn, previous_turn=previous_turn)
     if trigger is None:
         return None
     deep = (portability or policy.portability) == "self_contained" or trigger == "manual"
     return Plan(trigger, write_file=deep and (policy.storage is not None or trigger == "manual"))
+
+
+TURN_TRIGGERS: Final = ("every_turn", "every_n_turns", "manual")
+"""Triggers whose checkpoint file is named by its turn alone (one per turn)."""
+
+
+def file_label(label: str, trigger: str | None, seq: int) -> str:
+    """The label a cadence checkpoint's deep file carries: the checkpoint's own label for a
+    turn checkpoint, ``<label>-<trigger>-<seq>`` for an event (several may share a turn).
+    """
+    if trigger is None or trigger in TURN_TRIGGERS:
+        return label
+    return f"{label}-{trigger}-{seq}"
 
 
 def default_store_dir(root: Path) -> Path:
