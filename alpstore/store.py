@@ -15,6 +15,7 @@ from alpstore.archive.sql import SqlArchive, encode, parse_documents
 from alpstore.codec import Digest, parse_json
 from alpstore.db import raw as rsql
 from alpstore.db.engine import Database, inserted_id, open_database
+from alpstore.db.migrate import require_current_schema
 from alpstore.db.tables import (
     BLOB_STATE,
     BLOB_SUMMARY,
@@ -60,14 +61,26 @@ class Store:
         self.events = EventLog(root)
 
     @classmethod
-    def open(cls, root: Path | str, *, url: str | None = None, create: bool = True) -> Store:
+    def open(
+        cls, root: Path | str, *, url: str | None = None, create: bool = True, migrate: bool = True
+    ) -> Store:
         """Open the archive of run root ``root`` (or at ``url``), creating and migrating it.
+
+        ``migrate=False`` (with ``create=False``: how a reading command opens it) never changes
+        the schema: an archive of an older revision is refused with a pointer to ``db upgrade``.
 
         Raises:
             StorageError, NotFoundError, SchemaVersionError, CorruptArchiveError, UsageError.
         """
         root = Path(root)
-        return cls(open_database(root=root, url=url, create=create), root)
+        db = open_database(root=root, url=url, create=create, migrate=migrate)
+        if not migrate:
+            try:
+                require_current_schema(db)
+            except BaseException:
+                db.close()
+                raise
+        return cls(db, root)
 
     def close(self) -> None:
         """Close the database and the event log."""
