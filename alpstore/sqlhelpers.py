@@ -50,7 +50,7 @@ _READ_PRAGMAS = frozenset(
         "function_list",
     }
 )
-"""Introspection pragmas a user may run; every other pragma is refused (some write or reconfigure)."""
+"""Introspection pragmas a user may run; every other one is refused (some write or reconfigure)."""
 _DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
 _QUERY_START = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*(\w+)", re.DOTALL)
 _PG_QUERY_WORDS = frozenset({"select", "with", "values", "table", "explain", "show"})
@@ -178,7 +178,8 @@ def run_query(
         else:
             if _first_word(query) not in _PG_QUERY_WORDS:
                 raise UsageError(
-                    "refused: `alpstore sql` only reads: one query (SELECT, WITH, VALUES, TABLE, EXPLAIN, SHOW)"
+                    "refused: `alpstore sql` only reads: one query (SELECT, WITH, VALUES, "
+                    "TABLE, EXPLAIN, SHOW)"
                 )
             conn.exec_driver_sql("SET TRANSACTION READ ONLY")
             if timeout:
