@@ -31,17 +31,17 @@ class GlobalOptions:
     db_url: str | None = None
     _store: Store | None = None
 
-    def store(self, *, create: bool = True) -> Store:
+    def store(self, *, create: bool = True, migrate: bool = True) -> Store:
         """Open (once) the store these options name.
 
-        ``create=False`` is how a reading command opens it: nothing is created, and an archive
-        of an older schema revision is refused with a pointer to ``alpstore db upgrade``
-        instead of being migrated behind the user's back.
+        ``migrate=False`` is how a reading command opens it: nothing is created or upgraded,
+        and an archive of an older schema revision is refused with a pointer to
+        ``alpstore db upgrade`` (a later writer in the same command finds it at head already).
         """
         if self._store is None:
             from alpstore.store import Store
 
-            self._store = Store.open(self.root, url=self.db_url, create=create, migrate=create)
+            self._store = Store.open(self.root, url=self.db_url, create=create, migrate=migrate)
         return self._store
 
     def close(self) -> None:
@@ -62,13 +62,13 @@ def options(ctx: typer.Context) -> GlobalOptions:
 
 
 def store(ctx: typer.Context, *, create: bool = True) -> Store:
-    """Open the store named by the global options of this invocation (``create=False``: read)."""
+    """Open the store named by the global options of this invocation, migrating it to head."""
     return options(ctx).store(create=create)
 
 
 def read_store(ctx: typer.Context) -> Store:
     """Open the store for a command that only reads: never created, never migrated."""
-    return options(ctx).store(create=False)
+    return options(ctx).store(create=False, migrate=False)
 
 
 def print_json(value: Any) -> None:

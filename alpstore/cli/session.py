@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, print_json, store, warn
+from alpstore.cli._common import echo, print_json, read_store, store, warn
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
@@ -104,7 +104,7 @@ app.command("open")(open_command)
 @app.command("list")
 def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List every session in the archive."""
-    infos = store(ctx).list_sessions()
+    infos = read_store(ctx).list_sessions()
     if as_json:
         print_json([_info_doc(i) for i in infos])
         return
@@ -294,7 +294,7 @@ def log(
     """List a session's checkpoints (turn, label, head length, bytes added) and decisions."""
     from alpstore.store import checkpoint_deltas
 
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     cks = s.checkpoints(include_abandoned=show_all)
     deltas = checkpoint_deltas(st, cks)
@@ -406,7 +406,7 @@ def show(
     ] = 160,
 ) -> None:
     """Print the hydrated history of a session's head or of one of its checkpoints."""
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     entries = st.hydrate(st.resolve_checkpoint(at)) if at else s.history()
     if as_json:
@@ -430,7 +430,7 @@ def lineage(
     """Print the fork tree (sessions, fork points, backtracks)."""
     from alpstore.debug.lineage import render_lineage, write_svg
 
-    st = store(ctx)
+    st = read_store(ctx)
     sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
     if svg is not None:
         written = write_svg(st, session, svg)

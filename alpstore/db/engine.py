@@ -461,7 +461,7 @@ def open_database(
             if not create:
                 raise NotFoundError(
                     f"no archive at {path}",
-                    hint="create one with any write, e.g. `alpstore archive put`",
+                    hint="a writing command creates it, e.g. `alpstore session import FILE`",
                 )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -476,7 +476,7 @@ def open_database(
         if migrate and url and not create and current_revision(db) is None:
             raise NotFoundError(
                 f"no archive at {location}",
-                hint="create one with any write, e.g. `alpstore archive put`",
+                hint="a writing command creates it, e.g. `alpstore session import FILE`",
             )
         if migrate:
             ensure_schema(db)

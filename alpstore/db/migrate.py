@@ -83,7 +83,7 @@ def require_current_schema(db: Database) -> None:
     if rev is None:
         raise NotFoundError(
             f"no archive at {db.location}",
-            hint="create one with any write, e.g. `alpstore session import FILE`",
+            hint="a writing command creates it, e.g. `alpstore session import FILE`",
         )
     if rev not in known_revisions():
         raise SchemaVersionError(

@@ -184,7 +184,7 @@ def test_save_writes_a_deep_file_and_a_row(tmp_path: Path) -> None:
     assert path.parent == (root / "checkpoints").resolve() or path.parent == root / "checkpoints"
     assert path.name.startswith("orig-turn-")
     upstream_valid(load_checkpoint_file(path))
-    listed = run_cli("--root", str(root), "checkpoint", "list")
+    listed = run_cli("--root", str(root), "checkpoint", "list", "--archive")
     assert listed.out.splitlines()[0] == path.name
     assert "archive:orig@" in listed.out
     d = tmp_path / "elsewhere"
