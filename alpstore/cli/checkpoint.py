@@ -96,7 +96,8 @@ def list_(
     directory: Annotated[
         Path | None,
         typer.Argument(
-            help="Directory of checkpoint files (default: --checkpoint-dir, else <root>/checkpoints).",
+            help="Directory of checkpoint files (default: --checkpoint-dir, else "
+            "<root>/checkpoints).",
             show_default=False,
         ),
     ] = None,
