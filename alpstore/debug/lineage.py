@@ -5,15 +5,14 @@ and an SVG through Graphviz ``dot`` when it is installed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alpstore.errors import NotFoundError, StorageError, UsageError
+from alpstore.fileio import atomic_write
 from alpstore.sessions import SessionInfo
 
 if TYPE_CHECKING:
@@ -268,25 +267,5 @@ def write_svg(store: Store, session_ref: str | None, path: Path | str) -> bool:
     if proc.returncode != 0:
         first = (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[0]
         raise StorageError(f"Graphviz dot failed (exit {proc.returncode}): {first}")
-    _atomic_write(Path(path), proc.stdout)
+    atomic_write(Path(path), proc.stdout, create_parents=False)
     return True
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    target = path.resolve()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    except OSError as err:
-        raise StorageError(f"{path}: cannot write ({err.strerror})") from err
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(handle.fileno(), 0o666 & ~umask)  # as open() would, not mkstemp's 0600
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise StorageError(f"{path}: cannot write ({err.strerror})") from err
