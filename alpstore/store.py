@@ -47,6 +47,8 @@ INSERT_CHECKPOINT = (
 )
 
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
+MAX_SQL_INTEGER = 2**63 - 1
+"""The largest id or turn a row can hold (SQLite and PostgreSQL BIGINT)."""
 
 
 class Store:
@@ -318,9 +320,12 @@ class Store:
             NotFoundError: nothing matches.
         """
         ref = ref.strip()
+        match = _CK_REF.match(ref)
+        number = ref if ref.isdigit() else match["at"] if match else ""
+        if number.isdigit() and (len(number) > 19 or int(number) > MAX_SQL_INTEGER):
+            raise NotFoundError(f"checkpoint {ref[:60]}: no such checkpoint (number out of range)")
         if ref.isdigit():
             return self.get_checkpoint(int(ref))
-        match = _CK_REF.match(ref)
         if not match:
             raise NotFoundError(
                 f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest"

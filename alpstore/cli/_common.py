@@ -22,6 +22,10 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"  # the same name alpstore.db.engine reads
 
+MAX_COUNT = 2**31 - 1
+"""Upper bound of every count, position or width typed on the command line: a larger number is
+refused as a usage error instead of overflowing a database integer."""
+
 
 @dataclass
 class GlobalOptions:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from alpstore.cli._common import echo, print_json, read_store, store
+from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store
 from alpstore.codec import parse_digest, parse_json
 from alpstore.db.tables import BLOB_KINDS
 from alpstore.errors import InputError, IntegrityError
@@ -153,11 +153,14 @@ def verify(
 @app.command("train-dict")
 def train_dict(
     ctx: typer.Context,
-    size: Annotated[int, typer.Option("--size", min=1024, help="Dictionary size in bytes.")] = (
-        112 * 1024
-    ),
+    size: Annotated[
+        int, typer.Option("--size", min=1024, max=MAX_COUNT, help="Dictionary size in bytes.")
+    ] = (112 * 1024),
     samples: Annotated[
-        int, typer.Option("--samples", min=8, help="How many recent small blobs to learn from.")
+        int,
+        typer.Option(
+            "--samples", min=8, max=MAX_COUNT, help="How many recent small blobs to learn from."
+        ),
     ] = 4000,
     recompress: Annotated[
         bool,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, print_json, read_store
+from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store
 from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,7 +33,10 @@ CheckpointArg = Annotated[
     typer.Argument(metavar="CHECKPOINT", help="Checkpoint id, SESSION@TURN or SESSION@latest."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-WidthOpt = Annotated[int, typer.Option("--width", help="Cut entry lines at this width (0: never).")]
+WidthOpt = Annotated[
+    int,
+    typer.Option("--width", min=0, max=MAX_COUNT, help="Cut entry lines at this width (0: never)."),
+]
 
 
 @contextmanager
@@ -150,7 +153,7 @@ def show(
     as_json: JsonOpt = False,
     width: WidthOpt = 100,
     tail: Annotated[
-        int, typer.Option("--tail", help="Only the last N entries (0: all).", min=0)
+        int, typer.Option("--tail", help="Only the last N entries (0: all).", min=0, max=MAX_COUNT)
     ] = 0,
 ) -> None:
     """One checkpoint in full: its row, kernel and working memory, and its hydrated history."""

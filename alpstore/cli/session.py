@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, print_json, read_store, store, warn
+from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store, warn
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
@@ -36,11 +36,13 @@ def _read_messages(source: str) -> list[Any]:
         data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as err:
         raise InputError(f"{where}: cannot read ({err.strerror})") from err
-    text = data.decode("utf-8", "replace").strip()
+    text = data.decode("utf-8", "replace").removeprefix("\ufeff").strip()  # a BOM is fine
     if not text:
         raise InputError(f"{where}: no messages")
     try:
         doc = json.loads(text)
+    except RecursionError as err:
+        raise InputError(f"{where}: not valid JSON (nested too deeply)") from err
     except ValueError:
         doc = [
             parse_json(line, where=f"{where}:{n}")
@@ -67,7 +69,9 @@ def new(
     retention: Annotated[
         str, typer.Option("--retention", help="Keep all, single or last_n checkpoints.")
     ] = "all",
-    retention_n: Annotated[int, typer.Option("--retention-n", help="n for last_n.")] = 5,
+    retention_n: Annotated[
+        int, typer.Option("--retention-n", min=1, max=MAX_COUNT, help="n for last_n.")
+    ] = 5,
 ) -> None:
     """Create an empty session and print its id."""
     doc = _load_manifest(manifest) if manifest else None
@@ -81,18 +85,20 @@ def _load_manifest(path: Path) -> Any:
     import yaml
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark is fine
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text") from err
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err
     from alpstore.policy.overlays import check_expansion
 
-    check_expansion(doc, str(path), len(text.encode("utf-8")))
+    try:
+        doc = yaml.safe_load(text)
+        check_expansion(doc, str(path), len(text.encode("utf-8")))
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err
+    except RecursionError as err:
+        raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from err
     if not isinstance(doc, dict):
         raise InputError(f"{path}: an Agent manifest must be a mapping")
     return doc
@@ -169,8 +175,12 @@ def append(
 def fold(
     ctx: typer.Context,
     session: SessionArg,
-    start: Annotated[int, typer.Argument(help="First entry to fold (0-based).")],
-    end: Annotated[int, typer.Argument(help="Entry after the last one folded.")],
+    start: Annotated[
+        int, typer.Argument(min=0, max=MAX_COUNT, help="First entry to fold (0-based).")
+    ],
+    end: Annotated[
+        int, typer.Argument(min=0, max=MAX_COUNT, help="Entry after the last one folded.")
+    ],
     summary: Annotated[str, typer.Option("--summary", help="The summary text.")],
 ) -> None:
     """Replace entries START..END-1 of the head with a summary covering them (compaction)."""
@@ -208,7 +218,9 @@ def _read_file(path: Path) -> bytes:
 def backtrack(
     ctx: typer.Context,
     session: SessionArg,
-    steps: Annotated[int, typer.Argument(help="How many checkpoints to rewind.")],
+    steps: Annotated[
+        int, typer.Argument(min=0, max=MAX_COUNT, help="How many checkpoints to rewind.")
+    ],
     steering: Annotated[
         list[str] | None, typer.Argument(help="Steering message injected as the next turn.")
     ] = None,
@@ -402,13 +414,24 @@ def show(
     ] = None,
     as_json: JsonOpt = False,
     width: Annotated[
-        int, typer.Option("--width", help="Cut lines at this width (0: never).")
+        int,
+        typer.Option("--width", min=0, max=MAX_COUNT, help="Cut lines at this width (0: never)."),
     ] = 160,
 ) -> None:
     """Print the hydrated history of a session's head or of one of its checkpoints."""
     st = read_store(ctx)
     s = st.get_session(session)
-    entries = st.hydrate(st.resolve_checkpoint(at)) if at else s.history()
+    if at is None:
+        entries = s.history()
+    else:
+        ck = st.resolve_checkpoint(at)
+        if ck.session != s.uuid:
+            owner = at.rsplit("@", 1)[0] if "@" in at else ck.session
+            raise UsageError(
+                f"checkpoint {at} belongs to session {ck.session}, not to {session}",
+                hint=f"to see it: alpstore session show {owner} --at {at}",
+            )
+        entries = st.hydrate(ck)
     if as_json:
         print_json([{"digest": e.hex, "kind": e.kind, "value": e.value} for e in entries])
         return
