@@ -112,8 +112,6 @@ def list_(
 ) -> None:
     """Print the checkpoint file names of a directory, one per line (LC-2); with --archive,
     then the archive's checkpoints as archive:SESSION@TURN names (usable wherever a file is).
-
-    Example: alpstore checkpoint list --archive | tail -3
     """
     opts_root = options(ctx).root
     folder = directory or checkpoint_dir or default_store_dir(opts_root)

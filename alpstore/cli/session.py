@@ -299,7 +299,11 @@ def log(
     ctx: typer.Context,
     session: SessionArg,
     show_all: Annotated[
-        bool, typer.Option("--all", help="Include checkpoints cut by backtracks.")
+        bool,
+        typer.Option(
+            "--all/--no-all",
+            help="Include the checkpoints backtracks cut (--no-all: only retained ones).",
+        ),
     ] = True,
     as_json: JsonOpt = False,
 ) -> None:
