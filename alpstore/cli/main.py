@@ -35,11 +35,13 @@ GROUPS = (
 )
 """Command groups, each a module ``alpstore.cli.<name>`` exposing a Typer ``app``."""
 
-COMMANDS = ("sql",)
+COMMANDS = ("sql", "samples")
 """Single commands, each a module ``alpstore.cli.<name>`` exposing a function ``command``."""
 
 
 EXAMPLES: dict[tuple[str, str], str] = {
+    ("", "sql"): 'alpstore sql "select session, name, depth from session_lineage" --max-rows 20',
+    ("", "samples"): "alpstore samples conversation > conversation.jsonl",
     ("archive", "put"): "alpstore archive put message.json   # prints the blob's digest",
     ("archive", "get"): "alpstore archive get 3f2a…(64 hex digits)",
     ("archive", "stats"): "alpstore archive stats --json",
@@ -71,7 +73,10 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("checkpoint", "save"): "alpstore checkpoint save demo --zst",
     ("checkpoint", "export"): "alpstore checkpoint export demo@latest -o demo.json",
     ("checkpoint", "import"): "alpstore --root other checkpoint import demo.json",
-    ("context", "prepare"): 'alpstore context prepare exec_demo --policy-hash p1 --task "Fix the bug"',
+    (
+        "context",
+        "prepare",
+    ): 'alpstore context prepare exec_demo --policy-hash p1 --task "Fix the bug"',
     ("context", "pin"): 'ALP_EXECUTION_ID=exec_demo alpstore context pin decision -- "Use WAL"',
     ("context", "unpin"): "alpstore context unpin 6f1c… -x exec_demo",
     ("context", "render"): "alpstore context render exec_demo",
@@ -146,13 +151,17 @@ def invoked_name(argv: list[str]) -> str | None:
     return None
 
 
+def _epilog(example: str | None) -> str | None:
+    return f"\b\nExample: {example}" if example else None  # \b: click keeps the line whole
+
+
 def _add_examples(group: str, sub: typer.Typer) -> None:
     """Show each command's example (``EXAMPLES``) as the epilog of its --help."""
     for info in sub.registered_commands:
         name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
         example = EXAMPLES.get((group, name))
         if example and not info.epilog:
-            info.epilog = f"\b\nExample: {example}"  # \b: click keeps the line as is
+            info.epilog = _epilog(example)
 
 
 def _register(only: str | None) -> None:
@@ -164,7 +173,7 @@ def _register(only: str | None) -> None:
     for name in COMMANDS:
         if only is None or name == only:
             module = importlib.import_module(f"alpstore.cli.{name}")
-            app.command(name=name)(module.command)
+            app.command(name=name, epilog=_epilog(EXAMPLES.get(("", name))))(module.command)
 
 
 if "--version" not in sys.argv[1:]:  # the version alone needs no command module

@@ -272,8 +272,40 @@ def resume(
     """Resume a session at a checkpoint: same id, history as of then (after a crash)."""
     st = store(ctx)
     s = st.get_session(session)
+    before = s.history()
     ck = s.resume(st.resolve_checkpoint(at) if at else None)
     echo(f"resumed {s.uuid} at checkpoint {ck.id} (turn {ck.turn}, {ck.length} entries)")
+    dropped = before[ck.length :] if before[: ck.length] == s.history() else []
+    steers = [e for e in dropped if _is_steer(e)]
+    if dropped:
+        warn(
+            (
+                "1 entry after that checkpoint was"
+                if len(dropped) == 1
+                else f"{len(dropped)} entries after that checkpoint were"
+            )
+            + " never checkpointed and left the head"
+            + (
+                f", among them the /steer message of a backtrack ({_steer_text(steers[-1])}); "
+                "`session append` it again to keep it"
+                if steers
+                else ""
+            )
+        )
+
+
+def _is_steer(e: Entry) -> bool:
+    v = e.value
+    return (
+        isinstance(v, dict)
+        and v.get("role") == "user"
+        and str(v.get("content", "")).startswith("/steer ")
+    )
+
+
+def _steer_text(e: Entry) -> str:
+    text = " ".join(str(e.value.get("content", "")).split())
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 @app.command("status")

@@ -53,8 +53,6 @@ def command(
     On SQLite, helper functions are available: blob_text(digest) (the decompressed JSON of a
     blob) and digest_hex(digest); on PostgreSQL, encode(digest, 'hex'). Both have the views
     session_lineage, session_summary and checkpoint_views.
-
-    Example: alpstore sql "select session, name, depth from session_lineage" --max-rows 20
     """
     st = read_store(ctx)
     # SQLite polls a flag from its progress handler; psycopg cancels the server-side query
