@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -78,6 +78,11 @@ def read_store(ctx: typer.Context) -> Store:
 def print_json(value: Any) -> None:
     """Print a JSON document to stdout (pretty, UTF-8)."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print only the bare value (for scripts).")
+]
 
 
 def echo(text: str = "") -> None:

@@ -270,8 +270,19 @@ def export(
         Path, typer.Option("-o", "--output", help="File to write (.json, or .json.zst).")
     ],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the file's path (for scripts).")
+    ] = False,
 ) -> None:
-    """Export a deep, self-contained version 2 checkpoint file for another machine."""
+    """Export a deep, self-contained version 2 checkpoint file for another machine.
+
+    The folder of --output must exist (nothing is created but the file).
+    """
+    if not output.parent.is_dir():
+        raise UsageError(
+            f"{output}: folder {output.parent} does not exist",
+            hint="create it first, or choose another --output; nothing was written",
+        )
     st = read_store(ctx)
     inner = _archive_ref(ref) or ref
     if _ARCHIVE_REF.match(inner) and ("@" in inner or inner.isdigit()):
@@ -280,7 +291,14 @@ def export(
         snap = snapshot_of_head(st, st.get_session(inner))
     doc = export_snapshot(st, snap, scan=False)  # the write scans
     write_checkpoint_file(doc, output, overwrite=force)
-    echo(str(output))
+    if quiet:
+        echo(str(output))
+        return
+    echo(
+        f"wrote {output}: deep checkpoint of session {doc['lineage']['session_id']} at turn "
+        f"{doc['turn']} ({output.stat().st_size} bytes); `alpstore checkpoint import "
+        f"{output.name}` loads it on another machine"
+    )
 
 
 @app.command("import")

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store, warn
+from alpstore.cli._common import MAX_COUNT, QuietOpt, echo, print_json, read_store, store, warn
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
@@ -182,10 +182,31 @@ def fold(
         int, typer.Argument(min=0, max=MAX_COUNT, help="Entry after the last one folded.")
     ],
     summary: Annotated[str, typer.Option("--summary", help="The summary text.")],
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Replace entries START..END-1 of the head with a summary covering them (compaction)."""
-    digest = store(ctx).get_session(session).fold(start, end, summary)
-    echo(digest.hex())
+    s = store(ctx).get_session(session)
+    digest = s.fold(start, end, summary)
+    if quiet:
+        echo(digest.hex())
+        return
+    head = s.info().head_length
+    if as_json:
+        print_json(
+            {
+                "summary": digest.hex(),
+                "session": s.uuid,
+                "start": start,
+                "end": end,
+                "head_length": head,
+            }
+        )
+        return
+    echo(
+        f"folded entries {start}..{end - 1} of {session} into summary {digest.hex()} "
+        f"(the head now holds {head} entries; the folded ones stay in the archive)"
+    )
 
 
 @app.command("checkpoint")
@@ -248,6 +269,8 @@ def fork(
         bool,
         typer.Option("--expand", help="Fork with every summary replaced by the leaves it covers."),
     ] = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fork a new session from a checkpoint: same history, parent recorded, no shared state."""
     st = store(ctx)
@@ -258,7 +281,27 @@ def fork(
         child = fork_expanded(st, ck, session_id=session_id, name=name)
     else:
         child = st.fork_checkpoint(ck, session_id=session_id, name=name)
-    echo(child.uuid)
+    if quiet:
+        echo(child.uuid)
+        return
+    info = child.info()
+    if as_json:
+        print_json(
+            {
+                "session": child.uuid,
+                "name": info.name,
+                "from_checkpoint": ck.id,
+                "parent": ck.session,
+                "turn": ck.turn,
+                "head_length": info.head_length,
+            }
+        )
+        return
+    named = f" ({info.name})" if info.name else ""
+    echo(
+        f"forked session {child.uuid}{named} from checkpoint {ck.id} ({checkpoint_ref}, turn "
+        f"{ck.turn}, {info.head_length} entries)"
+    )
 
 
 @app.command("resume")
