@@ -327,7 +327,7 @@ def resume(
                 if len(dropped) == 1
                 else f"{len(dropped)} entries after that checkpoint were"
             )
-            + " never checkpointed and left the head"
+            + " never checkpointed and left the head (the archive keeps them)"
             + (
                 f", among them the /steer message of a backtrack ({_steer_text(steers[-1])}); "
                 "`session append` it again to keep it"
