@@ -138,15 +138,18 @@ def print_table(
     from rich.text import Text
 
     aligned = set(right)
+    cells = [[printable(c) for c in row] for row in rows]
     table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
     for i, name in enumerate(columns):
+        longest = max([len(name), *(len(row[i]) for row in cells)])
         table.add_column(
             name,
             justify="right" if i in aligned else "left",
             overflow="fold" if wide else "ellipsis",
             no_wrap=not wide,
+            min_width=None if wide else min(longest, max_cell),  # a narrow terminal wraps lines
             max_width=None if wide else max_cell,
         )
-    for row in rows:
-        table.add_row(*(Text(printable(c)) for c in row))
+    for row in cells:
+        table.add_row(*(Text(c) for c in row))
     console.print(table)

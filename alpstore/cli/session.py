@@ -6,15 +6,30 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from alpstore.cli._common import MAX_COUNT, QuietOpt, echo, print_json, read_store, store, warn
+from alpstore.cli._common import (
+    MAX_COUNT,
+    QuietOpt,
+    console,
+    echo,
+    print_json,
+    print_table,
+    printable,
+    read_store,
+    stdout_is_terminal,
+    store,
+    warn,
+)
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
 from alpstore.sessions import Entry, Retention, SessionInfo
+
+if TYPE_CHECKING:
+    from alpstore.store import Store
 
 app = typer.Typer(
     help="Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
@@ -114,12 +129,14 @@ def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([_info_doc(i) for i in infos])
         return
-    echo(f"{'SESSION':36}  {'NAME':16}  {'STATUS':10}  {'TURN':>5}  {'HEAD':>6}  PARENT")
-    for i in infos:
-        echo(
-            f"{i.uuid:36}  {(i.name or '-')[:16]:16}  {i.status:10}  {i.turn:>5}  "
-            f"{i.head_length:>6}  {i.parent or '-'}"
-        )
+    print_table(
+        ["SESSION", "NAME", "STATUS", "TURN", "HEAD", "PARENT"],
+        (
+            [i.uuid, i.name or "-", i.status, str(i.turn), str(i.head_length), i.parent or "-"]
+            for i in infos
+        ),
+        right=(3, 4),
+    )
 
 
 def _info_doc(i: SessionInfo) -> dict[str, Any]:
@@ -533,11 +550,37 @@ def lineage(
     from alpstore.debug.lineage import render_lineage, write_svg
 
     st = read_store(ctx)
-    sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
+    if fmt == "tree" and stdout_is_terminal():
+        _print_tree(st, session)
+    else:
+        sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
     if svg is not None:
         written = write_svg(st, session, svg)
         if written:
             warn(f"wrote {svg}")
+
+
+def _print_tree(st: Store, session: str | None) -> None:
+    """The fork tree drawn with rich.tree (names escaped), for a terminal."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from alpstore.debug.lineage import Node, backtrack_text, lineage_roots, node_text
+
+    roots, turns = lineage_roots(st, session)
+
+    def grow(tree: Tree, node: Node) -> None:
+        for bt in node.backtracks:
+            tree.add(Text(printable(backtrack_text(bt, turns))))
+        for child in node.children:
+            grow(tree.add(Text(printable(node_text(child)))), child)
+
+    for root in roots:
+        tree = Tree(Text(printable(node_text(root))), guide_style="dim")
+        grow(tree, root)
+        console.print(tree)
+    if not roots:
+        echo("(no sessions)")
 
 
 @app.command("import")

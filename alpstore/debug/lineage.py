@@ -88,15 +88,31 @@ def _turns(store: Store, roots: list[Node]) -> dict[int, int]:
     return out
 
 
+def node_text(node: Node) -> str:
+    """One session of the tree as a line: title, fork point, status, turn, size, backtracks."""
+    i = node.info
+    fork = f"forked at turn {node.forked_at_turn}, " if node.forked_at_turn is not None else ""
+    return f"{node.title} {fork}{i.status}, turn {i.turn}, {i.head_length} entries" + (
+        f", {len(node.backtracks)} backtrack(s)" if node.backtracks else ""
+    )
+
+
+def backtrack_text(bt: dict[str, Any], turns: dict[int, int]) -> str:
+    """One backtrack of the tree as a line (``↶ backtrack N to turn T: steering``)."""
+    return f"↶ {_bt_text(bt, turns.get(bt['to_checkpoint']))}"
+
+
+def lineage_roots(store: Store, session_ref: str | None) -> tuple[list[Node], dict[int, int]]:
+    """The fork trees and the turns their backtracks went to (for drawing them elsewhere)."""
+    roots = lineage_forest(store, session_ref)
+    return roots, _turns(store, roots)
+
+
 def _tree(roots: list[Node], turns: dict[int, int]) -> str:
     lines: list[str] = []
 
     def visit(node: Node, prefix: str, last: bool, top: bool) -> None:
-        i = node.info
-        fork = f"forked at turn {node.forked_at_turn}, " if node.forked_at_turn is not None else ""
-        text = f"{node.title} {fork}{i.status}, turn {i.turn}, {i.head_length} entries" + (
-            f", {len(node.backtracks)} backtrack(s)" if node.backtracks else ""
-        )
+        text = node_text(node)
         lines.append(text if top else f"{prefix}{'└── ' if last else '├── '}{text}")
         inner = prefix if top else prefix + ("    " if last else "│   ")
         kids: list[Node | dict[str, Any]] = [*node.backtracks, *node.children]
@@ -106,7 +122,7 @@ def _tree(roots: list[Node], turns: dict[int, int]) -> str:
                 visit(kid, inner, end, False)
             else:
                 mark = "└── " if end else "├── "
-                lines.append(f"{inner}{mark}↶ {_bt_text(kid, turns.get(kid['to_checkpoint']))}")
+                lines.append(f"{inner}{mark}{backtrack_text(kid, turns)}")
 
     for root in roots:
         visit(root, "", True, True)
