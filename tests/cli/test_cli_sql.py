@@ -60,6 +60,11 @@ def test_refused_statements_touch_nothing(backend: Backend, tmp_path: Path) -> N
     _seed(backend)
     outside = tmp_path / "outside"
     outside.mkdir()
+    result = backend.cli("sql", f"ATTACH DATABASE '{outside}/index.lock' AS x")
+    assert result.code == 2, result.err
+    assert result.err.startswith("alpstore: error: "), result.err
+    assert "only reads" in result.err
+    assert list(outside.iterdir()) == []  # no file created anywhere
     store = backend.open_store()
     before = run_query(store, COUNTS).rows
     for statement in refused_statements(outside):
@@ -67,11 +72,7 @@ def test_refused_statements_touch_nothing(backend: Backend, tmp_path: Path) -> N
             run_query(store, statement)
     assert run_query(store, COUNTS).rows == before
     backend.close_all()
-    result = backend.cli("sql", f"ATTACH DATABASE '{outside}/index.lock' AS x")
-    assert result.code == 2, result.err
-    assert result.err.startswith("alpstore: error: "), result.err
-    assert "only reads" in result.err
-    assert list(outside.iterdir()) == []  # no file created anywhere
+    assert list(outside.iterdir()) == []
 
 
 def test_read_only_introspection_still_works(backend: Backend) -> None:
