@@ -127,6 +127,10 @@ def parse_json(data: bytes | str, *, where: str) -> Any:
     def _no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not allowed")
 
+    if isinstance(data, bytes) and data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte order mark is no part of the document
+    elif isinstance(data, str):
+        data = data.removeprefix("\ufeff")
     try:
         return json.loads(data, parse_constant=_no_constants)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

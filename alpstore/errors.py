@@ -108,3 +108,9 @@ class StorageError(AlpstoreError):
     """The file system refused a write (disk full, read-only, permission)."""
 
     exit_code = 14
+
+
+class Interrupted(AlpstoreError):
+    """The user stopped a long operation (Ctrl-C); nothing was changed."""
+
+    exit_code = 130

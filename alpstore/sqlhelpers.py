@@ -1,20 +1,72 @@
-"""Read-only SQL for users, with helper functions registered on SQLite connections."""
+"""Read-only SQL for users, with helper functions registered on SQLite connections.
+
+Read-only is enforced by the database, not by looking at the text: on SQLite an authorizer
+allows only reading (no ATTACH, no VACUUM INTO, no PRAGMA but a few introspection ones, no
+transaction control, no ``load_extension``) and ``query_only`` is on; on PostgreSQL the
+transaction is ``READ ONLY`` and only a statement that starts as a query is sent. Both bound the
+time (a progress handler on SQLite, ``statement_timeout`` on PostgreSQL) and the rows and bytes
+held in memory.
+"""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from alpstore.codec import DIGEST_SIZE, Digest, parse_digest
 from alpstore.db.engine import translate_errors
-from alpstore.errors import AlpstoreError, UsageError
+from alpstore.errors import AlpstoreError, Interrupted, UsageError
 
 if TYPE_CHECKING:
     from alpstore.store import Store
 
-MAX_ROWS = 100_000
+DEFAULT_TIMEOUT_S = 10.0
+"""A query is stopped after this many seconds unless ``timeout`` says otherwise."""
+DEFAULT_MAX_ROWS = 1_000
+"""Rows kept by default; more are counted as cut, never silently dropped."""
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""Bytes of cell values kept in memory (a handful of megabyte-sized blobs, not a gigabyte)."""
+FETCH_BATCH = 256
+PROGRESS_OPCODES = 10_000
+"""SQLite calls the progress handler every this many virtual-machine steps (~1 ms)."""
+
+_READ_PRAGMAS = frozenset(
+    {
+        "table_info",
+        "table_xinfo",
+        "table_list",
+        "index_list",
+        "index_info",
+        "index_xinfo",
+        "foreign_key_list",
+        "collation_list",
+        "function_list",
+    }
+)
+"""Introspection pragmas a user may run; every other one is refused (some write or reconfigure)."""
+_DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})
+_QUERY_START = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*(\w+)", re.DOTALL)
+_PG_QUERY_WORDS = frozenset({"select", "with", "values", "table", "explain", "show"})
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """What a query returned: its columns, the rows kept, and whether more were cut.
+
+    ``cut`` is None when every row is here, else why rows are missing: ``"rows"`` (more than
+    ``max_rows``) or ``"bytes"`` (the cells kept reached ``max_bytes``).
+    """
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    cut: str | None = None
 
 
 def _register(store: Store, raw: sqlite3.Connection) -> None:
@@ -38,41 +90,164 @@ def _register(store: Store, raw: sqlite3.Connection) -> None:
     raw.create_function("digest_hex", 1, digest_hex)
 
 
-def run_query(store: Store, query: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run ``query`` read-only and return ``(columns, rows)``.
+def sqlite_authorizer(
+    action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None
+) -> int:
+    """Allow reading only: the authorizer of a user's query on SQLite."""
+    if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE):
+        return sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_FUNCTION:
+        return (
+            sqlite3.SQLITE_DENY if (arg2 or "").lower() in _DENIED_FUNCTIONS else sqlite3.SQLITE_OK
+        )
+    if action == sqlite3.SQLITE_PRAGMA and (arg1 or "").lower() in _READ_PRAGMAS:
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def _row_bytes(row: tuple[Any, ...]) -> int:
+    return sum(len(v) if isinstance(v, str | bytes | memoryview) else 16 for v in row)
+
+
+@contextmanager
+def _sqlite_guard(
+    raw: sqlite3.Connection, conn: Connection, deadline: float, cancelled: Callable[[], bool]
+) -> Iterator[list[str]]:
+    """Authorizer, ``query_only`` and a progress handler for one query; all undone after it.
+
+    Yields a list that names why the query was stopped (``timeout`` or ``cancelled``), if it was.
+    """
+    stopped: list[str] = []
+
+    def progress() -> int:
+        if cancelled():
+            stopped.append("cancelled")
+            return 1
+        if time.monotonic() > deadline:
+            stopped.append("timeout")
+            return 1
+        return 0
+
+    conn.exec_driver_sql("PRAGMA query_only = ON")
+    raw.set_authorizer(sqlite_authorizer)
+    raw.set_progress_handler(progress, PROGRESS_OPCODES)
+    try:
+        yield stopped
+    finally:
+        raw.set_progress_handler(None, 0)
+        raw.set_authorizer(None)
+        conn.exec_driver_sql("PRAGMA query_only = OFF")
+
+
+def _first_word(query: str) -> str:
+    match = _QUERY_START.match(query)
+    return match[1].lower() if match else ""
+
+
+def run_query(
+    store: Store,
+    query: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> QueryResult:
+    """Run ``query`` read-only and return its columns and at most ``max_rows`` rows.
+
+    ``timeout`` (seconds, 0 for none) bounds the time; ``cancelled`` is polled while the query
+    runs on SQLite, and stops it when it returns True.
 
     Raises:
-        UsageError: the statement is not a query, tries to write, or is not valid SQL.
+        UsageError: the statement is not a query, tries to write or reach the file system, is
+            not valid SQL, or was stopped by the timeout or ``cancelled``.
     """
     if not query.strip():
         raise UsageError("empty query")
+    if max_rows < 0 or max_bytes < 1 or timeout < 0:
+        raise UsageError("max_rows, max_bytes and timeout must be positive")
     db = store.db
+    deadline = time.monotonic() + (timeout or float("inf"))
     with db.read() as conn, translate_errors(db.location):
         dbapi = conn.connection.dbapi_connection
-        if isinstance(dbapi, sqlite3.Connection):
+        on_sqlite = isinstance(dbapi, sqlite3.Connection)
+        if on_sqlite:
+            assert isinstance(dbapi, sqlite3.Connection)
             _register(store, dbapi)
-            conn.exec_driver_sql("PRAGMA query_only = ON")
+            guard = _sqlite_guard(dbapi, conn, deadline, cancelled)
         else:
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-        try:
-            result = conn.execute(text(query))
-            if not result.returns_rows:
-                raise UsageError("the statement returns no rows; `alpstore sql` only reads")
-            columns = list(result.keys())
-            rows = [tuple(r) for r in result.fetchmany(MAX_ROWS)]
-        except AlpstoreError:
-            raise
-        except Exception as err:
-            msg = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
-            helpers = [n for n in ("blob_text", "digest_hex") if f"{n}(" in msg.replace(" ", "")]
-            if helpers and not isinstance(dbapi, sqlite3.Connection):
+            if _first_word(query) not in _PG_QUERY_WORDS:
                 raise UsageError(
-                    f"query failed: {helpers[0]}() exists on SQLite archives only",
-                    hint="on PostgreSQL: encode(digest, 'hex') for hex digests, "
-                    "`alpstore archive get DIGEST` for a blob's text",
-                ) from err
-            raise UsageError(f"query failed: {msg}") from err
-        finally:
-            if isinstance(dbapi, sqlite3.Connection):
-                conn.exec_driver_sql("PRAGMA query_only = OFF")
-    return columns, rows
+                    "refused: `alpstore sql` only reads: one query (SELECT, WITH, VALUES, "
+                    "TABLE, EXPLAIN, SHOW)"
+                )
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            if timeout:
+                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(timeout * 1000)}")
+            guard = _no_guard()
+        with guard as stopped:
+            try:
+                return _fetch(conn, query, max_rows, max_bytes)
+            except AlpstoreError:
+                raise
+            except Exception as err:
+                raise _query_error(err, stopped, timeout, on_sqlite) from err
+
+
+@contextmanager
+def _no_guard() -> Iterator[list[str]]:
+    yield []
+
+
+def _fetch(conn: Connection, query: str, max_rows: int, max_bytes: int) -> QueryResult:
+    result = conn.execute(text(query))
+    if not result.returns_rows:
+        raise UsageError("the statement returns no rows; `alpstore sql` only reads")
+    columns = list(result.keys())
+    rows: list[tuple[Any, ...]] = []
+    held = 0
+    cut: str | None = None
+    while cut is None:
+        batch = result.fetchmany(FETCH_BATCH)
+        if not batch:
+            break
+        for r in batch:
+            if len(rows) >= max_rows:
+                cut = "rows"
+                break
+            row = tuple(r)
+            held += _row_bytes(row)
+            if held > max_bytes and rows:
+                cut = "bytes"
+                break
+            rows.append(row)
+    result.close()
+    return QueryResult(columns, rows, cut)
+
+
+def _query_error(
+    err: Exception, stopped: list[str], timeout: float, on_sqlite: bool
+) -> AlpstoreError:
+    msg = (str(getattr(err, "orig", None) or err).strip().splitlines() or [""])[0]
+    if "cancelled" in stopped:
+        return Interrupted("query interrupted (Ctrl-C); nothing was changed")
+    if "timeout" in stopped or "statement timeout" in msg:
+        return UsageError(
+            f"query stopped after {timeout:g} s (--timeout)",
+            hint="narrow the query (LIMIT, WHERE), or give it longer with --timeout SECONDS",
+        )
+    if "not authorized" in msg or "authorization denied" in msg:
+        return UsageError(
+            f"refused: {msg}; `alpstore sql` only reads the archive (no ATTACH, VACUUM, "
+            "writes, transaction control or configuring PRAGMAs)"
+        )
+    if "read-only transaction" in msg:
+        return UsageError(f"refused: {msg}; `alpstore sql` only reads the archive")
+    helpers = [n for n in ("blob_text", "digest_hex") if f"{n}(" in msg.replace(" ", "")]
+    if helpers and not on_sqlite:
+        return UsageError(
+            f"query failed: {helpers[0]}() exists on SQLite archives only",
+            hint="on PostgreSQL: encode(digest, 'hex') for hex digests, "
+            "`alpstore archive get DIGEST` for a blob's text",
+        )
+    return UsageError(f"query failed: {msg}")

@@ -15,6 +15,7 @@ from alpstore.archive.sql import SqlArchive, encode, parse_documents
 from alpstore.codec import Digest, parse_json
 from alpstore.db import raw as rsql
 from alpstore.db.engine import Database, inserted_id, open_database
+from alpstore.db.migrate import require_current_schema
 from alpstore.db.tables import (
     BLOB_STATE,
     BLOB_SUMMARY,
@@ -51,6 +52,8 @@ INSERT_CHECKPOINT = (
 )
 
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
+MAX_SQL_INTEGER = 2**63 - 1
+"""The largest id or turn a row can hold (SQLite and PostgreSQL BIGINT)."""
 
 
 class Store:
@@ -65,14 +68,26 @@ class Store:
         self.events = EventLog(root)
 
     @classmethod
-    def open(cls, root: Path | str, *, url: str | None = None, create: bool = True) -> Store:
+    def open(
+        cls, root: Path | str, *, url: str | None = None, create: bool = True, migrate: bool = True
+    ) -> Store:
         """Open the archive of run root ``root`` (or at ``url``), creating and migrating it.
+
+        ``migrate=False`` (with ``create=False``: how a reading command opens it) never changes
+        the schema: an archive of an older revision is refused with a pointer to ``db upgrade``.
 
         Raises:
             StorageError, NotFoundError, SchemaVersionError, CorruptArchiveError, UsageError.
         """
         root = Path(root)
-        return cls(open_database(root=root, url=url, create=create), root)
+        db = open_database(root=root, url=url, create=create, migrate=migrate)
+        if not migrate:
+            try:
+                require_current_schema(db)
+            except BaseException:
+                db.close()
+                raise
+        return cls(db, root)
 
     def close(self) -> None:
         """Close the database and the event log."""
@@ -388,9 +403,12 @@ class Store:
             NotFoundError: nothing matches.
         """
         ref = ref.strip()
+        match = _CK_REF.match(ref)
+        number = ref if ref.isdigit() else match["at"] if match else ""
+        if number.isdigit() and (len(number) > 19 or int(number) > MAX_SQL_INTEGER):
+            raise NotFoundError(f"checkpoint {ref[:60]}: no such checkpoint (number out of range)")
         if ref.isdigit():
             return self.get_checkpoint(int(ref))
-        match = _CK_REF.match(ref)
         if not match:
             raise NotFoundError(
                 f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest"

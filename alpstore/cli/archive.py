@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from alpstore.cli._common import echo, print_json, store
+from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store
 from alpstore.codec import parse_digest, parse_json
 from alpstore.db.tables import BLOB_KINDS
 from alpstore.errors import InputError, IntegrityError
@@ -58,7 +58,7 @@ def get(
     pretty: Annotated[bool, typer.Option("--pretty", help="Indent the JSON.")] = False,
 ) -> None:
     """Print a stored document (its canonical JSON), verifying its digest."""
-    _kind, raw = store(ctx, create=False).archive.get_raw(parse_digest(digest), verify=True)
+    _kind, raw = read_store(ctx).archive.get_raw(parse_digest(digest), verify=True)
     if pretty:
         echo(json.dumps(json.loads(raw), indent=2, ensure_ascii=False))
     else:
@@ -71,7 +71,7 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print counts and sizes: blobs, raw and stored bytes, compression ratio."""
-    s = store(ctx, create=False).archive.stats()
+    s = read_store(ctx).archive.stats()
     doc = {
         "blobs": s.blobs,
         "messages": s.messages,
@@ -113,7 +113,7 @@ def verify(
     from alpstore.maintenance import verify as run_verify
 
     repaired = run_repair(store(ctx, create=False)) if repair else None
-    report = repaired.after if repaired else run_verify(store(ctx, create=False))
+    report = repaired.after if repaired else run_verify(read_store(ctx))
     if repaired and not as_json:
         for line in [*repaired.dropped, *repaired.kept]:
             echo(f"REPAIR {line}")
@@ -153,11 +153,14 @@ def verify(
 @app.command("train-dict")
 def train_dict(
     ctx: typer.Context,
-    size: Annotated[int, typer.Option("--size", min=1024, help="Dictionary size in bytes.")] = (
-        112 * 1024
-    ),
+    size: Annotated[
+        int, typer.Option("--size", min=1024, max=MAX_COUNT, help="Dictionary size in bytes.")
+    ] = (112 * 1024),
     samples: Annotated[
-        int, typer.Option("--samples", min=8, help="How many recent small blobs to learn from.")
+        int,
+        typer.Option(
+            "--samples", min=8, max=MAX_COUNT, help="How many recent small blobs to learn from."
+        ),
     ] = 4000,
     recompress: Annotated[
         bool,

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, options, print_json, store, warn
+from alpstore.cli._common import echo, options, print_json, read_store, store, warn
 from alpstore.errors import NotFoundError, UsageError
 from alpstore.policy import load_manifest, policy_of_manifest
 from alpstore.policy.overlays import apply_overlays
@@ -75,31 +75,42 @@ def _file(ref: str, checkpoint_dir: Path | None) -> Path:
     return candidate if candidate.exists() else path
 
 
-def _resolve(ctx: typer.Context, ref: str, checkpoint_dir: Path | None) -> tuple[str, Any]:
-    """("archive", CheckpointInfo) or ("file", Path) for a reference given on the command line."""
+def _resolve(
+    ctx: typer.Context, ref: str, checkpoint_dir: Path | None, *, read: bool = False
+) -> tuple[str, Any]:
+    """("archive", CheckpointInfo) or ("file", Path) for a reference given on the command line.
+
+    ``read``: the command only reads the archive (it is neither created nor migrated).
+    """
     inner = _archive_ref(ref)
-    if inner is not None:
-        return "archive", store(ctx, create=False).resolve_checkpoint(inner)
-    path = _file(ref, checkpoint_dir)
-    if not path.exists() and _ARCHIVE_REF.match(ref):
-        return "archive", store(ctx, create=False).resolve_checkpoint(ref)
-    return "file", path
+    if inner is None and (_file(ref, checkpoint_dir).exists() or not _ARCHIVE_REF.match(ref)):
+        return "file", _file(ref, checkpoint_dir)
+    st = read_store(ctx) if read else store(ctx, create=False)
+    return "archive", st.resolve_checkpoint(inner if inner is not None else ref)
 
 
 @app.command("list")
 def list_(
     ctx: typer.Context,
     directory: Annotated[
-        Path | None, typer.Argument(help="Directory of checkpoint files (default: see below).")
+        Path | None,
+        typer.Argument(
+            help="Directory of checkpoint files (default: --checkpoint-dir, else "
+            "<root>/checkpoints).",
+            show_default=False,
+        ),
     ] = None,
     checkpoint_dir: CheckpointDirOpt = None,
     archive: Annotated[
         bool,
-        typer.Option("--archive/--no-archive", help="Also list the archive's checkpoints."),
-    ] = True,
+        typer.Option(
+            "--archive/--no-archive",
+            help="Also list the archive's checkpoints, as archive:SESSION@TURN names.",
+        ),
+    ] = False,
 ) -> None:
-    """Print checkpoint file names, one per line (DIR, else --checkpoint-dir, else
-    <root>/checkpoints), then the archive's checkpoints as archive:SESSION@TURN names.
+    """Print the checkpoint file names of a directory, one per line (LC-2); with --archive,
+    then the archive's checkpoints as archive:SESSION@TURN names (usable wherever a file is).
     """
     opts_root = options(ctx).root
     folder = directory or checkpoint_dir or default_store_dir(opts_root)
@@ -109,7 +120,7 @@ def list_(
     if not archive:
         return
     try:
-        st = store(ctx, create=False)
+        st = read_store(ctx)
     except NotFoundError:
         return
     for info in st.list_sessions():
@@ -123,9 +134,9 @@ def list_(
 @app.command("show")
 def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
     """Pretty-print a checkpoint's JSON (an archive checkpoint is hydrated first)."""
-    kind, target = _resolve(ctx, ref, checkpoint_dir)
+    kind, target = _resolve(ctx, ref, checkpoint_dir, read=True)
     if kind == "archive":
-        st = store(ctx, create=False)
+        st = read_store(ctx)
         print_json(build_export(st, snapshot_of_checkpoint(st, target)))
         return
     print_json(read_document(target))
@@ -252,9 +263,20 @@ def export(
         Path, typer.Option("-o", "--output", help="File to write (.json, or .json.zst).")
     ],
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only the file's path (for scripts).")
+    ] = False,
 ) -> None:
-    """Export a deep, self-contained version 2 checkpoint file for another machine."""
-    st = store(ctx, create=False)
+    """Export a deep, self-contained version 2 checkpoint file for another machine.
+
+    The folder of --output must exist (nothing is created but the file).
+    """
+    if not output.parent.is_dir():
+        raise UsageError(
+            f"{output}: folder {output.parent} does not exist",
+            hint="create it first, or choose another --output; nothing was written",
+        )
+    st = read_store(ctx)
     inner = _archive_ref(ref) or ref
     if _ARCHIVE_REF.match(inner) and ("@" in inner or inner.isdigit()):
         snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
@@ -262,7 +284,14 @@ def export(
         snap = snapshot_of_head(st, st.get_session(inner))
     doc = export_snapshot(st, snap, scan=False)  # the write scans
     write_checkpoint_file(doc, output, overwrite=force)
-    echo(str(output))
+    if quiet:
+        echo(str(output))
+        return
+    echo(
+        f"wrote {output}: deep checkpoint of session {doc['lineage']['session_id']} at turn "
+        f"{doc['turn']} ({output.stat().st_size} bytes); `alpstore checkpoint import "
+        f"{output.name}` loads it on another machine"
+    )
 
 
 @app.command("import")

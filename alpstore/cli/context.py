@@ -23,7 +23,7 @@ from alpstore.continuity.pins import (
 )
 from alpstore.continuity.render import MAX_RENDER_BYTES, render
 from alpstore.continuity.status import status
-from alpstore.continuity.threads import latest_pins, settle
+from alpstore.continuity.threads import latest_pins, revisions, settle
 from alpstore.errors import ContinuityError, UsageError, ValidationFinding
 
 app = typer.Typer(
@@ -97,6 +97,8 @@ def prepare_command(
     """Seed the execution's checkpoint.json: objective from the task, pins from the thread."""
     paths = ExecutionPaths.of(alp_home(), execution_id)
     seed = latest_pins(alp_home(), thread) if thread else None
+    if thread and not revisions(alp_home(), thread):
+        warn(f"thread {thread} has no settled context yet; no pins seeded from it")
     checkpoint, written = prepare(paths, policy_hash, task=task, seed=seed)
     seeded = sum(len(v) for v in (seed or {}).values())
     if written:

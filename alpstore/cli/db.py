@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from alpstore.cli._common import echo, options, print_json
+from alpstore.cli._common import echo, options, print_json, print_table
 from alpstore.db.engine import Database, open_database
 
 app = typer.Typer(
@@ -80,11 +80,14 @@ def info(
     if found.total_bytes is not None:
         echo(f"size:      {_size(found.total_bytes)}")
     if found.tables:
-        width = max(len(t.name) for t in found.tables)
-        echo(f"{'table'.ljust(width)}  {'rows':>10}  {'size':>10}")
-        for t in found.tables:
-            size = "" if t.bytes is None else _size(t.bytes)
-            echo(f"{t.name.ljust(width)}  {t.rows:>10}  {size:>10}")
+        print_table(
+            ["table", "rows", "size"],
+            (
+                [t.name, str(t.rows), "" if t.bytes is None else _size(t.bytes)]
+                for t in found.tables
+            ),
+            right=(1, 2),
+        )
 
 
 def _size(n: int) -> str:

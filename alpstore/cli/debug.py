@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, print_json, store
+from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store
 from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -33,7 +33,10 @@ CheckpointArg = Annotated[
     typer.Argument(metavar="CHECKPOINT", help="Checkpoint id, SESSION@TURN or SESSION@latest."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-WidthOpt = Annotated[int, typer.Option("--width", help="Cut entry lines at this width (0: never).")]
+WidthOpt = Annotated[
+    int,
+    typer.Option("--width", min=0, max=MAX_COUNT, help="Cut entry lines at this width (0: never)."),
+]
 
 
 @contextmanager
@@ -96,7 +99,7 @@ def log(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = False) -> No
     """
     from alpstore.debug.history import timeline
 
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     with _progress("reading checkpoints") as progress:
         items = timeline(st, s, progress=progress)
@@ -150,14 +153,14 @@ def show(
     as_json: JsonOpt = False,
     width: WidthOpt = 100,
     tail: Annotated[
-        int, typer.Option("--tail", help="Only the last N entries (0: all).", min=0)
+        int, typer.Option("--tail", help="Only the last N entries (0: all).", min=0, max=MAX_COUNT)
     ] = 0,
 ) -> None:
     """One checkpoint in full: its row, kernel and working memory, and its hydrated history."""
     from alpstore.debug.entries import entry_line
     from alpstore.debug.history import show as show_checkpoint
 
-    st = store(ctx)
+    st = read_store(ctx)
     shown = show_checkpoint(st, checkpoint)
     ck = shown.checkpoint
     start = max(len(shown.entries) - tail, 0) if tail else 0
@@ -215,7 +218,7 @@ def diff(
     from alpstore.debug.diff import diff as diff_checkpoints
     from alpstore.debug.entries import entry_line, short
 
-    st = store(ctx)
+    st = read_store(ctx)
     with _progress("comparing") as progress:
         r = diff_checkpoints(st, a, b, progress=progress)
     if as_json:
@@ -275,7 +278,7 @@ def replay(
     from alpstore.debug.entries import entry_line
     from alpstore.debug.history import timeline
 
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     with _progress("replaying") as progress:
         items = timeline(st, s, progress=progress)
@@ -338,7 +341,7 @@ def bisect(
     if (grep is None) == (exec_cmd is None):
         raise UsageError("give exactly one of --grep REGEX or --exec CMD")
     predicate = grep_predicate(grep) if grep is not None else exec_predicate(str(exec_cmd))
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     with _progress("bisecting") as progress:
         r = run_bisect(st, s, predicate, progress=progress)
@@ -375,7 +378,7 @@ def expand(
     from alpstore.debug.entries import entry_line, short
     from alpstore.debug.expand import expand_rows
 
-    st = store(ctx)
+    st = read_store(ctx)
     ck = st.resolve_checkpoint(checkpoint)
     rows = expand_rows(st, ck)
     if as_json:

@@ -35,8 +35,66 @@ GROUPS = (
 )
 """Command groups, each a module ``alpstore.cli.<name>`` exposing a Typer ``app``."""
 
-COMMANDS = ("sql", "ui")
+COMMANDS = ("sql", "samples", "ui")
 """Single commands, each a module ``alpstore.cli.<name>`` exposing a function ``command``."""
+
+
+EXAMPLES: dict[tuple[str, str], str] = {
+    ("", "sql"): 'alpstore sql "select session, name, depth from session_lineage" --max-rows 20',
+    ("", "samples"): "alpstore samples conversation > conversation.jsonl",
+    ("archive", "put"): "alpstore archive put message.json   # prints the blob's digest",
+    ("archive", "get"): "alpstore archive get 3f2a…(64 hex digits)",
+    ("archive", "stats"): "alpstore archive stats --json",
+    ("archive", "verify"): "alpstore archive verify",
+    ("archive", "train-dict"): "alpstore archive train-dict --size 65536",
+    ("archive", "gc"): "alpstore archive gc --dry-run",
+    ("db", "upgrade"): "alpstore db upgrade",
+    ("db", "current"): "alpstore db current",
+    ("db", "info"): "alpstore --db postgresql+psycopg://me@host/agents db info",
+    ("session", "new"): "alpstore session new --name demo --manifest agent.yaml",
+    ("session", "open"): "alpstore session open --manifest agent.yaml",
+    ("session", "list"): "alpstore session list --json",
+    ("session", "append"): 'alpstore session append demo --role user --content "Hi" --checkpoint',
+    ("session", "fold"): 'alpstore session fold demo 0 40 --summary "Setup and first fixes"',
+    ("session", "checkpoint"): "alpstore session checkpoint demo --label before-tests",
+    ("session", "backtrack"): 'alpstore session backtrack demo 2 "Ask before deleting anything."',
+    ("session", "fork"): "alpstore session fork demo@150 --name experiment",
+    ("session", "resume"): "alpstore session resume demo --at demo@120",
+    ("session", "status"): "alpstore session status demo paused",
+    ("session", "log"): "alpstore session log demo --no-all",
+    ("session", "show"): "alpstore session show demo --at demo@120 --width 100",
+    ("session", "lineage"): "alpstore session lineage --format mermaid",
+    ("session", "import"): "alpstore session import conversation.jsonl --name demo",
+    ("checkpoint", "list"): "alpstore checkpoint list --archive | tail -3",
+    ("checkpoint", "show"): "alpstore checkpoint show archive:demo@120",
+    ("checkpoint", "validate"): "alpstore checkpoint validate checkpoints/demo-turn-0120.json",
+    ("checkpoint", "fork"): "alpstore checkpoint fork demo.json --output-dir forks/",
+    ("checkpoint", "resume"): "alpstore checkpoint resume demo.json",
+    ("checkpoint", "save"): "alpstore checkpoint save demo --zst",
+    ("checkpoint", "export"): "alpstore checkpoint export demo@latest -o demo.json",
+    ("checkpoint", "import"): "alpstore --root other checkpoint import demo.json",
+    (
+        "context",
+        "prepare",
+    ): 'alpstore context prepare exec_demo --policy-hash p1 --task "Fix the bug"',
+    ("context", "pin"): 'ALP_EXECUTION_ID=exec_demo alpstore context pin decision -- "Use WAL"',
+    ("context", "unpin"): "alpstore context unpin 6f1c… -x exec_demo",
+    ("context", "render"): "alpstore context render exec_demo",
+    ("context", "status"): "alpstore context status exec_demo --json",
+    ("context", "validate"): "alpstore context validate exec_demo",
+    ("context", "settle"): "alpstore context settle exec_demo --thread th_main",
+    ("hook", "compact-record"): "alpstore hook compact-record pre --runtime claude < payload.json",
+    ("hook", "session-start"): "alpstore hook session-start < payload.json",
+    ("hook", "install"): "ALP_COMPACT_BRIDGE=1 alpstore hook install --project .",
+    ("hook", "uninstall"): "alpstore hook uninstall --project .",
+    ("debug", "log"): "alpstore debug log demo",
+    ("debug", "show"): "alpstore debug show demo@120 --tail 5",
+    ("debug", "diff"): "alpstore debug diff demo@120 experiment@latest",
+    ("debug", "replay"): "alpstore debug replay demo --width 80",
+    ("debug", "bisect"): "alpstore debug bisect demo --grep 'rm -rf'",
+    ("debug", "expand"): "alpstore debug expand demo@latest",
+}
+"""One example per command, shown at the end of its --help (a test checks every command has one)."""
 
 
 def _version(value: bool) -> None:
@@ -93,15 +151,29 @@ def invoked_name(argv: list[str]) -> str | None:
     return None
 
 
+def _epilog(example: str | None) -> str | None:
+    return f"\b\nExample: {example}" if example else None  # \b: click keeps the line whole
+
+
+def _add_examples(group: str, sub: typer.Typer) -> None:
+    """Show each command's example (``EXAMPLES``) as the epilog of its --help."""
+    for info in sub.registered_commands:
+        name = info.name or (info.callback.__name__.replace("_", "-") if info.callback else "")
+        example = EXAMPLES.get((group, name))
+        if example and not info.epilog:
+            info.epilog = _epilog(example)
+
+
 def _register(only: str | None) -> None:
     for name in GROUPS:
         if only is None or name == only:
             module = importlib.import_module(f"alpstore.cli.{name}")
+            _add_examples(name, module.app)
             app.add_typer(module.app, name=name)
     for name in COMMANDS:
         if only is None or name == only:
             module = importlib.import_module(f"alpstore.cli.{name}")
-            app.command(name=name)(module.command)
+            app.command(name=name, epilog=_epilog(EXAMPLES.get(("", name))))(module.command)
 
 
 if "--version" not in sys.argv[1:]:  # the version alone needs no command module

@@ -6,16 +6,31 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, print_json, store, warn
+from alpstore.cli._common import (
+    MAX_COUNT,
+    QuietOpt,
+    console,
+    echo,
+    print_json,
+    print_table,
+    printable,
+    read_store,
+    stdout_is_terminal,
+    store,
+    warn,
+)
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import Entry, Retention, SessionInfo
+
+if TYPE_CHECKING:
+    from alpstore.store import Store
 
 app = typer.Typer(
     help="Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
@@ -37,11 +52,13 @@ def _read_messages(source: str) -> list[Any]:
         data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as err:
         raise InputError(f"{where}: cannot read ({err.strerror})") from err
-    text = data.decode("utf-8", "replace").strip()
+    text = data.decode("utf-8", "replace").removeprefix("\ufeff").strip()  # a BOM is fine
     if not text:
         raise InputError(f"{where}: no messages")
     try:
         doc = json.loads(text)
+    except RecursionError as err:
+        raise InputError(f"{where}: not valid JSON (nested too deeply)") from err
     except ValueError:
         doc = [
             parse_json(line, where=f"{where}:{n}")
@@ -68,7 +85,9 @@ def new(
     retention: Annotated[
         str, typer.Option("--retention", help="Keep all, single or last_n checkpoints.")
     ] = "all",
-    retention_n: Annotated[int, typer.Option("--retention-n", help="n for last_n.")] = 5,
+    retention_n: Annotated[
+        int, typer.Option("--retention-n", min=1, max=MAX_COUNT, help="n for last_n.")
+    ] = 5,
 ) -> None:
     """Create an empty session and print its id."""
     doc = _load_manifest(manifest) if manifest else None
@@ -84,18 +103,20 @@ def _load_manifest(path: Path) -> Any:
     import yaml
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark is fine
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text") from err
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err
     from alpstore.policy.overlays import check_expansion
 
-    check_expansion(doc, str(path), len(text.encode("utf-8")))
+    try:
+        doc = yaml.safe_load(text)
+        check_expansion(doc, str(path), len(text.encode("utf-8")))
+    except yaml.YAMLError as err:
+        raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err
+    except RecursionError as err:
+        raise InputError(f"{path}: not valid YAML/JSON (nested too deeply)") from err
     if not isinstance(doc, dict):
         raise InputError(f"{path}: an Agent manifest must be a mapping")
     return doc
@@ -107,16 +128,18 @@ app.command("open")(open_command)
 @app.command("list")
 def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List every session in the archive."""
-    infos = store(ctx).list_sessions()
+    infos = read_store(ctx).list_sessions()
     if as_json:
         print_json([_info_doc(i) for i in infos])
         return
-    echo(f"{'SESSION':36}  {'NAME':16}  {'STATUS':10}  {'TURN':>5}  {'HEAD':>6}  PARENT")
-    for i in infos:
-        echo(
-            f"{i.uuid:36}  {(i.name or '-')[:16]:16}  {i.status:10}  {i.turn:>5}  "
-            f"{i.head_length:>6}  {i.parent or '-'}"
-        )
+    print_table(
+        ["SESSION", "NAME", "STATUS", "TURN", "HEAD", "PARENT"],
+        (
+            [i.uuid, i.name or "-", i.status, str(i.turn), str(i.head_length), i.parent or "-"]
+            for i in infos
+        ),
+        right=(3, 4),
+    )
 
 
 def _info_doc(i: SessionInfo) -> dict[str, Any]:
@@ -234,13 +257,38 @@ def _print_mark(mark: Any) -> None:
 def fold(
     ctx: typer.Context,
     session: SessionArg,
-    start: Annotated[int, typer.Argument(help="First entry to fold (0-based).")],
-    end: Annotated[int, typer.Argument(help="Entry after the last one folded.")],
+    start: Annotated[
+        int, typer.Argument(min=0, max=MAX_COUNT, help="First entry to fold (0-based).")
+    ],
+    end: Annotated[
+        int, typer.Argument(min=0, max=MAX_COUNT, help="Entry after the last one folded.")
+    ],
     summary: Annotated[str, typer.Option("--summary", help="The summary text.")],
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Replace entries START..END-1 of the head with a summary covering them (compaction)."""
-    digest = store(ctx).get_session(session).fold(start, end, summary)
-    echo(digest.hex())
+    s = store(ctx).get_session(session)
+    digest = s.fold(start, end, summary)
+    if quiet:
+        echo(digest.hex())
+        return
+    head = s.info().head_length
+    if as_json:
+        print_json(
+            {
+                "summary": digest.hex(),
+                "session": s.uuid,
+                "start": start,
+                "end": end,
+                "head_length": head,
+            }
+        )
+        return
+    echo(
+        f"folded entries {start}..{end - 1} of {session} into summary {digest.hex()} "
+        f"(the head now holds {head} entries; the folded ones stay in the archive)"
+    )
 
 
 @app.command("checkpoint")
@@ -280,7 +328,9 @@ def _read_file(path: Path) -> bytes:
 def backtrack(
     ctx: typer.Context,
     session: SessionArg,
-    steps: Annotated[int, typer.Argument(help="How many checkpoints to rewind.")],
+    steps: Annotated[
+        int, typer.Argument(min=0, max=MAX_COUNT, help="How many checkpoints to rewind.")
+    ],
     steering: Annotated[
         list[str] | None, typer.Argument(help="Steering message injected as the next turn.")
     ] = None,
@@ -308,6 +358,8 @@ def fork(
         bool,
         typer.Option("--expand", help="Fork with every summary replaced by the leaves it covers."),
     ] = False,
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Fork a new session from a checkpoint: same history, parent recorded, no shared state."""
     st = store(ctx)
@@ -318,7 +370,27 @@ def fork(
         child = fork_expanded(st, ck, session_id=session_id, name=name)
     else:
         child = st.fork_checkpoint(ck, session_id=session_id, name=name)
-    echo(child.uuid)
+    if quiet:
+        echo(child.uuid)
+        return
+    info = child.info()
+    if as_json:
+        print_json(
+            {
+                "session": child.uuid,
+                "name": info.name,
+                "from_checkpoint": ck.id,
+                "parent": ck.session,
+                "turn": ck.turn,
+                "head_length": info.head_length,
+            }
+        )
+        return
+    named = f" ({info.name})" if info.name else ""
+    echo(
+        f"forked session {child.uuid}{named} from checkpoint {ck.id} ({checkpoint_ref}, turn "
+        f"{ck.turn}, {info.head_length} entries)"
+    )
 
 
 @app.command("resume")
@@ -332,8 +404,40 @@ def resume(
     """Resume a session at a checkpoint: same id, history as of then (after a crash)."""
     st = store(ctx)
     s = st.get_session(session)
+    before = s.history()
     ck = s.resume(st.resolve_checkpoint(at) if at else None)
     echo(f"resumed {s.uuid} at checkpoint {ck.id} (turn {ck.turn}, {ck.length} entries)")
+    dropped = before[ck.length :] if before[: ck.length] == s.history() else []
+    steers = [e for e in dropped if _is_steer(e)]
+    if dropped:
+        warn(
+            (
+                "1 entry after that checkpoint was"
+                if len(dropped) == 1
+                else f"{len(dropped)} entries after that checkpoint were"
+            )
+            + " never checkpointed and left the head (the archive keeps them)"
+            + (
+                f", among them the /steer message of a backtrack ({_steer_text(steers[-1])}); "
+                "`session append` it again to keep it"
+                if steers
+                else ""
+            )
+        )
+
+
+def _is_steer(e: Entry) -> bool:
+    v = e.value
+    return (
+        isinstance(v, dict)
+        and v.get("role") == "user"
+        and str(v.get("content", "")).startswith("/steer ")
+    )
+
+
+def _steer_text(e: Entry) -> str:
+    text = " ".join(str(e.value.get("content", "")).split())
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 @app.command("status")
@@ -359,14 +463,18 @@ def log(
     ctx: typer.Context,
     session: SessionArg,
     show_all: Annotated[
-        bool, typer.Option("--all", help="Include checkpoints cut by backtracks.")
+        bool,
+        typer.Option(
+            "--all/--no-all",
+            help="Include the checkpoints backtracks cut (--no-all: only retained ones).",
+        ),
     ] = True,
     as_json: JsonOpt = False,
 ) -> None:
     """List a session's checkpoints (turn, label, head length, bytes added) and decisions."""
     from alpstore.store import checkpoint_deltas
 
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     cks = s.checkpoints(include_abandoned=show_all)
     deltas = checkpoint_deltas(st, cks)
@@ -474,7 +582,8 @@ def show(
     ] = None,
     as_json: JsonOpt = False,
     width: Annotated[
-        int, typer.Option("--width", help="Cut lines at this width (0: never).")
+        int,
+        typer.Option("--width", min=0, max=MAX_COUNT, help="Cut lines at this width (0: never)."),
     ] = 160,
     policy: Annotated[
         bool,
@@ -490,7 +599,7 @@ def show(
     """
     from alpstore.live import policy_of_session
 
-    st = store(ctx)
+    st = read_store(ctx)
     s = st.get_session(session)
     bound = policy_of_session(s)
     if policy:
@@ -499,7 +608,17 @@ def show(
         else:
             echo(f"policy: {bound.describe()}" if bound else "policy: none recorded")
         return
-    entries = st.hydrate(st.resolve_checkpoint(at)) if at else s.history()
+    if at is None:
+        entries = s.history()
+    else:
+        ck = st.resolve_checkpoint(at)
+        if ck.session != s.uuid:
+            owner = at.rsplit("@", 1)[0] if "@" in at else ck.session
+            raise UsageError(
+                f"checkpoint {at} belongs to session {ck.session}, not to {session}",
+                hint=f"to see it: alpstore session show {owner} --at {at}",
+            )
+        entries = st.hydrate(ck)
     if as_json:
         print_json([{"digest": e.hex, "kind": e.kind, "value": e.value} for e in entries])
         return
@@ -523,12 +642,38 @@ def lineage(
     """Print the fork tree (sessions, fork points, backtracks)."""
     from alpstore.debug.lineage import render_lineage, write_svg
 
-    st = store(ctx)
-    sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
+    st = read_store(ctx)
+    if fmt == "tree" and stdout_is_terminal():
+        _print_tree(st, session)
+    else:
+        sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
     if svg is not None:
         written = write_svg(st, session, svg)
         if written:
             warn(f"wrote {svg}")
+
+
+def _print_tree(st: Store, session: str | None) -> None:
+    """The fork tree drawn with rich.tree (names escaped), for a terminal."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    from alpstore.debug.lineage import Node, backtrack_text, lineage_roots, node_text
+
+    roots, turns = lineage_roots(st, session)
+
+    def grow(tree: Tree, node: Node) -> None:
+        for bt in node.backtracks:
+            tree.add(Text(printable(backtrack_text(bt, turns))))
+        for child in node.children:
+            grow(tree.add(Text(printable(node_text(child)))), child)
+
+    for root in roots:
+        tree = Tree(Text(printable(node_text(root))), guide_style="dim")
+        grow(tree, root)
+        console.print(tree)
+    if not roots:
+        echo("(no sessions)")
 
 
 @app.command("import")

@@ -3,36 +3,117 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, print_json, store
-from alpstore.sqlhelpers import run_query
+from alpstore.cli._common import print_table, read_store, warn
+from alpstore.errors import Interrupted
+from alpstore.sqlhelpers import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, run_query
+
+CELL_WIDTH = 80
+"""On a terminal a longer cell is cut and marked … (unless --wide)."""
 
 
 def command(
     ctx: typer.Context,
-    query: Annotated[str, typer.Argument(help="A SELECT (or WITH …) statement.")],
+    query: Annotated[
+        str, typer.Argument(help="One SELECT (or WITH …, VALUES, EXPLAIN) statement.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print rows as JSON objects.")] = False,
+    timeout: Annotated[
+        float,
+        typer.Option("--timeout", min=0, help="Stop the query after this many seconds (0: never)."),
+    ] = DEFAULT_TIMEOUT_S,
+    max_rows: Annotated[
+        int,
+        typer.Option("--max-rows", min=0, max=10**9, help="Print at most this many rows."),
+    ] = DEFAULT_MAX_ROWS,
+    max_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-bytes", min=1, max=2**40, help="Hold at most this many bytes of cell values."
+        ),
+    ] = DEFAULT_MAX_BYTES,
+    wide: Annotated[
+        bool, typer.Option("--wide", help=f"Wrap long cells instead of cutting at {CELL_WIDTH}.")
+    ] = False,
 ) -> None:
-    """Run a read-only SQL query and print a table.
+    """Run a read-only SQL query and print a table (tab-separated when not on a terminal).
+
+    The query may only read: ATTACH, VACUUM, writes, transaction control and configuring
+    PRAGMAs are refused (SQLite's authorizer; a READ ONLY transaction on PostgreSQL). Ctrl-C
+    stops it, and so does --timeout. When rows are cut (--max-rows, --max-bytes) stderr says so.
 
     On SQLite, helper functions are available: blob_text(digest) (the decompressed JSON of a
     blob) and digest_hex(digest); on PostgreSQL, encode(digest, 'hex'). Both have the views
     session_lineage, session_summary and checkpoint_views.
     """
-    columns, rows = run_query(store(ctx, create=False), query)
+    st = read_store(ctx)
+    # SQLite polls a flag from its progress handler; psycopg cancels the server-side query
+    # itself when KeyboardInterrupt reaches it while it waits
+    with _ctrl_c(poll=st.db.is_sqlite) as cancelled:
+        result = run_query(
+            st,
+            query,
+            timeout=timeout,
+            max_rows=max_rows,
+            max_bytes=max_bytes,
+            cancelled=cancelled.is_set,
+        )
     if as_json:
-        print_json([dict(zip(columns, (_jsonable(v) for v in row), strict=True)) for row in rows])
-        return
-    shown = [[_cell(v) for v in row] for row in rows]
-    widths = [min(60, max([len(c), *(len(r[i]) for r in shown)])) for i, c in enumerate(columns)]
-    echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    echo("  ".join("-" * w for w in widths))
-    for row in shown:
-        echo("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+        _print_json_rows(result.columns, result.rows)
+    else:
+        shown = ([_cell(v) for v in row] for row in result.rows)
+        print_table(result.columns, shown, wide=wide, max_cell=CELL_WIDTH)
+    n = len(result.rows)
+    if result.cut == "rows":
+        warn(f"showing the first {n} rows; more were cut (--max-rows {max_rows})")
+    elif result.cut == "bytes":
+        warn(f"showing the first {n} rows; more were cut at {max_bytes} bytes (--max-bytes)")
+    elif not as_json and sys.stdout.isatty():
+        warn(f"({n} row{'s' if n != 1 else ''})")
+
+
+@contextmanager
+def _ctrl_c(*, poll: bool) -> Iterator[threading.Event]:
+    """While the query runs, Ctrl-C stops it and is reported as one line (exit 130).
+
+    With ``poll`` Ctrl-C only sets an event the query polls (SQLite's progress handler runs
+    Python code, so it is seen within milliseconds); a second Ctrl-C interrupts at once.
+    """
+    event = threading.Event()
+
+    def handler(_signum: int, _frame: Any) -> None:
+        if event.is_set() or not poll:
+            event.set()
+            raise KeyboardInterrupt
+        event.set()
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, handler) if main else None
+    try:
+        yield event
+    except KeyboardInterrupt as err:
+        raise Interrupted("query interrupted (Ctrl-C); nothing was changed") from err
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _print_json_rows(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """A JSON array of row objects, written one row at a time (memory stays one row's worth)."""
+    out = sys.stdout
+    out.write("[")
+    for i, row in enumerate(rows):
+        doc = dict(zip(columns, (_jsonable(v) for v in row), strict=True))
+        out.write(("," if i else "") + "\n  " + json.dumps(doc, ensure_ascii=False))
+    out.write("\n]\n" if rows else "]\n")
 
 
 def _jsonable(value: Any) -> Any:
@@ -48,5 +129,4 @@ def _cell(value: Any) -> str:
         return bytes(value).hex()
     if isinstance(value, float):
         return f"{value:.6g}"
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return " ".join(text.split())
+    return value if isinstance(value, str) else json.dumps(value, default=str)

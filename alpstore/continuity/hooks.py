@@ -9,12 +9,13 @@ disturbing their hooks; uninstalling removes exactly the commands it added.
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from alpstore.continuity.files import atomic_write
 from alpstore.errors import InputError
+from alpstore.fileio import atomic_write, write_target
 
 REINJECT_SOURCES = ("compact", "resume")
 """SessionStart sources after which the continuity is injected again."""
@@ -71,32 +72,120 @@ def settings_path(project: Path) -> Path:
     return project / ".claude" / "settings.json"
 
 
-def _load_settings(path: Path) -> dict[str, Any]:
-    """The settings object (empty when the file does not exist).
+BOM = b"\xef\xbb\xbf"
+BACKUP_SUFFIX = ".alpstore-backup"
+"""Beside the settings file: its bytes as they were before our last change."""
+
+
+@dataclass
+class Settings:
+    """A settings file as read: the document, and what writing it back must keep."""
+
+    doc: dict[str, Any]
+    original: bytes | None
+    bom: bool = False
+
+
+def _exact(path: Path, what: str) -> InputError:
+    return InputError(
+        f"{path}: {what}, which cannot be written back exactly; left untouched",
+        hint="fix that value by hand (Claude Code cannot read it either), then run this again",
+    )
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_strings(path: Path, value: Any) -> None:
+    r"""Refuse lone surrogates (``"\ud800"`` in the file): they cannot be encoded as UTF-8."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        texts: list[Any] = []
+        if isinstance(item, dict):
+            texts, more = list(item.keys()), list(item.values())
+            stack.extend(more)
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            texts = [item]
+        for text in texts:
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise _exact(path, f"a string holds a lone surrogate ({text!a:.40})") from None
+
+
+def _load_settings(path: Path) -> Settings:
+    """The settings object (empty when the file does not exist), refusing what we could not
+    write back byte-for-value exactly: NaN/Infinity, numbers beyond a double (``1e400``), lone
+    surrogates and duplicate keys.
 
     Raises:
-        InputError: the file is not a JSON object, or its ``hooks`` is not shaped as Claude's.
+        InputError: the file is not a JSON object, its ``hooks`` is not shaped as Claude's, or
+            it holds a value that would change on the way back.
     """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return {}
+        return Settings({}, None)
     except OSError as exc:
         raise InputError(f"{path}: unreadable ({exc.strerror or exc})") from exc
+    bom = data.startswith(BOM)
+
+    def finite(text: str) -> float:
+        value = float(text)
+        if value in (float("inf"), float("-inf")):
+            raise _exact(path, f"the number {text[:40]} is beyond a double")
+        return value
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in doc:
+                raise _exact(path, f"the key {key!a:.40} appears twice in one object")
+            doc[key] = value
+        return doc
+
     try:
-        doc = json.loads(data.decode("utf-8"))
+        doc = json.loads(
+            data[len(BOM) :].decode("utf-8") if bom else data.decode("utf-8"),
+            parse_constant=_refuse_constant,
+            parse_float=finite,
+            object_pairs_hook=unique,
+        )
+    except InputError:
+        raise
+    except RecursionError as exc:
+        raise InputError(f"{path}: not JSON (nested too deeply); left untouched") from exc
     except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{path}: not JSON ({exc}); left untouched") from exc
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a JSON object; left untouched")
+    _check_strings(path, doc)
     hooks = doc.get("hooks", {})
     if not isinstance(hooks, dict) or not all(isinstance(v, list) for v in hooks.values()):
         raise InputError(f"{path}: 'hooks' is not an object of lists; left untouched")
-    return doc
+    return Settings(doc, data, bom)
 
 
-def _save_settings(path: Path, doc: dict[str, Any]) -> None:
-    atomic_write(path, (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+def backup_path(path: Path) -> Path:
+    """Where the settings file's previous bytes are kept."""
+    return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def _save_settings(path: Path, settings: Settings) -> None:
+    """Write the settings back: through a symlink, keeping the file's mode, after a backup of
+    the previous bytes beside it (same mode).
+    """
+    text = json.dumps(settings.doc, indent=2, ensure_ascii=False) + "\n"
+    data = (BOM if settings.bom else b"") + text.encode("utf-8")
+    if settings.original is not None:
+        mode = stat.S_IMODE(write_target(path).stat().st_mode)
+        atomic_write(backup_path(path), settings.original, mode=mode)
+    atomic_write(path, data)
 
 
 def _commands(group: Any) -> list[str]:
@@ -115,8 +204,8 @@ def install(path: Path, entries: list[HookEntry]) -> list[HookEntry]:
         InputError: the settings file is malformed (it is left untouched).
         StorageError: the file could not be written.
     """
-    doc = _load_settings(path)
-    hooks: dict[str, Any] = doc.setdefault("hooks", {})
+    settings = _load_settings(path)
+    hooks: dict[str, Any] = settings.doc.setdefault("hooks", {})
     added: list[HookEntry] = []
     for entry in entries:
         groups: list[Any] = hooks.setdefault(entry.event, [])
@@ -129,7 +218,7 @@ def install(path: Path, entries: list[HookEntry]) -> list[HookEntry]:
             groups.append(entry.group())
             added.append(entry)
     if added:
-        _save_settings(path, doc)
+        _save_settings(path, settings)
     return added
 
 
@@ -144,7 +233,8 @@ def uninstall(path: Path, entries: list[HookEntry]) -> int:
     """
     if not path.exists():
         return 0
-    doc = _load_settings(path)
+    settings = _load_settings(path)
+    doc = settings.doc
     hooks: dict[str, Any] = doc.get("hooks", {})
     ours: dict[str, set[str]] = {}
     for entry in entries:
@@ -171,5 +261,5 @@ def uninstall(path: Path, entries: list[HookEntry]) -> int:
     if removed:
         if "hooks" in doc and not hooks:
             del doc["hooks"]
-        _save_settings(path, doc)
+        _save_settings(path, settings)
     return removed

@@ -298,6 +298,13 @@ class Database:
         self.engine.dispose()
 
 
+DAMAGED_HINT = (
+    "the database file itself is damaged, so `alpstore archive verify` (which checks the blobs "
+    "of an archive that opens) cannot help: restore it from a copy, or salvage what SQLite can "
+    "read with `sqlite3 BROKEN.db .recover | sqlite3 NEW.db`"
+)
+"""What to do when the archive cannot be opened or read as a database at all."""
+
 TRANSIENT_MARKERS = (
     "database is locked",
     "busy",
@@ -328,7 +335,7 @@ def translate_errors(location: str) -> Iterator[None]:
     except UnicodeDecodeError as err:  # sqlite3 decoding a damaged schema or error text
         raise CorruptArchiveError(
             f"archive {location} is damaged: it holds text that is not UTF-8 ({err.reason})",
-            hint="restore it from a copy; `alpstore archive verify` names what it can read",
+            hint=DAMAGED_HINT,
         ) from err
     except exc.DBAPIError as err:
         text = redact(str(err.orig) if err.orig is not None else str(err))
@@ -353,7 +360,7 @@ def translate_errors(location: str) -> Iterator[None]:
         ):
             raise CorruptArchiveError(
                 f"archive {location} is damaged: {first}",
-                hint="restore it from a copy; `alpstore archive verify` names what it can read",
+                hint=DAMAGED_HINT,
             ) from err
         if "readonly" in low or "read-only" in low:
             raise StorageError(f"archive {location} is read-only: {first}") from err
@@ -468,7 +475,7 @@ def open_database(
             if not create:
                 raise NotFoundError(
                     f"no archive at {path}",
-                    hint="create one with any write, e.g. `alpstore archive put`",
+                    hint="a writing command creates it, e.g. `alpstore session import FILE`",
                 )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -483,7 +490,7 @@ def open_database(
         if migrate and url and not create and current_revision(db) is None:
             raise NotFoundError(
                 f"no archive at {location}",
-                hint="create one with any write, e.g. `alpstore archive put`",
+                hint="a writing command creates it, e.g. `alpstore session import FILE`",
             )
         if migrate:
             ensure_schema(db)

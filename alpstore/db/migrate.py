@@ -10,7 +10,7 @@ from sqlalchemy import inspect, text
 
 from alembic import command
 from alpstore.db.engine import Database, translate_errors
-from alpstore.errors import SchemaVersionError
+from alpstore.errors import NotFoundError, SchemaVersionError
 
 SCHEMA_HEAD = "0004"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
@@ -65,6 +65,38 @@ def ensure_schema(db: Database) -> None:
             hint="upgrade alpstore to open it; nothing was changed",
         )
     upgrade(db)
+
+
+def require_current_schema(db: Database) -> None:
+    """Check, without changing anything, that the archive's schema is this alpstore's head.
+
+    A reading command opens an archive this way: it never creates tables, and never upgrades
+    an older archive behind the user's back (after which an older alpstore could not open it).
+
+    Raises:
+        NotFoundError: the database holds no archive (no schema at all).
+        SchemaVersionError: the schema is older (run ``alpstore db upgrade``) or newer.
+    """
+    rev = current_revision(db)
+    if rev == SCHEMA_HEAD:
+        return
+    if rev is None:
+        raise NotFoundError(
+            f"no archive at {db.location}",
+            hint="a writing command creates it, e.g. `alpstore session import FILE`",
+        )
+    if rev not in known_revisions():
+        raise SchemaVersionError(
+            f"archive {db.location} has schema revision {rev!r}, which this alpstore does not "
+            f"know (newest known: {SCHEMA_HEAD})",
+            hint="upgrade alpstore to open it; nothing was changed",
+        )
+    raise SchemaVersionError(
+        f"archive {db.location} has schema revision {rev}, older than this alpstore's "
+        f"{SCHEMA_HEAD}; a reading command does not upgrade it",
+        hint="run `alpstore db upgrade` (older alpstore versions cannot open it after that), "
+        "or use the alpstore that wrote it; nothing was changed",
+    )
 
 
 def upgrade(db: Database, revision: str = "head") -> None:

@@ -5,15 +5,14 @@ and an SVG through Graphviz ``dot`` when it is installed.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from alpstore.errors import NotFoundError, StorageError, UsageError
+from alpstore.fileio import atomic_write
 from alpstore.sessions import SessionInfo
 
 if TYPE_CHECKING:
@@ -89,15 +88,31 @@ def _turns(store: Store, roots: list[Node]) -> dict[int, int]:
     return out
 
 
+def node_text(node: Node) -> str:
+    """One session of the tree as a line: title, fork point, status, turn, size, backtracks."""
+    i = node.info
+    fork = f"forked at turn {node.forked_at_turn}, " if node.forked_at_turn is not None else ""
+    return f"{node.title} {fork}{i.status}, turn {i.turn}, {i.head_length} entries" + (
+        f", {len(node.backtracks)} backtrack(s)" if node.backtracks else ""
+    )
+
+
+def backtrack_text(bt: dict[str, Any], turns: dict[int, int]) -> str:
+    """One backtrack of the tree as a line (``↶ backtrack N to turn T: steering``)."""
+    return f"↶ {_bt_text(bt, turns.get(bt['to_checkpoint']))}"
+
+
+def lineage_roots(store: Store, session_ref: str | None) -> tuple[list[Node], dict[int, int]]:
+    """The fork trees and the turns their backtracks went to (for drawing them elsewhere)."""
+    roots = lineage_forest(store, session_ref)
+    return roots, _turns(store, roots)
+
+
 def _tree(roots: list[Node], turns: dict[int, int]) -> str:
     lines: list[str] = []
 
     def visit(node: Node, prefix: str, last: bool, top: bool) -> None:
-        i = node.info
-        fork = f"forked at turn {node.forked_at_turn}, " if node.forked_at_turn is not None else ""
-        text = f"{node.title} {fork}{i.status}, turn {i.turn}, {i.head_length} entries" + (
-            f", {len(node.backtracks)} backtrack(s)" if node.backtracks else ""
-        )
+        text = node_text(node)
         lines.append(text if top else f"{prefix}{'└── ' if last else '├── '}{text}")
         inner = prefix if top else prefix + ("    " if last else "│   ")
         kids: list[Node | dict[str, Any]] = [*node.backtracks, *node.children]
@@ -107,7 +122,7 @@ def _tree(roots: list[Node], turns: dict[int, int]) -> str:
                 visit(kid, inner, end, False)
             else:
                 mark = "└── " if end else "├── "
-                lines.append(f"{inner}{mark}↶ {_bt_text(kid, turns.get(kid['to_checkpoint']))}")
+                lines.append(f"{inner}{mark}{backtrack_text(kid, turns)}")
 
     for root in roots:
         visit(root, "", True, True)
@@ -268,25 +283,5 @@ def write_svg(store: Store, session_ref: str | None, path: Path | str) -> bool:
     if proc.returncode != 0:
         first = (proc.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[0]
         raise StorageError(f"Graphviz dot failed (exit {proc.returncode}): {first}")
-    _atomic_write(Path(path), proc.stdout)
+    atomic_write(Path(path), proc.stdout, create_parents=False)
     return True
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    target = path.resolve()
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    except OSError as err:
-        raise StorageError(f"{path}: cannot write ({err.strerror})") from err
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(handle.fileno(), 0o666 & ~umask)  # as open() would, not mkstemp's 0600
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise StorageError(f"{path}: cannot write ({err.strerror})") from err

@@ -8,13 +8,10 @@ parsing, ``.zst`` decompression capped); writes are scanned for secrets, validat
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.resources
 import json
-import os
 import re
-import tempfile
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
@@ -24,13 +21,13 @@ import jsonschema
 import yaml
 import zstandard
 
+from alpstore import fileio
 from alpstore.codec import decompress_file_bytes, parse_json
 from alpstore.errors import (
     CanonicalJSONError,
     CheckpointFileError,
     IntegrityError,
     NotFoundError,
-    StorageError,
 )
 from alpstore.portable.secrets import require_no_secrets, scan
 
@@ -321,7 +318,8 @@ def encode_document(
 
 
 def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
-    """Write ``data`` to ``path``: temp file in the same directory, fsync, rename.
+    """Write ``data`` to ``path`` atomically (``alpstore.fileio.atomic_write``); a new file is
+    private (0600: a checkpoint holds a conversation).
 
     Raises:
         CheckpointFileError: ``path`` exists and ``overwrite`` is false.
@@ -329,27 +327,7 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
     """
     if not overwrite and path.exists():
         raise CheckpointFileError(f"{path}: already exists; refusing to overwrite")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise StorageError(f"{path.parent}: cannot write ({exc.strerror})") from exc
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise StorageError(f"{path}: cannot write ({exc.strerror})") from exc
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    fileio.atomic_write(path, data, mode=None if path.exists() else 0o600)
 
 
 def check_for_secrets(doc: dict[str, Any], *, what: str, json_text: str | None = None) -> None:

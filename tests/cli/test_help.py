@@ -45,3 +45,23 @@ def test_help_runs_for_every_group() -> None:
 def test_version() -> None:
     result = run_cli("--version")
     assert result.code == 0 and result.out.startswith("alpstore ")
+
+
+LEAVES = [(p, c) for p, c in COMMANDS if not hasattr(c, "commands")]
+
+
+@pytest.mark.parametrize(("path", "cmd"), LEAVES, ids=[" ".join(p) for p, _ in LEAVES])
+def test_every_command_help_has_an_example_and_no_placeholder(
+    path: tuple[str, ...], cmd: Any
+) -> None:
+    """`--help` ends with a line a newcomer can copy, and never promises text that is not there."""
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    text = result.output
+    examples = [line.strip() for line in text.splitlines() if line.strip().startswith("Example:")]
+    assert examples, f"alpstore {' '.join(path)} --help has no example line"
+    assert all("alpstore " in e for e in examples)
+    for placeholder in ("see below", "see above", "TODO", "[default: True]", "[default: False]"):
+        assert placeholder not in text, f"alpstore {' '.join(path)} --help: {placeholder!r}"

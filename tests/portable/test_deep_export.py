@@ -160,6 +160,7 @@ def test_export_import_in_a_second_process_with_another_root(tmp_path: Path) -> 
     a, b = tmp_path / "a", tmp_path / "b"
     build_session(a, odd=False)  # `session show` text mode expects message objects
     out = tmp_path / "transfer" / "orig.json.zst"
+    out.parent.mkdir()
     res = run_cli("--root", str(a), "checkpoint", "export", "orig@latest", "-o", str(out))
     assert res.code == 0, res.err
     upstream_valid(load_checkpoint_file(out))
@@ -184,7 +185,7 @@ def test_save_writes_a_deep_file_and_a_row(tmp_path: Path) -> None:
     assert path.parent == (root / "checkpoints").resolve() or path.parent == root / "checkpoints"
     assert path.name.startswith("orig-turn-")
     upstream_valid(load_checkpoint_file(path))
-    listed = run_cli("--root", str(root), "checkpoint", "list")
+    listed = run_cli("--root", str(root), "checkpoint", "list", "--archive")
     assert listed.out.splitlines()[0] == path.name
     assert "archive:orig@" in listed.out
     d = tmp_path / "elsewhere"

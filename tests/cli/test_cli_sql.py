@@ -1,0 +1,227 @@
+"""`alpstore sql` keeps its promise: it only reads, it stops, and it says what it cut."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ALPSTORE, Backend
+
+RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
+
+
+def _seed(backend: Backend) -> None:
+    store = backend.open_store()
+    store.create_session(name="s").commit_turn([{"role": "user", "content": "hi"}])
+    backend.close_all()
+
+
+COUNTS = "select (select count(*) from sessions) as s, (select count(*) from blobs) as b"
+
+
+def refused_statements(tmp: Path) -> list[str]:
+    """Every statement here must be refused on both backends, touching neither archive nor disk."""
+    return [
+        f"ATTACH DATABASE '{tmp}/attached.db' AS x",
+        f"ATTACH 'file:{tmp}/uri.db?mode=rwc' AS y",
+        f"VACUUM INTO '{tmp}/vacuum.db'",
+        "VACUUM",
+        "PRAGMA journal_mode=DELETE",
+        "PRAGMA query_only=OFF",
+        "PRAGMA writable_schema=ON",
+        "BEGIN",
+        "COMMIT",
+        "SAVEPOINT s",
+        "INSERT INTO sessions (uuid) VALUES ('x')",
+        "DELETE FROM blobs",
+        "UPDATE sessions SET name = 'x'",
+        "CREATE TABLE t (x INTEGER)",
+        "DROP VIEW session_lineage",
+        "SELECT load_extension('x')",
+        f"COPY sessions TO '{tmp}/copied.csv'",
+        f"SELECT 1; COPY sessions TO '{tmp}/copied2.csv'",
+        "WITH d AS (DELETE FROM blobs RETURNING id) SELECT count(*) FROM d",
+        "SET default_transaction_read_only = off",
+        "ANALYZE",
+    ]
+
+
+def test_refused_statements_touch_nothing(backend: Backend, tmp_path: Path) -> None:
+    """The list, through the library (fast); the ATTACH of the report through the command."""
+    from alpstore.errors import UsageError
+    from alpstore.sqlhelpers import run_query
+
+    _seed(backend)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    result = backend.cli("sql", f"ATTACH DATABASE '{outside}/index.lock' AS x")
+    assert result.code == 2, result.err
+    assert result.err.startswith("alpstore: error: "), result.err
+    assert "only reads" in result.err
+    assert list(outside.iterdir()) == []  # no file created anywhere
+    store = backend.open_store()
+    before = run_query(store, COUNTS).rows
+    for statement in refused_statements(outside):
+        with pytest.raises(UsageError):
+            run_query(store, statement)
+    assert run_query(store, COUNTS).rows == before
+    backend.close_all()
+    assert list(outside.iterdir()) == []
+
+
+def test_read_only_introspection_still_works(backend: Backend) -> None:
+    _seed(backend)
+    result = backend.cli("sql", "select name from sessions", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [{"name": "s"}]
+    if not backend.is_postgresql:
+        pragma = backend.cli("sql", "PRAGMA table_info(sessions)")
+        assert pragma.code == 0 and "uuid" in pragma.out, pragma.err
+
+
+def test_timeout_stops_a_runaway_query(backend: Backend) -> None:
+    _seed(backend)
+    started = time.monotonic()
+    result = backend.cli("sql", RUNAWAY, "--timeout", "1", timeout=60)
+    assert time.monotonic() - started < 30
+    assert result.code == 2, result.err
+    assert "stopped after 1 s (--timeout)" in result.err
+
+
+def test_ctrl_c_interrupts_a_runaway_query(backend: Backend) -> None:
+    _seed(backend)
+    env = dict(os.environ)
+    if backend.url:
+        env["ALPSTORE_DATABASE_URL"] = backend.url
+    before = _running_queries(backend.url) if backend.url else set()
+    proc = subprocess.Popen(
+        [ALPSTORE, "--root", str(backend.root), "sql", RUNAWAY, "--timeout", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    _wait_until_running(proc, backend, before)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail("Ctrl-C did not stop the query")
+    assert proc.returncode == 130, err
+    assert err.decode().startswith("alpstore: error: query interrupted (Ctrl-C)"), err
+    if backend.url:  # and the server stopped it too
+        time.sleep(0.5)
+        assert not _running_queries(backend.url) - before
+
+
+def _running_queries(url: str) -> set[int]:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "select pid from pg_stat_activity where state = 'active' "
+                    "and query like 'WITH RECURSIVE c(x)%'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {int(r[0]) for r in rows}
+
+
+def _wait_until_running(proc: subprocess.Popen[bytes], backend: Backend, before: set[int]) -> None:
+    """Until the query runs (a Ctrl-C during start-up is plain Python's, before ours)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if backend.url:
+            running = bool(_running_queries(backend.url) - before)
+        else:
+            fds = Path(f"/proc/{proc.pid}/fd")
+            running = any(str(p.readlink()).endswith("archive.db") for p in fds.iterdir())
+        if running:
+            time.sleep(0.5)
+            return
+        time.sleep(0.1)
+    pytest.fail("the query never started")
+
+
+def test_cut_rows_are_announced(backend: Backend) -> None:
+    _seed(backend)
+    query = (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 50) SELECT x FROM c"
+    )
+    result = backend.cli("sql", query, "--max-rows", "10")
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["x", *map(str, range(1, 11))]
+    assert "showing the first 10 rows; more were cut (--max-rows 10)" in result.err
+    whole = backend.cli("sql", query)
+    assert len(whole.out.splitlines()) == 51 and "cut" not in whole.err
+
+
+def test_memory_is_bounded_by_bytes(backend: Backend) -> None:
+    """200 rows of 1 MiB: held up to --max-bytes, and stderr says where it stopped."""
+    _seed(backend)
+    query = (
+        "WITH RECURSIVE s(t, n) AS (SELECT CAST('xxxxxxxx' AS TEXT), 1 UNION ALL "
+        "SELECT t || t, n + 1 FROM s WHERE n < 18), "
+        "c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200) "
+        "SELECT x, t FROM c, s WHERE n = 18"
+    )
+    limit = 5 * 1024 * 1024 + 512 * 1024
+    result = backend.cli("sql", query, "--json", "--max-bytes", str(limit))
+    assert result.code == 0, result.err
+    rows = json.loads(result.out)
+    assert len(rows) == 5 and len(rows[0]["t"]) == 1024 * 1024
+    assert f"more were cut at {limit} bytes (--max-bytes)" in result.err
+
+
+def test_long_cells_are_marked_on_a_terminal(backend: Backend) -> None:
+    """On a terminal a cut cell ends in …; --wide shows it whole; a pipe gets it whole too."""
+    import pty
+
+    _seed(backend)
+    hexed = "encode(digest, 'hex')" if backend.is_postgresql else "digest_hex(digest)"
+    query = f"select {hexed} || {hexed} as d from blobs"  # 128 characters
+    env = {**os.environ, "COLUMNS": "200"}
+    if backend.url:
+        env["ALPSTORE_DATABASE_URL"] = backend.url
+
+    def on_tty(*extra: str) -> str:
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen(
+            [ALPSTORE, "--root", str(backend.root), "sql", query, *extra],
+            stdout=follower,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=60)
+        os.close(leader)
+        return b"".join(chunks).decode()
+
+    cut = on_tty()
+    assert "…" in cut
+    whole = on_tty("--wide")
+    assert "…" not in whole
+    piped = backend.cli("sql", query)
+    cells = piped.out.splitlines()[1:]
+    assert cells and all(len(c) == 128 for c in cells)
