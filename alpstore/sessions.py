@@ -593,9 +593,12 @@ class Session:
                     )
             if keep_seq is not None:
                 store.abandon_after(conn, info.id, keep_seq)
+            # The view has no checkpoint row to carry its digest: computed from its entries.
+            cover = store.views.cover(conn, view)
             if steering is not None:
                 item = encode(steering_message(steering), BLOB_MESSAGE)
                 (steer_id,) = store.archive.store_encoded(conn, [item])
+                cover = cover_add(cover, view.length, [item[0]])
                 view = store.views.append(conn, view, info.id, [steer_id])
                 turn += 1
             self._move_head(
@@ -603,6 +606,7 @@ class Session:
                 info,
                 view,
                 turn=turn,
+                cover=cover,
                 status="active" if info.status in ("created", "checkpointing") else None,
             )
             store.record_event(conn, info.id, "backtrack", None, detail or {})

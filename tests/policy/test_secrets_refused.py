@@ -57,7 +57,7 @@ def test_session_open_refuses_an_inline_credential(
     assert not (run_root / "traces").exists()
     assert not (tmp_path / "agent" / ".mas").exists()
     assert OPENAI_KEY.encode() not in bytes_under(run_root)
-    listed = cli("session", "list", "--json")  # opens (creates) the archive: it holds nothing
+    listed = cli("session", "list", "--json")  # a read: lists nothing, creates nothing
     assert listed.code == 0 and json.loads(listed.out) == []
     # a reference passes
     doc = json.loads(path.read_text())
