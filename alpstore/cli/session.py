@@ -25,7 +25,7 @@ from alpstore.cli._common import (
 )
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
-from alpstore.errors import InputError, UsageError
+from alpstore.errors import InputError, NotFoundError, UsageError
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import Entry, Retention, SessionInfo
 
@@ -127,8 +127,11 @@ app.command("open")(open_command)
 
 @app.command("list")
 def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List every session in the archive."""
-    infos = read_store(ctx).list_sessions()
+    """List every session in the archive (none, when there is no archive yet)."""
+    try:
+        infos = read_store(ctx).list_sessions()
+    except NotFoundError:  # no archive here: nothing to list, and nothing is created
+        infos = []
     if as_json:
         print_json([_info_doc(i) for i in infos])
         return

@@ -10,7 +10,6 @@ from alpstore.db import open_database
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision
 
 READERS = [
-    ("session", "list"),
     ("session", "show", "demo"),
     ("debug", "bisect", "demo", "--grep", "x"),
     ("checkpoint", "export", "demo", "-o", "out.json"),
@@ -27,6 +26,8 @@ def test_readers_in_an_empty_folder_create_nothing(cli: Any, run_root: Path) -> 
     assert list(run_root.iterdir()) == []
     listed = cli("checkpoint", "list", "--archive")
     assert listed.code == 0 and listed.out == "", listed.err
+    sessions = cli("session", "list", "--json")
+    assert sessions.code == 0 and sessions.out.strip() == "[]", sessions.err
     assert list(run_root.iterdir()) == []
 
 
@@ -41,7 +42,7 @@ def test_readers_refuse_an_older_archive_and_leave_it_as_it_was(cli: Any, run_ro
     older = current_revision(db)
     db.close()
     assert older == "0002"
-    for args in READERS:
+    for args in [("session", "list"), *READERS]:
         result = cli(*args)
         assert result.code == 6, (args, result.err)
         assert "older than this alpstore's" in result.err and "alpstore db upgrade" in result.err
