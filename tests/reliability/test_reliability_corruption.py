@@ -219,10 +219,10 @@ def test_damaged_view_rows_are_named_and_never_read_silently(
     assert "Traceback" not in result.err and "internal error" not in result.err
 
 
-def test_a_swapped_view_entry_is_a_known_blind_spot(damaged: Path) -> None:
+def test_a_swapped_view_entry_is_named_by_its_covering_digest(damaged: Path) -> None:
     """A view entry rewritten to another *valid* blob (with its index updated too) reads as
-    valid content: views carry no digest of their own. SQLite's integrity check catches a
-    flipped row (index out of step); a consistent rewrite is beyond any check without one."""
+    valid content, and SQLite's integrity check sees nothing; the covering digest each
+    checkpoint records names every view the swap changed (issue 13 closed this blind spot)."""
     conn = _db(damaged)
     with conn:
         conn.execute(
@@ -230,7 +230,10 @@ def test_a_swapped_view_entry_is_a_known_blind_spot(damaged: Path) -> None:
         )
     conn.close()
     with Store.open(damaged) as store:
-        assert verify(store).ok
+        report = verify(store)
+    assert not report.ok
+    named = [p for p in report.problems if "does not match its recorded digest" in p.what]
+    assert named and all(p.sessions for p in named)
 
 
 # ------------------------------------------------------------------ the SQLite file
