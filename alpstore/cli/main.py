@@ -42,6 +42,7 @@ COMMANDS = ("sql", "samples", "ui")
 EXAMPLES: dict[tuple[str, str], str] = {
     ("", "sql"): 'alpstore sql "select session, name, depth from session_lineage" --max-rows 20',
     ("", "samples"): "alpstore samples conversation > conversation.jsonl",
+    ("", "ui"): "alpstore --root run ui --port 8765   # prints the URL with its access token",
     ("archive", "put"): "alpstore archive put message.json   # prints the blob's digest",
     ("archive", "get"): "alpstore archive get 3f2a…(64 hex digits)",
     ("archive", "stats"): "alpstore archive stats --json",
