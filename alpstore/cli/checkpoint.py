@@ -38,7 +38,7 @@ from alpstore.portable.files import (
     read_document,
     write_checkpoint_file,
 )
-from alpstore.sessions import new_session_uuid
+from alpstore.sessions import default_label, new_session_uuid
 
 app = typer.Typer(
     help="Checkpoint files (mas-lab v1/v2) and the archive's checkpoints: list, show, fork, "
@@ -238,8 +238,7 @@ def save(
         root = options(ctx).root
         folder = Path(policy.storage_path) if policy.storage_path else default_store_dir(root)
     snap = snapshot_of_head(st, s)
-    if label is not None:
-        snap = replace(snap, label=label)
+    snap = replace(snap, label=label or default_label(snap.turn))  # a new checkpoint: its label
     doc = export_snapshot(st, snap, scan=False)  # the write scans
     path = contained_path(folder, checkpoint_file_name(s.uuid, doc["label"], compress=zst))
     write_checkpoint_file(doc, path, compress=zst)
