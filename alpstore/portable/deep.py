@@ -14,7 +14,7 @@ still works where the file is imported.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -252,25 +252,25 @@ def decode_item(
 
 
 # ---------------------------------------------------------------------- export
-def _covered(store: Store, entries: Sequence[Entry]) -> list[Entry]:
-    """Every entry the summaries of ``entries`` cover, transitively, children first."""
-    out: list[Entry] = []
+def _covered(store: Store, entries: Sequence[Entry]) -> Iterator[Entry]:
+    """Every entry the summaries of ``entries`` cover, transitively, children first (one
+    summary's children in memory at a time).
+    """
     done: set[bytes] = set()
 
-    def visit(summary: Entry) -> None:
+    def visit(summary: Entry) -> Iterator[Entry]:
         for child in store.expand(summary):
             if child.digest in done:
                 continue
             _require_intact(child.value, child.digest, f"blob {child.hex}")
             done.add(child.digest)
             if child.kind == "summary":
-                visit(child)
-            out.append(child)
+                yield from visit(child)
+            yield child
 
     for entry in entries:
         if entry.kind == "summary":
-            visit(entry)
-    return out
+            yield from visit(entry)
 
 
 def _require_intact(value: Any, digest: bytes, what: str) -> None:
