@@ -466,7 +466,8 @@ def import_history(
     info = s.info()
     if info.name != (name or default):
         warn(
-            f"the name {term(name or default)} is taken here; the session is named {term(info.name)}"
+            f"the name {term(name or default)} is taken here; the session is named "
+            f"{term(info.name)}"
         )
     echo(
         f"imported {parsed.messages} messages in {len(parsed.turns)} turns into session "
