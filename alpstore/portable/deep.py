@@ -336,6 +336,21 @@ def _lineage(store: Store, info: SessionInfo) -> dict[str, Any]:
     return {"parent": None, "forked": None, "root": info.root, "created": None}
 
 
+def inherited_fields(store: Store, info: SessionInfo) -> dict[str, Any]:
+    """The mas-lab fields (``spec_revision``, ``memory_seeds``, ``runtime_profile``) a session
+    keeps from the file it was imported from, itself or through the sessions it forked from.
+    """
+    for _ in range(10_000):
+        origin = info.origin or {}
+        fields = origin.get("fields")
+        if isinstance(fields, dict):
+            return fields
+        if origin or info.parent is None:
+            return {}
+        info = store.get_session(info.parent).info(refresh=False)
+    return {}
+
+
 def check_exportable(info: SessionInfo, label: str) -> None:
     """Refuse, before anything is written, ids, names and labels an import would refuse.
 
@@ -438,8 +453,8 @@ def build_header(
         created_at=lin["created"] or iso_from_timestamp(info.created_at),
         backtrack_count=backtracks,
     )
-    fields = origin.get("fields")
-    if isinstance(fields, dict):
+    fields = inherited_fields(store, info)
+    if fields:
         doc.update({k: fields[k] for k in ("spec_revision", "memory_seeds", "runtime_profile")
                     if k in fields})  # fmt: skip
     for key in ("kernel", "manifest", "working_memory", "memory_seeds", "runtime_profile"):
