@@ -217,8 +217,10 @@ def decode_item(
             if not isinstance(text, str):
                 raise CheckpointFileError(f"{where}.content: a summary's text must be a string")
             raw = marker.get("covers")
-            if not isinstance(raw, list):
-                raise CheckpointFileError(f"{where}.{RESERVED}.covers: expected a list")
+            if not isinstance(raw, list) or not raw:
+                raise CheckpointFileError(
+                    f"{where}.{RESERVED}.covers: expected a non-empty list of digests"
+                )
             covers = tuple(
                 _hex_digest(h, f"{where}.{RESERVED}.covers[{i}]") for i, h in enumerate(raw)
             )

@@ -57,6 +57,15 @@ def test_item1_imported_ids_must_match_the_safe_pattern(run_root: Path, bad_id: 
 
 
 # ---------------------------------------------------------------- 2. show one thing, import another
+def test_item5_a_summary_covering_nothing_is_refused_not_crashed(run_root: Path) -> None:
+    empty = {"role": "system", "content": "x", "_alpstore": {"kind": "summary", "covers": []}}
+    with Store.open(run_root) as st:
+        before = fingerprint(st)
+        with pytest.raises(CheckpointFileError, match="non-empty list"):
+            import_document(st, mas_doc(messages=[empty]), source_name="f.json")
+        assert fingerprint(st) == before
+
+
 @pytest.mark.parametrize(
     "message",
     [
@@ -64,9 +73,9 @@ def test_item1_imported_ids_must_match_the_safe_pattern(run_root: Path, bad_id: 
         {
             "role": "user",
             "content": VISIBLE,
-            "_alpstore": {"kind": "summary", "covers": []},
+            "_alpstore": {"kind": "summary", "covers": ["0" * 64]},
         },
-        {"content": VISIBLE, "_alpstore": {"kind": "summary", "covers": []}},
+        {"content": VISIBLE, "_alpstore": {"kind": "summary", "covers": ["0" * 64]}},
         {"role": "user", "content": VISIBLE, "_alpstore": {"digest": "0" * 64, "note": HIDDEN}},
     ],
     ids=["value-beside-content", "summary-beside-role-user", "summary-without-role", "extra-key"],
