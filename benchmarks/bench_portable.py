@@ -1,5 +1,8 @@
 """Deep export and import of a 10,000-message session, against bare json in the same run.
 
+Issue 14 adds the streaming figures: peak RSS of a 100 MB export and import through the real
+command, and a 1,000-turn import against json.loads + plain sqlite3 (results/portable.md).
+
 Run: python -m pytest benchmarks/bench_portable.py --benchmark-only
 Each test records MB/s and its ratio to the baseline (goal >= 50 %) in extra_info, and prints
 them; file sizes with and without .zst are recorded too.
@@ -9,6 +12,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +29,7 @@ from alpstore.portable.files import encode_document, load_checkpoint_file, write
 from alpstore.store import Store
 
 MESSAGES = 10_000
+HERE = Path(__file__).parent
 
 
 def _messages() -> list[dict[str, Any]]:
@@ -139,3 +148,232 @@ def test_deep_import_10k(
 
     benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
     _report(benchmark, "deep import", size, base)
+
+
+# ---------------------------------------------------------------------- issue 14: streaming
+# Peak memory of a 100 MB deep file through the real command (export and import, each in a
+# process of its own, peak RSS from wait4), and the speed of importing a 1,000-turn session
+# against the bare baseline (json.loads + a plain sqlite3 insert of every message). Figures go
+# to benchmarks/results/portable.md, which report.py includes in RESULTS.md.
+BIG_MESSAGE_BYTES = 8 * 1024 * 1024
+"""The largest single message of the 100 MB file (a huge tool output)."""
+TARGET_BYTES = 100 * 1024 * 1024
+MB = 1024 * 1024
+FIGURES: dict[str, Any] = {}
+ALPSTORE = str(Path(sys.executable).with_name("alpstore"))
+
+
+def _words(rng: random.Random, n: int) -> str:
+    vocab = [
+        "def", "return", "self", "import", "pytest", "assert", "value", "client", "search",
+        "logging", "refactor", "module", "fixture", "stale", "patch", "error", "line", "test",
+        "config", "path", "json", "async", "await", "context", "session", "checkpoint", "the",
+    ]  # fmt: skip
+    return " ".join(rng.choices(vocab, k=n)) + f" {rng.random()}"
+
+
+def _run_measured(args: list[str]) -> tuple[float, int, str]:
+    """Run a command; wall seconds, peak RSS in bytes (wait4), stderr."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read().decode("utf-8", "replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 0, err
+    return elapsed, usage.ru_maxrss * 1024, err
+
+
+def _write_figures() -> None:
+    out = HERE / "results" / "portable.md"
+    f = FIGURES
+    lines = [
+        "# Deep files, streamed (issue 14)",
+        "",
+        "Import and export stream: the file is read and written a message at a time, inside one "
+        "transaction, so memory is bounded by the largest single message, not the file.",
+        "",
+    ]
+    if "export_rss" in f or "import_rss" in f:
+        bound = (3 * BIG_MESSAGE_BYTES + 200 * MB) / MB
+        lines += [
+            f"A {f.get('file_mb', 0):.0f} MB deep file ({f.get('messages', 0):,} messages, the "
+            f"largest {BIG_MESSAGE_BYTES / MB:.0f} MB) through the real command, each in a "
+            "process of its own (peak RSS from `wait4`); the goal is at most 3 × the largest "
+            f"message + 200 MB = {bound:.0f} MB.",
+            "",
+            "| command | wall (s) | peak RSS (MB) | goal (MB) |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, what in (("export", "checkpoint export"), ("import", "checkpoint import")):
+            if f"{key}_rss" in f:
+                lines.append(
+                    f"| `alpstore {what}` | {f[key + '_s']:.1f} | "
+                    f"{f[key + '_rss'] / MB:.0f} | {bound:.0f} |"
+                )
+        lines.append("")
+    if "turns_base_s" in f:
+        lines += [
+            f"Importing a 1,000-turn session ({f['turns_messages']:,} messages, "
+            f"{f['turns_mb']:.1f} MB deep file) against the bare baseline (json.loads of the "
+            "file + a plain sqlite3 insert of every message, one transaction); ratio = "
+            "baseline ÷ alpstore (goal ≥ 0.3).",
+            "",
+            "| | seconds | ratio |",
+            "|---|---:|---:|",
+            f"| baseline: json.loads + sqlite3 executemany | {f['turns_base_s']:.3f} | 1.00 |",
+        ]
+        if "turns_lib_s" in f:
+            lines.append(
+                f"| `import_file` in process | {f['turns_lib_s']:.3f} | "
+                f"**{f['turns_base_s'] / f['turns_lib_s']:.2f}** |"
+            )
+        if "turns_cli_s" in f:
+            lines.append(
+                f"| `alpstore checkpoint import` (a new process) | {f['turns_cli_s']:.3f} | "
+                f"**{f['turns_base_s'] / f['turns_cli_s']:.2f}** |"
+            )
+        lines.append("")
+    lines += [
+        "Reproduce: `python -m pytest benchmarks/bench_portable.py --benchmark-only -k "
+        "'100mb or 1000_turns' -s` (or `scripts/bench -k portable`).",
+        "",
+    ]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def hundred_mb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """A run root holding a ~100 MB session ``big``, and where its export goes."""
+    root = tmp_path_factory.mktemp("big-src")
+    rng = random.Random(14)
+    with Store.open(root) as st:
+        s = st.create_session(session_id="big", name="big")
+        total, batch, count = 0, [], 0
+        while total < TARGET_BYTES - BIG_MESSAGE_BYTES:
+            role = "user" if count % 2 == 0 else "assistant"
+            m = {"role": role, "content": _words(rng, 1500)}
+            total += len(m["content"]) + 30
+            batch.append(m)
+            count += 1
+            if len(batch) == 1000:
+                s.append(batch)
+                batch = []
+            if count == 5000:
+                big = _words(rng, BIG_MESSAGE_BYTES // 6)[: BIG_MESSAGE_BYTES - 100]
+                batch.append({"role": "tool", "tool_call_id": "c1", "content": big})
+                total += len(big)
+                count += 1
+        s.append(batch)
+        s.checkpoint(kernel={"q": {}, "run": {}})
+        FIGURES["messages"] = count
+    yield root, root / "big.json"
+    _write_figures()
+
+
+def test_export_100mb_peak_rss(benchmark: Any, hundred_mb: tuple[Path, Path]) -> None:
+    root, out = hundred_mb
+    args = [ALPSTORE, "--root", str(root), "checkpoint", "export", "big", "-o", str(out), "--force"]
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result["s"], result["rss"], _ = _run_measured(args)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    FIGURES.update(export_s=result["s"], export_rss=result["rss"])
+    FIGURES["file_mb"] = out.stat().st_size / MB
+    benchmark.extra_info.update(peak_rss_mb=round(result["rss"] / MB), file_mb=FIGURES["file_mb"])
+    print(f"\nexport: {result['s']:.1f} s, peak RSS {result['rss'] / MB:.0f} MB")
+    assert result["rss"] <= 3 * BIG_MESSAGE_BYTES + 200 * MB
+
+
+def test_import_100mb_peak_rss(
+    benchmark: Any, hundred_mb: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root, path = hundred_mb
+    if not path.exists():
+        with Store.open(root) as st:
+            from alpstore.portable.exporting import write_export
+
+            write_export(st, snapshot_of_head(st, st.get_session("big")), path)
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        dst = tmp_path_factory.mktemp("big-dst")
+        args = [ALPSTORE, "--root", str(dst), "checkpoint", "import", str(path)]
+        result["s"], result["rss"], _ = _run_measured(args)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    FIGURES.update(import_s=result["s"], import_rss=result["rss"])
+    benchmark.extra_info.update(peak_rss_mb=round(result["rss"] / MB))
+    print(f"\nimport: {result['s']:.1f} s, peak RSS {result['rss'] / MB:.0f} MB")
+    assert result["rss"] <= 3 * BIG_MESSAGE_BYTES + 200 * MB
+
+
+@pytest.fixture(scope="module")
+def thousand_turns(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The deep file of a 1,000-turn coding-agent session, checkpointed every turn."""
+    from alpstore.portable.exporting import write_export
+    from benchmarks._util import conversation_turns
+
+    root = tmp_path_factory.mktemp("turns-src")
+    with Store.open(root) as st:
+        s = st.create_session(session_id="turns", name="turns")
+        for turn in conversation_turns(1000):
+            s.commit_turn(turn)
+        path = root / "turns.json"
+        write_export(st, snapshot_of_head(st, s), path)
+        FIGURES["turns_messages"] = s.info().head_length
+    FIGURES["turns_mb"] = path.stat().st_size / MB
+    return path
+
+
+def _baseline_import(path: Path, db: Path) -> None:
+    doc = json.loads(path.read_bytes())
+    messages = doc["working_memory"][0]["committed_messages"]
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE IF NOT EXISTS m (id INTEGER PRIMARY KEY, body TEXT)")
+    with conn:
+        conn.executemany(
+            "INSERT INTO m (body) VALUES (?)",
+            [(json.dumps(m, ensure_ascii=False),) for m in messages],
+        )
+    conn.close()
+
+
+def test_import_1000_turns_vs_baseline(
+    benchmark: Any, thousand_turns: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    from alpstore.portable.importing import import_file
+
+    counter = itertools.count()
+    base = _best(lambda: _baseline_import(thousand_turns, tmp_path_factory.mktemp("b") / "b.db"))
+
+    def setup() -> tuple[tuple[Store], dict[str, Any]]:
+        return (Store.open(tmp_path_factory.mktemp(f"t{next(counter)}")),), {}
+
+    def run(dst: Store) -> None:
+        import_file(dst, thousand_turns)
+        dst.close()
+
+    benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
+    lib = benchmark.stats.stats.min
+    cli = min(
+        _run_measured(
+            [ALPSTORE, "--root", str(tmp_path_factory.mktemp("c")), "checkpoint", "import",
+             str(thousand_turns)]
+        )[0]
+        for _ in range(3)
+    )  # fmt: skip
+    FIGURES.update(turns_base_s=base, turns_lib_s=lib, turns_cli_s=cli)
+    benchmark.extra_info.update(
+        baseline_s=round(base, 4),
+        ratio_in_process=round(base / lib, 3),
+        ratio_cli=round(base / cli, 3),
+    )
+    print(f"\n1,000 turns: baseline {base:.3f} s, in process {lib:.3f} s ({base / lib:.2f}), "
+          f"command {cli:.3f} s ({base / cli:.2f})")  # fmt: skip
+    if "export_rss" not in FIGURES:
+        _write_figures()

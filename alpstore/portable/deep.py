@@ -190,14 +190,11 @@ def _marker(obj: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     return str(kind), marker
 
 
-def decode_item(
-    obj: Any, where: str, *, require_digest: bool = False, depth_checked: bool = False
-) -> Item:
+def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
     """Decode a message object of a file, re-deriving its digest and checking a carried one.
 
     ``require_digest``: the file is an alpstore export, which carries a digest in every message,
     so a message without one was changed after export (a flipped byte in the marker's key).
-    ``depth_checked``: the caller bounded the nesting already (from the text).
 
     Raises:
         CheckpointFileError: a malformed marker, a marker beside keys it would hide, content
@@ -230,7 +227,7 @@ def decode_item(
         else:
             value = {k: v for k, v in obj.items() if k != RESERVED}
     try:
-        canonical = canonical_bytes(value, where, depth_checked=depth_checked)
+        canonical = canonical_bytes(value, where)
     except CanonicalJSONError as exc:
         raise CheckpointFileError(f"{where}: {exc.message}") from exc
     digest = digest_bytes(canonical)

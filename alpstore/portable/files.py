@@ -97,19 +97,25 @@ def brackets(text: str | bytes, start: int = 0, end: int | None = None) -> int:
     return text.count("[", start, stop) + text.count("{", start, stop)
 
 
-def canonical_bytes(value: Any, where: str, *, depth_checked: bool = False) -> bytes:
+def canonical_bytes(value: Any, where: str) -> bytes:
     """The canonical JSON of one message or state document, within the file limits.
 
-    ``depth_checked``: the caller already knows the value is shallow enough (from
-    :func:`brackets` on its text).
+    The depth is checked on the canonical text first (counting brackets runs at C speed); only
+    a value with more than :data:`MAX_DEPTH` brackets is walked.
 
     Raises:
         CheckpointFileError: too deep, or larger than :data:`MAX_MESSAGE_BYTES`.
         CanonicalJSONError: not canonical JSON (NaN, a lone surrogate …), naming the path.
     """
-    if not depth_checked:
-        check_depth(value, where)
-    raw = canonical_json(value)
+    try:
+        raw = canonical_json(value)
+    except RecursionError:
+        raw = None
+    if raw is None or (brackets(raw) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH):
+        raise CheckpointFileError(
+            f"{where}: nested deeper than {MAX_DEPTH} levels; refused",
+            hint="deep files carry content at most 256 levels deep, on export and on import",
+        )
     if len(raw) > MAX_MESSAGE_BYTES:
         raise CheckpointFileError(
             f"{where}: {len(raw)} bytes is larger than the {MAX_MESSAGE_BYTES}-byte limit of "

@@ -36,11 +36,9 @@ from alpstore.portable.deep import (
     export_kernel,
 )
 from alpstore.portable.files import (
-    MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     MAX_INT,
     MAX_MESSAGE_BYTES,
-    brackets,
     canonical_bytes,
     check_depth,
     is_compressed,
@@ -123,10 +121,10 @@ class Importer:
     _batch_bytes: int = 0
 
     # ---------------------------------------------------------------- messages
-    def message(self, obj: Any, index: int, depth_checked: bool = False) -> None:
+    def message(self, obj: Any, index: int) -> None:
         """One entry of the covering list."""
         where = f"{COMMITTED}[{index}]"
-        item = decode_item(obj, where, depth_checked=depth_checked)
+        item = decode_item(obj, where)
         self._note_carried(item, where)
         self.digests.append(item.digest)
         if item.kind == "summary":
@@ -135,10 +133,10 @@ class Importer:
         self.slots.append(None)
         self._add(len(self.slots) - 1, item)
 
-    def covered_item(self, obj: Any, index: int, depth_checked: bool = False) -> None:
+    def covered_item(self, obj: Any, index: int) -> None:
         """One entry of the covered block (children before the summaries covering them)."""
         where = f"{COVERED}[{index}]"
-        item = decode_item(obj, where, depth_checked=depth_checked)
+        item = decode_item(obj, where)
         self._note_carried(item, where)
         self.covered += 1
         if item.kind == "summary":
@@ -334,11 +332,9 @@ def _feed_document(doc: dict[str, Any], imp: Importer) -> dict[str, Any]:
     return {**doc, "working_memory": [first, *wm[1:]]}
 
 
-def _stream_items(js: JsonStream, each: Callable[[Any, int, bool], None]) -> list[Any]:
+def _stream_items(js: JsonStream, each: Callable[[Any, int], None]) -> list[Any]:
     for i in js.elements():
-        obj = js.value()
-        start, end = js.last_span
-        each(obj, i, brackets(js.buf, start, end) <= MAX_DEPTH)
+        each(js.value(), i)
         js.release()
     return []
 
@@ -543,7 +539,7 @@ def _state_ids(store: Store, conn: Connection, head: Header, where: str) -> list
             out.append(None)
             continue
         try:
-            raw = canonical_bytes(value, f"{where}: {what}", depth_checked=True)
+            raw = canonical_bytes(value, f"{where}: {what}")
         except CanonicalJSONError as exc:
             raise CheckpointFileError(f"{where}: {what}: {exc.message}") from exc
         (blob_id,) = store.archive.store_encoded(conn, [(digest_bytes(raw), BLOB_STATE, raw)])
