@@ -175,15 +175,14 @@ class _Checks:
         self.findings: list[Finding] = []
         self.written = 0
 
-    def entry(self, raw: bytes, path: str) -> None:
+    def entry(self, raw: bytes, path: str, *, scan_secrets: bool = True) -> None:
         if brackets(raw) > MAX_DEPTH and nesting_depth(json.loads(raw)) > MAX_DEPTH:
             raise CheckpointFileError(
                 f"{self.what}: {path} is nested deeper than {MAX_DEPTH} levels; not exported",
                 hint="an import would refuse it: deep files carry content at most "
                 f"{MAX_DEPTH} levels deep",
             )
-        text = raw.decode("utf-8")
-        if may_hold_secrets(text.replace('":"', '": "')):
+        if scan_secrets and may_hold(raw):
             self.findings.extend(scan(json.loads(raw), path))
 
     def count(self, n: int) -> None:
@@ -193,6 +192,11 @@ class _Checks:
                 f"{self.what}: the file would be larger than {MAX_DOCUMENT_BYTES} bytes, the "
                 "limit an import reads; not exported"
             )
+
+
+def may_hold(raw: bytes) -> bool:
+    """The secret scan's quick filter on canonical JSON (one or many documents joined)."""
+    return may_hold_secrets(raw.decode("utf-8").replace('":"', '": "'))
 
 
 def _view_rows(store: Store, conn: Any, snap: Snapshot) -> list[Any]:
@@ -283,11 +287,12 @@ def _stream_view(
     for batch in chunks(rows, ROWS_PER_BATCH):
         raws = store.archive.decode_rows(conn, list(batch), verify=True)
         lead = b"," if index else b""
+        suspect = may_hold(b"\n".join(raws))  # a clean batch is passed in one scan
         parts: list[bytes] = []
         for row, raw in zip(batch, raws, strict=True):
             digest, kind = bytes(row[1]), int(row[2])
             path = f"$.working_memory[0].committed_messages[{index}]"
-            checks.entry(raw, path)
+            checks.entry(raw, path, scan_secrets=suspect)
             if kind == BLOB_SUMMARY:
                 value = json.loads(raw)
                 covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))

@@ -147,6 +147,8 @@ class JsonStream:
             if end >= len(self.buf) and not self.eof and first not in '"[{':
                 self._grow(start)  # a number or literal may go on in the next chunk
                 continue
+            if end - start > self.value_limit:
+                self._grow(start, force=True)
             self.last_span = (start, end)
             self.pos = end
             return obj
@@ -157,9 +159,9 @@ class JsonStream:
             return False
         return err.msg.startswith("Unterminated string") or err.pos >= len(self.buf) - 8
 
-    def _grow(self, start: int) -> None:
+    def _grow(self, start: int, *, force: bool = False) -> None:
         pending = len(self.buf) - start
-        if pending > self.value_limit:
+        if force or pending > self.value_limit:
             raise CheckpointFileError(
                 f"{self.where}: a value at character {self.consumed + start} is longer than "
                 f"{self.value_limit} characters; refused"
