@@ -30,7 +30,7 @@ from alpstore.portable.files import (
     iso_from_timestamp,
     validate_document,
 )
-from alpstore.portable.ids import check_session_id, check_text, shown
+from alpstore.portable.ids import check_session_id, check_text, shown, text_problem
 from alpstore.sessions import CheckpointInfo, Entry, Session, SessionInfo, default_label
 
 if TYPE_CHECKING:
@@ -351,7 +351,7 @@ def inherited_fields(store: Store, info: SessionInfo) -> dict[str, Any]:
 
 
 def check_exportable(info: SessionInfo, label: str) -> None:
-    """Refuse, before anything is written, ids, names and labels an import would refuse.
+    """Refuse, before anything is written, an id or label an import would refuse.
 
     Raises:
         CheckpointFileError: naming the field and the rule.
@@ -359,8 +359,6 @@ def check_exportable(info: SessionInfo, label: str) -> None:
     what = f"session {shown(info.uuid)}"
     check_session_id(info.uuid, f"export of {what}: its id")
     check_text(label, f"export of {what}: the label")
-    if info.name is not None:
-        check_text(info.name, f"export of {what}: the name")
 
 
 def build_header(
@@ -386,8 +384,8 @@ def build_header(
     covered_list: list[Any] | None = [] if covered else None
     manifest = store.session_manifest(info.id)
     block: dict[str, Any] = {"format": FORMAT, "archive_view_id": snap.view.archive_view_id}
-    if info.name is not None:
-        block["name"] = info.name
+    if info.name is not None and text_problem(info.name) is None:
+        block["name"] = info.name  # a name an import would refuse stays here
     if covered_list is not None:
         block["covered"] = covered_list
     if manifest is None:

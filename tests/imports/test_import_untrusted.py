@@ -40,6 +40,13 @@ def test_item1_file_id_cannot_take_over_a_local_name(run_root: Path, tmp_path: P
         assert st.get_session("demo").uuid == mine.uuid
 
 
+def test_item1_a_later_name_cannot_be_shadowed_by_an_imported_id(run_root: Path) -> None:
+    with Store.open(run_root) as st:
+        import_document(st, mas_doc("demo"), source_name="f.json")
+        with pytest.raises(UsageError, match="is the id of another session"):
+            st.create_session(name="demo")  # `session show demo` would show the file's
+
+
 @pytest.mark.parametrize(
     "bad_id",
     ["openai-agents:conv-1", "a@latest", "../x", "two words", "line\nbreak", "x" * 65, ""],
