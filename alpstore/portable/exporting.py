@@ -25,7 +25,6 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import zstandard
 
-from alpstore.archive.sql import chunks
 from alpstore.codec import Digest, digest_hex
 from alpstore.db.tables import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, SecretError, StorageError
@@ -50,7 +49,7 @@ from alpstore.portable.files import (
     validate_document,
     write_checkpoint_file,
 )
-from alpstore.portable.secrets import Finding, may_hold_secrets, scan, secret_error
+from alpstore.portable.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
 from alpstore.sessions import Entry, Session
 
 if TYPE_CHECKING:
@@ -60,7 +59,8 @@ SMALL_EXPORT_BYTES: Final = 8 * 1024 * 1024
 """Sessions up to this many raw bytes (and 1,000 entries) are exported in memory, pretty."""
 
 ROWS_PER_BATCH: Final = 256
-"""Blobs decompressed at a time while streaming."""
+BATCH_RAW_BYTES: Final = 8 * 1024 * 1024
+"""Blobs decompressed at a time while streaming: at most this many, and this many raw bytes."""
 
 
 # ---------------------------------------------------------------------- where to write
@@ -104,7 +104,7 @@ def storage_dir(store: Store, session: Session, storage_path: str, root: Path) -
 @contextlib.contextmanager
 def atomic_stream(
     path: Path, *, compress: bool, overwrite: bool
-) -> Iterator[Callable[[bytes], None]]:
+) -> Iterator[Callable[[bytes | memoryview], None]]:
     """A ``write`` function into a temporary file beside ``path``, renamed over it (after
     fsync) when the block ends without an exception, deleted otherwise.
 
@@ -128,7 +128,7 @@ def atomic_stream(
                 writer = cctx.stream_writer(fh, closefd=False)
                 sink = writer
 
-            def write(data: bytes) -> None:
+            def write(data: bytes | memoryview) -> None:
                 sink.write(data)
 
             yield write
@@ -153,18 +153,21 @@ def atomic_stream(
             os.close(dfd)
 
 
-def _entry_json(digest: bytes, kind: int, raw: bytes) -> bytes:
-    """One entry as the file spells it, from its stored canonical JSON."""
+def _entry_parts(digest: bytes, kind: int, raw: bytes) -> list[Any]:
+    """One entry as the file spells it, from its stored canonical JSON, in pieces (the stored
+    bytes are not copied).
+    """
     hexd = digest_hex(digest).encode()
     if kind != BLOB_SUMMARY:
         if raw[:1] == b"{" and b'"' + RESERVED.encode() + b'"' not in raw:
             head = b'{"' + RESERVED.encode() + b'":{"digest":"' + hexd + b'"}'
-            return head + (b"}" if raw == b"{}" else b"," + raw[1:])
+            return [head + b"}"] if raw == b"{}" else [head + b",", memoryview(raw)[1:]]
         if raw[:1] != b"{":
-            return b'{"' + RESERVED.encode() + b'":{"digest":"' + hexd + b'","value":' + raw + b"}}"
+            head = b'{"' + RESERVED.encode() + b'":{"digest":"' + hexd + b'","value":'
+            return [head, raw, b"}}"]
     value = json.loads(raw)
     entry = Entry(Digest(digest), "summary" if kind == BLOB_SUMMARY else "message", value)
-    return json.dumps(encode_entry(entry), ensure_ascii=False).encode("utf-8")
+    return [json.dumps(encode_entry(entry), ensure_ascii=False).encode("utf-8")]
 
 
 class _Checks:
@@ -175,14 +178,14 @@ class _Checks:
         self.findings: list[Finding] = []
         self.written = 0
 
-    def entry(self, raw: bytes, path: str, *, scan_secrets: bool = True) -> None:
+    def entry(self, raw: bytes, path: str, suspect: bool = True) -> None:
         if brackets(raw) > MAX_DEPTH and nesting_depth(json.loads(raw)) > MAX_DEPTH:
             raise CheckpointFileError(
                 f"{self.what}: {path} is nested deeper than {MAX_DEPTH} levels; not exported",
                 hint="an import would refuse it: deep files carry content at most "
                 f"{MAX_DEPTH} levels deep",
             )
-        if scan_secrets and may_hold(raw):
+        if suspect and may_hold(raw):
             self.findings.extend(scan(json.loads(raw), path))
 
     def count(self, n: int) -> None:
@@ -195,8 +198,8 @@ class _Checks:
 
 
 def may_hold(raw: bytes) -> bool:
-    """The secret scan's quick filter on canonical JSON (one or many documents joined)."""
-    return may_hold_secrets(raw.decode("utf-8").replace('":"', '": "'))
+    """The secret scan's quick filter on canonical JSON."""
+    return may_hold_secrets_canonical(raw)
 
 
 def _view_rows(store: Store, conn: Any, snap: Snapshot) -> list[Any]:
@@ -243,7 +246,7 @@ def write_export(
         summaries: list[Entry] = []
         with atomic_stream(path, compress=compress, overwrite=overwrite) as write:
 
-            def put(data: bytes) -> None:
+            def put(data: bytes | memoryview) -> None:
                 checks.count(len(data))
                 write(data)
 
@@ -275,35 +278,59 @@ def _secret(findings: list[Finding], path: Path) -> SecretError:
     return secret_error(findings, what=str(path))
 
 
+def _batches(rows: list[Any]) -> Iterator[list[Any]]:
+    """Rows in batches of at most :data:`ROWS_PER_BATCH` rows and :data:`BATCH_RAW_BYTES` raw
+    bytes (a large message comes alone).
+    """
+    batch: list[Any] = []
+    size = 0
+    for row in rows:
+        if batch and (len(batch) >= ROWS_PER_BATCH or size + int(row[3]) > BATCH_RAW_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += int(row[3])
+    if batch:
+        yield batch
+
+
 def _stream_view(
     store: Store,
     conn: Any,
     rows: list[Any],
-    put: Callable[[bytes], None],
+    put: Callable[[bytes | memoryview], None],
     checks: _Checks,
     summaries: list[Entry],
 ) -> None:
     index = 0
-    for batch in chunks(rows, ROWS_PER_BATCH):
-        raws = store.archive.decode_rows(conn, list(batch), verify=True)
-        lead = b"," if index else b""
-        suspect = may_hold(b"\n".join(raws))  # a clean batch is passed in one scan
-        parts: list[bytes] = []
+    for batch in _batches(rows):
+        raws = store.archive.decode_rows(conn, batch, verify=True)
+        suspect = len(raws) == 1 or may_hold(b"\n".join(raws))  # one scan for a clean batch
+        parts: list[Any] = []
         for row, raw in zip(batch, raws, strict=True):
             digest, kind = bytes(row[1]), int(row[2])
-            path = f"$.working_memory[0].committed_messages[{index}]"
-            checks.entry(raw, path, scan_secrets=suspect)
+            checks.entry(raw, f"$.working_memory[0].committed_messages[{index}]", suspect)
             if kind == BLOB_SUMMARY:
                 value = json.loads(raw)
                 covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
                 summaries.append(Entry(Digest(digest), "summary", value, covers))
-            parts.append(_entry_json(digest, kind, raw))
+            if index:
+                parts.append(b",")
+            parts.extend(_entry_parts(digest, kind, raw))
             index += 1
-        put(lead + b",".join(parts))
+        del raws
+        if len(batch) == 1:  # possibly large: no joined copy
+            for part in parts:
+                put(part)
+        else:
+            put(b"".join(parts))
 
 
 def _stream_covered(
-    store: Store, summaries: list[Entry], put: Callable[[bytes], None], checks: _Checks
+    store: Store,
+    summaries: list[Entry],
+    put: Callable[[bytes | memoryview], None],
+    checks: _Checks,
 ) -> None:
     path = f"$.working_memory[0].conversation_chunks.{BLOCK}.covered"
     for i, entry in enumerate(_covered(store, summaries)):

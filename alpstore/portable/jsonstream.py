@@ -89,10 +89,10 @@ class JsonStream:
                 got.append(self._utf8.decode(data))
             except UnicodeDecodeError as err:
                 raise self.error(f"not UTF-8 text ({err.reason})") from None
-        text = "".join(got)
-        if text:
-            self.buf += text
-        return bool(text)
+        if not any(got):
+            return False
+        self.buf = "".join([self.buf, *got])  # one copy, however large the value
+        return True
 
     def error(self, reason: str, at: int | None = None) -> CheckpointFileError:
         """A one-line error naming the file and the character offset."""

@@ -161,8 +161,9 @@ def feed_document(doc: dict[str, Any], imp: Sink) -> dict[str, Any]:
 
 def _stream_items(js: JsonStream, each: Callable[[Any, int], None]) -> list[Any]:
     for i in js.elements():
-        each(js.value(), i)
-        js.release()
+        value = js.value()
+        js.release()  # the text goes before the value is canonicalised: one copy at a time
+        each(value, i)
     return []
 
 
