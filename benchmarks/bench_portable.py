@@ -186,8 +186,13 @@ def _run_measured(args: list[str]) -> tuple[float, int, str]:
 
 
 def _write_figures() -> None:
+    """Merge this run's figures with earlier ones (results/portable.json) and write the table."""
     out = HERE / "results" / "portable.md"
-    f = FIGURES
+    saved = HERE / "results" / "portable.json"
+    f = json.loads(saved.read_text()) if saved.exists() else {}
+    f.update(FIGURES)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    saved.write_text(json.dumps(f, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     lines = [
         "# Deep files, streamed (issue 14)",
         "",
@@ -213,6 +218,22 @@ def _write_figures() -> None:
                     f"{f[key + '_rss'] / MB:.0f} | {bound:.0f} |"
                 )
         lines.append("")
+    if "two70_export_rss" in f:
+        bound70 = (3 * 70 * MB + 200 * MB) / MB
+        lines += [
+            "Two 70 MB messages (the file compresses to "
+            f"{f['two70_zst_kb']:.0f} KB as `.json.zst`; before issue 14 import refused what "
+            "export wrote): exported and imported through the real command, goal "
+            f"{bound70:.0f} MB.",
+            "",
+            "| command | wall (s) | peak RSS (MB) | goal (MB) |",
+            "|---|---:|---:|---:|",
+            f"| `alpstore checkpoint export` | {f['two70_export_s']:.1f} | "
+            f"{f['two70_export_rss'] / MB:.0f} | {bound70:.0f} |",
+            f"| `alpstore checkpoint import` | {f['two70_import_s']:.1f} | "
+            f"{f['two70_import_rss'] / MB:.0f} | {bound70:.0f} |",
+            "",
+        ]
     if "turns_base_s" in f:
         lines += [
             f"Importing a 1,000-turn session ({f['turns_messages']:,} messages, "
@@ -377,3 +398,40 @@ def test_import_1000_turns_vs_baseline(
           f"command {cli:.3f} s ({base / cli:.2f})")  # fmt: skip
     if "export_rss" not in FIGURES:
         _write_figures()
+
+
+def test_two_70mb_messages_round_trip(
+    benchmark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Issue 14 item 7: what export writes, import reads — at 70 MB per message."""
+    root = tmp_path_factory.mktemp("two70")
+    size = 70 * MB
+    with Store.open(root / "a") as st:
+        s = st.create_session(session_id="two70", name="two70")
+        s.append([{"role": "tool", "content": "0123456789abcdef" * (size // 16)}])
+        s.append([{"role": "tool", "content": "fedcba9876543210" * (size // 16)}])
+        s.checkpoint(kernel={"q": {}, "run": {}})
+    out = root / "two70.json.zst"
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        export = [ALPSTORE, "--root", str(root / "a"), "checkpoint", "export", "two70", "-o",
+                  str(out), "--force"]  # fmt: skip
+        result["export"] = _run_measured(export)
+        dst = tmp_path_factory.mktemp("two70-dst")
+        result["import"] = _run_measured(
+            [ALPSTORE, "--root", str(dst), "checkpoint", "import", str(out)]
+        )
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    FIGURES.update(
+        two70_export_s=result["export"][0],
+        two70_export_rss=result["export"][1],
+        two70_import_s=result["import"][0],
+        two70_import_rss=result["import"][1],
+        two70_zst_kb=out.stat().st_size / 1024,
+    )
+    _write_figures()
+    exported, imported = result["export"][1] / MB, result["import"][1] / MB
+    print(f"\ntwo 70 MB messages: export {exported:.0f} MB, import {imported:.0f} MB peak RSS")
+    assert max(result["export"][1], result["import"][1]) <= 3 * size + 200 * MB

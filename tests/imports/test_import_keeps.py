@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
 import alpstore.archive.sql
@@ -190,3 +190,21 @@ def test_item9_session_import_name_twice_is_refused(run_root: Path, tmp_path: Pa
     assert three.code == 0 and four.code == 0 and "conv-2" in four.err, four
     with Store.open(run_root) as st:
         assert sorted(i.name or "" for i in st.list_sessions()) == ["conv", "conv-2", "demo"]
+
+
+def test_dictionary_training_is_not_in_the_import_path(run_root: Path) -> None:
+    from alpstore.archive.sql import AUTO_TRAIN_SAMPLES
+    from alpstore.db.tables import zstd_dicts
+
+    n = AUTO_TRAIN_SAMPLES + 100  # enough small blobs to trigger automatic training
+    doc = mas_doc(messages=[{"role": "user", "content": f"message number {i}"} for i in range(n)])
+    with Store.open(run_root) as st:
+        import_document(st, doc, source_name="f.json")
+        with st.db.read() as conn:
+            trained = conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one()
+        assert trained == 0  # left to the next ordinary write
+        st.get_session(mas_doc()["lineage"]["session_id"]).append(
+            [{"role": "user", "content": "x"}]
+        )
+        with st.db.read() as conn:
+            assert conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one() == 1
