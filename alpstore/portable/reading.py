@@ -220,7 +220,7 @@ def stream_document(js: JsonStream, imp: Sink) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def open_stream(path: Path, *, limit: int = MAX_DOCUMENT_BYTES) -> Iterator[JsonStream]:
+def open_stream(path: Path, *, limit: int | None = None) -> Iterator[JsonStream]:
     """A :class:`JsonStream` over a ``.json`` or ``.json.zst`` file (bounded, decompressed as
     it is read).
 
@@ -242,7 +242,10 @@ def open_stream(path: Path, *, limit: int = MAX_DOCUMENT_BYTES) -> Iterator[Json
             reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
         try:
             yield JsonStream(
-                reader.read, where=str(path), limit=limit, value_limit=2 * MAX_MESSAGE_BYTES
+                reader.read,
+                where=str(path),
+                limit=MAX_DOCUMENT_BYTES if limit is None else limit,
+                value_limit=2 * MAX_MESSAGE_BYTES,
             )
         except zstandard.ZstdError as exc:
             raise CheckpointFileError(f"{path}: not a valid zstd file ({exc})") from exc

@@ -101,10 +101,11 @@ def test_item7_what_export_writes_import_reads(
     and a streamed export at the limit is read back."""
     import alpstore.portable.exporting as exporting
     import alpstore.portable.importing as importing
+    import alpstore.portable.reading as reading
 
     limit = 400_000
     monkeypatch.setattr(exporting, "MAX_DOCUMENT_BYTES", limit)
-    monkeypatch.setattr(importing, "MAX_DOCUMENT_BYTES", limit)
+    monkeypatch.setattr(reading, "MAX_DOCUMENT_BYTES", limit)
     monkeypatch.setattr(exporting, "SMALL_EXPORT_BYTES", 0)  # stream even this small file
     with Store.open(run_root) as st:
         s = st.create_session(session_id="big")
@@ -119,6 +120,9 @@ def test_item7_what_export_writes_import_reads(
     with Store.open(tmp_path / "other") as dst:
         done = importing.import_file(dst, out)
         assert done.entries == 300 and done.session.uuid == "big"
+        monkeypatch.setattr(reading, "MAX_DOCUMENT_BYTES", limit // 2)  # and a bomb stops
+        with pytest.raises(AlpstoreError, match="more than 200000 bytes"):
+            importing.import_file(dst, out, fork=True)
 
 
 # ---------------------------------------------------------------- 8. state
