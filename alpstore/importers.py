@@ -11,14 +11,20 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from alpstore.codec import canonical_json
 from alpstore.errors import AlpstoreError, InputError
 
+if TYPE_CHECKING:
+    from alpstore.sessions import Session
+    from alpstore.store import Store
+
 Format = Literal["auto", "openai", "claude"]
 MAX_IMPORT_BYTES = 1024 * 1024 * 1024
 """A transcript larger than 1 GiB is refused before reading."""
+MAX_DEPTH = 256
+"""Deepest nesting of one transcript line (the limit deep files use too)."""
 
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 CLAUDE_TYPES = {"user", "assistant"}
@@ -70,6 +76,19 @@ def _lines(path: Path) -> Iterable[tuple[int, str]]:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
 
 
+def _depth(value: Any) -> int:
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
 def _check_openai(obj: dict[str, Any], where: str) -> None:
     role = obj.get("role")
     if role not in OPENAI_ROLES:
@@ -115,6 +134,8 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
             raise InputError(f"{where}: not valid JSON ({reason})") from err
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        if line.count("[") + line.count("{") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:
+            raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels; refused")
         try:
             canonical_json(obj)
         except AlpstoreError as err:
@@ -145,3 +166,33 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
         else:
             turns[-1].append(message)
     return ParsedHistory(format=fmt, turns=turns, skipped=skipped)
+
+
+def import_history(
+    store: Store,
+    parsed: ParsedHistory,
+    *,
+    name: str | None,
+    session_id: str | None = None,
+    suffix: bool = False,
+) -> Session:
+    """Write a parsed transcript as a new session, one checkpoint per turn, in ONE transaction:
+    an interrupted import (Ctrl-C, a full disk) leaves no session at all, never a partial one
+    that looks complete.
+
+    Names are unique: a taken ``name`` is refused, or with ``suffix`` becomes ``name-2`` …
+    (:attr:`Session.info` tells which). Dictionary training is not run here (the next ordinary
+    write runs it).
+
+    Raises:
+        UsageError: the session id or name is taken.
+    """
+    from alpstore.portable.importing import claim_name
+
+    with store.db.atomic() as conn:
+        if name is not None:
+            name = claim_name(conn, store, name, suffix=suffix)
+        session = store.create_session(session_id=session_id, name=name)
+        for turn in parsed.turns:
+            session.commit_turn(turn, trigger="every_turn")
+    return session

@@ -129,6 +129,11 @@ class Store:
         with self.db.atomic() as conn:
             if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
                 raise UsageError(f"session {uuid} already exists in this archive")
+            if (
+                name is not None
+                and conn.execute(select(sessions.c.id).where(sessions.c.uuid == name)).first()
+            ):  # lookups try ids first: the name would find the other session
+                raise UsageError(f"the name {name!r} is the id of another session")
             mid = manifest_blob(conn, self, manifest)
             sid = inserted_id(
                 conn.execute(

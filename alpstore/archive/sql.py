@@ -67,6 +67,10 @@ BASE_LOOKUP = "SELECT id, codec FROM blobs WHERE digest = ? FOR KEY SHARE"
 DELTA_MIN_SIZE = 1024
 """Documents from this raw size up are tried as deltas against a recent similar one."""
 
+DELTA_MAX_SIZE = 8 * 1024 * 1024
+"""...and up to this size: a larger one is neither split into lines nor kept as a base (32 kept
+bases of 70 MB each would hold 2 GB)."""
+
 DELTA_MIN_SHARED = 0.3
 """A candidate base must share at least this fraction of the document's longer lines."""
 
@@ -382,7 +386,7 @@ class SqlArchive:
             for digest, kind, raw_bytes in fresh.values():
                 codec, dict_id, payload = self.compress(raw_bytes)
                 base_id = None
-                if len(raw_bytes) >= DELTA_MIN_SIZE:
+                if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
                     delta = self._delta(conn, raw_bytes, len(payload))
                     if delta is not None:
                         codec, dict_id, (base_id, payload, _) = CODEC_ZSTD_BASE, None, delta

@@ -14,19 +14,13 @@ from typing import Annotated, Any
 import typer
 
 from alpstore.cli._common import echo, options, print_json, read_store, store, warn
+from alpstore.cli._terminal import term
 from alpstore.errors import NotFoundError, UsageError
 from alpstore.policy import load_manifest, policy_of_manifest
 from alpstore.policy.overlays import apply_overlays
 from alpstore.portable.cadence import default_store_dir
-from alpstore.portable.deep import (
-    build_export,
-    export_snapshot,
-    import_document,
-    import_plan,
-    plan_import,
-    snapshot_of_checkpoint,
-    snapshot_of_head,
-)
+from alpstore.portable.deep import build_export, snapshot_of_checkpoint, snapshot_of_head
+from alpstore.portable.exporting import storage_dir, write_export
 from alpstore.portable.files import (
     checkpoint_file_name,
     contained_path,
@@ -37,6 +31,7 @@ from alpstore.portable.files import (
     read_document,
     write_checkpoint_file,
 )
+from alpstore.portable.ids import check_text
 from alpstore.sessions import new_session_uuid
 
 app = typer.Typer(
@@ -116,7 +111,7 @@ def list_(
     folder = directory or checkpoint_dir or default_store_dir(opts_root)
     if directory is not None or folder.is_dir():
         for path in list_checkpoint_files(folder):
-            echo(path.name)
+            echo(term(path.name))
     if not archive:
         return
     try:
@@ -128,7 +123,7 @@ def list_(
         turns = [c.turn for c in cks]
         for ck in cks:
             name = f"{info.uuid}@{ck.turn}" if turns.count(ck.turn) == 1 else str(ck.id)
-            echo(f"{ARCHIVE_PREFIX}{name}")
+            echo(term(f"{ARCHIVE_PREFIX}{name}"))
 
 
 @app.command("show")
@@ -145,14 +140,16 @@ def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = Non
 @app.command("validate")
 def validate(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
     """Check a file against checkpoint.schema.yaml and its embedded manifest hash."""
+    from alpstore.portable.importing import check_file
+
     path = _file(ref, checkpoint_dir)
-    doc = load_checkpoint_file(path)
-    if doc["version"] == 1:
-        echo(f"ok: {path}: version 1 (kernel only), turn {doc.get('turn', 0)}")
+    head, entries, _ = check_file(path)
+    if head.version == 1:
+        echo(f"ok: {term(str(path))}: version 1 (kernel only), turn {head.turn}")
         return
     echo(
-        f"ok: {path}: version 2, session {doc['lineage']['session_id']}, turn {doc['turn']}, "
-        f"label {doc['label']}, manifest hash {doc['manifest']['content_hash'][:12]}… matches"
+        f"ok: {term(str(path))}: version 2, session {term(head.session_id)}, turn {head.turn}, "
+        f"label {term(head.label)}, {entries} entries, manifest hash matches"
     )
 
 
@@ -175,7 +172,7 @@ def fork(
     kind, target = _resolve(ctx, ref, checkpoint_dir)
     if kind == "archive":
         child = store(ctx, create=False).fork_checkpoint(target, session_id=session_id)
-        echo(child.uuid)
+        echo(term(child.uuid))
         return
     doc = load_checkpoint_file(target)
     new_id = session_id or new_session_uuid()
@@ -183,7 +180,7 @@ def fork(
     name = checkpoint_file_name(new_id, forked["label"], compress=is_compressed(target))
     out = contained_path(output_dir or target.parent, name)
     write_checkpoint_file(forked, out, overwrite=False)
-    echo(str(out))
+    echo(term(str(out)))
 
 
 @app.command("resume")
@@ -209,20 +206,23 @@ def resume(
     if kind == "archive":
         session = st.get_session(target.session)
         session.resume(target)
-        echo(f"resumed session {session.uuid} at turn {target.turn} ({target.label})")
+        echo(f"resumed session {term(session.uuid)} at turn {target.turn} ({term(target.label)})")
         return
-    doc = load_checkpoint_file(target)
+    from alpstore.portable.importing import import_file
+
     man = None
     if manifest is not None:
         man = apply_overlays(load_manifest(manifest), list(overlay or []), cwd=Path.cwd())
     elif overlay:
         raise UsageError("--overlay applies to --manifest; pass both")
-    plan = plan_import(doc, where=str(target))
-    result = import_plan(st, plan, source_name=target.name, manifest=man)
+    result = import_file(st, target, manifest=man)
     if result.existing:
         result.session.resume(result.checkpoint)
     ck = result.checkpoint
-    echo(f"resumed session {result.session.uuid} at turn {ck.turn} ({ck.label}) from {target}")
+    echo(
+        f"resumed session {term(result.session.uuid)} at turn {ck.turn} ({term(ck.label)}) "
+        f"from {term(str(target))}"
+    )
 
 
 @app.command("save")
@@ -242,12 +242,13 @@ def save(
     the directory auto_resume_latest reads), else storage.path of an embedded manifest, else
     <root>/checkpoints.
     """
-    live = store(ctx, create=False).open_session(session)
+    st = store(ctx, create=False)
+    live = st.open_session(session)
     folder = checkpoint_dir
     if folder is None and live.policy is None:
         policy = policy_of_manifest(live.session.manifest())
-        if policy.storage_path:
-            folder = Path(policy.storage_path)
+        if policy.storage_path:  # an imported manifest's path stays inside the run root
+            folder = storage_dir(st, live.session, policy.storage_path, options(ctx).root)
     path = live.save(label=label, directory=folder, compress=zst)
     echo(str(path))
 
@@ -282,15 +283,14 @@ def export(
         snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
     else:
         snap = snapshot_of_head(st, st.get_session(inner))
-    doc = export_snapshot(st, snap, scan=False)  # the write scans
-    write_checkpoint_file(doc, output, overwrite=force)
+    write_export(st, snap, output, overwrite=force)
     if quiet:
-        echo(str(output))
+        echo(term(str(output)))
         return
     echo(
-        f"wrote {output}: deep checkpoint of session {doc['lineage']['session_id']} at turn "
-        f"{doc['turn']} ({output.stat().st_size} bytes); `alpstore checkpoint import "
-        f"{output.name}` loads it on another machine"
+        f"wrote {term(str(output))}: deep checkpoint of session {term(snap.session.uuid)} at turn "
+        f"{snap.turn} ({output.stat().st_size} bytes); `alpstore checkpoint import "
+        f"{term(output.name)}` loads it on another machine"
     )
 
 
@@ -304,23 +304,39 @@ def import_(
     session_id: Annotated[
         str | None, typer.Option("--session-id", help="Id of the new session (with --fork).")
     ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Name of the session (default: the name the file carries)."),
+    ] = None,
     checkpoint_dir: CheckpointDirOpt = None,
 ) -> None:
-    """Import a deep checkpoint file into this archive (re-deriving every digest, storing each
-    blob once); keeps the session id unless --fork.
+    """Import a deep checkpoint file into this archive (streamed, one transaction, re-deriving
+    every digest, storing each blob once); keeps the session id and name unless --fork.
+
+    A name already taken here is suffixed (demo-2) and said so; --name is refused when taken.
     """
+    from alpstore.portable.importing import import_file
+
     path = _file(str(file), checkpoint_dir)
-    doc = load_checkpoint_file(path)
-    if doc["version"] != 2:
-        raise UsageError(
-            f"{path}: import needs a version 2 file", hint="use `checkpoint resume --manifest`"
-        )
+    if name is not None:
+        check_text(name, "--name")
     st = store(ctx)
-    result = import_document(st, doc, source_name=path.name, fork=fork_, session_id=session_id)
+    result = import_file(st, path, fork=fork_, session_id=session_id, name=name)
+    ck = result.checkpoint
     if result.existing:
-        warn(f"session {result.session.uuid} already holds this history; nothing imported")
+        echo(
+            f"session {term(result.session.uuid)} already holds this file's history and state "
+            f"(checkpoint {ck.id}, turn {ck.turn}, {term(ck.label)}); nothing imported"
+        )
+        return
+    if result.renamed_from is not None:
+        warn(
+            f"the name {term(result.renamed_from)} is taken in this archive; the session is "
+            f"named {term(result.name)}"
+        )
+    named = f" (name {term(result.name)})" if result.name else ""
     echo(
-        f"imported session {result.session.uuid}: {result.entries} entries, {result.covered} "
-        f"covered, {result.new_blobs} new blobs, checkpoint {result.checkpoint.id} "
-        f"(turn {result.checkpoint.turn}, {result.checkpoint.label})"
+        f"imported session {term(result.session.uuid)}{named}: {result.entries} entries, "
+        f"{result.covered} covered, {result.new_blobs} new blobs, checkpoint {ck.id} "
+        f"(turn {ck.turn}, {term(ck.label)})"
     )

@@ -23,6 +23,7 @@ from alpstore.cli._common import (
     store,
     warn,
 )
+from alpstore.cli._terminal import term, term_line
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, NotFoundError, UsageError
@@ -315,7 +316,7 @@ def checkpoint(
     ck = mark.checkpoint
     assert ck is not None
     echo(
-        f"checkpoint {ck.id} ({ck.session}@{ck.turn}, {ck.length} entries, view "
+        f"checkpoint {ck.id} ({term(ck.session)}@{ck.turn}, {ck.length} entries, view "
         f"{ck.archive_view_id})" + (f"; file {mark.file}" if mark.file else "")
     )
 
@@ -344,7 +345,7 @@ def backtrack(
     target = bt.to_checkpoint
     echo(
         f"backtracked {steps} step(s) to checkpoint {target.id} (turn {target.turn}, "
-        f"{target.length} entries)" + (f"; injected /steer {text}" if text else "")
+        f"{target.length} entries)" + (f"; injected /steer {term(text)}" if text else "")
     )
 
 
@@ -409,7 +410,7 @@ def resume(
     s = st.get_session(session)
     before = s.history()
     ck = s.resume(st.resolve_checkpoint(at) if at else None)
-    echo(f"resumed {s.uuid} at checkpoint {ck.id} (turn {ck.turn}, {ck.length} entries)")
+    echo(f"resumed {term(s.uuid)} at checkpoint {ck.id} (turn {ck.turn}, {ck.length} entries)")
     dropped = before[ck.length :] if before[: ck.length] == s.history() else []
     steers = [e for e in dropped if _is_steer(e)]
     if dropped:
@@ -535,19 +536,19 @@ def log(
         if r["type"] == "checkpoint":
             note = "" if r["retained"] else "cut by backtrack"
             echo(
-                f"{r['checkpoint']:>6} {r['turn']:>5}  {r['label'][:12]:12} "
-                f"{(r['trigger'] or '-')[:14]:14} {r['head_length']:>6} {r['bytes_added']:>8}  "
-                f"{note}"
+                f"{r['checkpoint']:>6} {r['turn']:>5}  {term_line(r['label'][:12]):12} "
+                f"{term_line((r['trigger'] or '-')[:14]):14} {r['head_length']:>6} "
+                f"{r['bytes_added']:>8}  {note}"
             )
         elif r["type"] == "backtrack":
-            steer = f" steering: {r['steering']}" if r.get("steering") else ""
+            steer = f" steering: {term_line(r['steering'])}" if r.get("steering") else ""
             echo(
                 f"{'':>6} {'':>5}  -- backtrack {r['steps']} step(s) to checkpoint "
                 f"{r['to_checkpoint']}{' (automatic)' if r['automatic'] else ''}{steer}"
             )
         else:
             detail = json.dumps(r["detail"], ensure_ascii=False, sort_keys=True)
-            echo(f"{'':>6} {'':>5}  -- {r['type']}: {detail}")
+            echo(f"{'':>6} {'':>5}  -- {term_line(r['type'])}: {term_line(detail)}")
 
 
 def _entry_line(i: int, e: Entry, width: int) -> str:
@@ -573,7 +574,7 @@ def _entry_line(i: int, e: Entry, width: int) -> str:
     text = " ".join(str(text).split())
     if width and len(text) > width:
         text = text[: width - 1] + "…"
-    return f"{head} {text}"
+    return term(f"{head} {text}")
 
 
 @app.command("show")
@@ -687,25 +688,30 @@ def import_history(
     session_id: Annotated[str | None, typer.Option("--id", help="The new session's id.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, openai or claude.")] = "auto",
 ) -> None:
-    """Import a conversation as a new session, checkpointing every turn."""
-    from alpstore.importers import parse_history
+    """Import a conversation as a new session, checkpointing every turn (one transaction:
+    interrupted, it leaves nothing). Names are unique: a taken --name is refused; the default
+    name (the file's stem) is suffixed when taken.
+    """
+    from alpstore.importers import import_history, parse_history
+    from alpstore.portable.ids import check_text, text_problem
 
     if fmt not in ("auto", "openai", "claude"):
         raise UsageError(f"--format {fmt!r}: expected auto, openai or claude")
+    if name is not None:
+        check_text(name, "--name")
+    default = source.stem if text_problem(source.stem) is None else "imported"
     parsed = parse_history(source, fmt)  # type: ignore[arg-type]
     st = store(ctx)
-    s = st.create_session(session_id=session_id, name=name or source.stem)
-    from rich.progress import Progress
-
-    with Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task("importing", total=len(parsed.turns))
-        for turn in parsed.turns:
-            s.commit_turn(turn, trigger="every_turn")
-            progress.advance(task)
+    s = import_history(st, parsed, name=name or default, session_id=session_id, suffix=name is None)
     info = s.info()
+    if info.name != (name or default):
+        warn(
+            f"the name {term(name or default)} is taken here; the session is named "
+            f"{term(info.name)}"
+        )
     echo(
         f"imported {parsed.messages} messages in {len(parsed.turns)} turns into session "
-        f"{info.uuid} ({parsed.format} format, {len(parsed.turns)} checkpoints"
+        f"{term(info.uuid)} ({parsed.format} format, {len(parsed.turns)} checkpoints"
         + (f", {parsed.skipped} non-message records skipped" if parsed.skipped else "")
         + ")"
     )

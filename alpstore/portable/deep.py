@@ -14,24 +14,28 @@ still works where the file is imported.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from alpstore.archive.base import summary_document
 from alpstore.codec import Digest, canonical_json, digest_bytes, digest_hex
-from alpstore.errors import CanonicalJSONError, CheckpointFileError, IntegrityError, UsageError
+from alpstore.errors import CanonicalJSONError, CheckpointFileError, IntegrityError
 from alpstore.portable.files import (
     build_v2,
+    canonical_bytes,
+    check_depth,
     check_for_secrets,
     empty_kernel,
     iso_from_timestamp,
     validate_document,
 )
+from alpstore.portable.ids import check_session_id, check_text, shown, text_problem
 from alpstore.sessions import CheckpointInfo, Entry, Session, SessionInfo, default_label
 from alpstore.views import cover_of
 
 if TYPE_CHECKING:
+    from alpstore.portable.importing import ImportResult
     from alpstore.store import Store
     from alpstore.views import View
 
@@ -85,9 +89,12 @@ def snapshot_of_head(store: Store, session: Session) -> Snapshot:
     info = session.info()
     cks = session.checkpoints()
     kernel = wm = None
+    label = default_label(info.turn)
     if cks:
         kernel, wm = store.checkpoint_state(cks[-1])
-    return Snapshot(info, info.head, info.turn, default_label(info.turn), kernel, wm, None)
+        if cks[-1].view == info.head and cks[-1].turn == info.turn:
+            label = cks[-1].label  # the head is that checkpoint: keep its label
+    return Snapshot(info, info.head, info.turn, label, kernel, wm, None)
 
 
 # ---------------------------------------------------------------------- encoding
@@ -110,12 +117,18 @@ def encode_entry(entry: Entry) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Item:
-    """A decoded entry of a deep file: kind, value as stored, digest re-derived."""
+    """A decoded entry of a deep file: kind, value as stored, digest re-derived.
+
+    ``raw`` is the canonical JSON the digest was computed from (what the archive stores).
+    """
 
     kind: str
     value: Any
     digest: Digest
     covers: tuple[Digest, ...] = ()
+    raw: bytes = b""
+    carried: bool = False
+    """True when the message object carried an ``_alpstore.digest`` (checked equal)."""
 
     @property
     def text(self) -> str:
@@ -132,6 +145,52 @@ def _hex_digest(text: Any, where: str) -> Digest:
         raise CheckpointFileError(f"{where}: expected a 64-character hex digest") from None
 
 
+_MARKER_KEYS: Final = frozenset({"digest", "kind", "value", "covers"})
+_SUMMARY_KEYS: Final = frozenset({"role", "content", RESERVED})
+
+
+def _marker(obj: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """The checked ``_alpstore`` marker of a message object: ``(kind, marker)``.
+
+    A marker that carries the value (``value``) or makes the object a summary must stand
+    alone: beside other keys, a person (or another tool) would read those keys while the
+    import took the marker's content.
+
+    Raises:
+        CheckpointFileError: the marker is malformed or sits beside keys it would hide.
+    """
+    marker = obj[RESERVED]
+    if not isinstance(marker, dict):
+        raise CheckpointFileError(f"{where}.{RESERVED}: expected an object")
+    unknown = sorted(k for k in marker if k not in _MARKER_KEYS)
+    if unknown:
+        raise CheckpointFileError(
+            f"{where}.{RESERVED}: unknown key {shown(unknown[0])}; refused",
+            hint="the marker carries only digest, kind, value and covers",
+        )
+    kind = marker.get("kind", "message")
+    if kind == "summary":
+        extra = sorted(k for k in obj if k not in _SUMMARY_KEYS)
+        if extra or obj.get("role") != "system" or "value" in marker:
+            raise CheckpointFileError(
+                f"{where}: a summary marker beside other content "
+                f"({shown(extra[0]) if extra else 'role/value'}); refused",
+                hint="what a person reads in the file must be what is imported",
+            )
+    elif kind == "message":
+        if "covers" in marker:
+            raise CheckpointFileError(f"{where}.{RESERVED}.covers: only a summary covers entries")
+        if "value" in marker and len(obj) != 1:
+            other = next(k for k in obj if k != RESERVED)
+            raise CheckpointFileError(
+                f"{where}: {RESERVED}.value beside the visible key {shown(other)}; refused",
+                hint="what a person reads in the file must be what is imported",
+            )
+    else:
+        raise CheckpointFileError(f"{where}.{RESERVED}.kind: unknown kind {shown(kind)}")
+    return str(kind), marker
+
+
 def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
     """Decode a message object of a file, re-deriving its digest and checking a carried one.
 
@@ -139,80 +198,79 @@ def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
     so a message without one was changed after export (a flipped byte in the marker's key).
 
     Raises:
-        CheckpointFileError: a malformed marker, or a carried digest that is missing or does not
-            match.
+        CheckpointFileError: a malformed marker, a marker beside keys it would hide, content
+            nested deeper than the limit, or a carried digest that is missing or does not match.
     """
     if not isinstance(obj, dict):
         raise CheckpointFileError(f"{where}: expected a message object")
-    marker = obj.get(RESERVED)
     kind = "message"
     covers: tuple[Digest, ...] = ()
-    if marker is None:
+    marker: dict[str, Any] | None = None
+    if RESERVED not in obj:
         value: Any = obj
     else:
-        if not isinstance(marker, dict):
-            raise CheckpointFileError(f"{where}.{RESERVED}: expected an object")
-        kind = marker.get("kind", "message")
+        kind, marker = _marker(obj, where)
         if kind == "summary":
             text = obj.get("content")
             if not isinstance(text, str):
                 raise CheckpointFileError(f"{where}.content: a summary's text must be a string")
             raw = marker.get("covers")
-            if not isinstance(raw, list):
-                raise CheckpointFileError(f"{where}.{RESERVED}.covers: expected a list")
+            if not isinstance(raw, list) or not raw:
+                raise CheckpointFileError(
+                    f"{where}.{RESERVED}.covers: expected a non-empty list of digests"
+                )
             covers = tuple(
                 _hex_digest(h, f"{where}.{RESERVED}.covers[{i}]") for i, h in enumerate(raw)
             )
             value = summary_document(text, covers)
-        elif kind == "message":
-            value = (
-                marker["value"]
-                if "value" in marker
-                else {k: v for k, v in obj.items() if k != RESERVED}
-            )
+        elif "value" in marker:
+            value = marker["value"]
         else:
-            raise CheckpointFileError(f"{where}.{RESERVED}.kind: unknown kind {kind!r}")
+            value = {k: v for k, v in obj.items() if k != RESERVED}
     try:
-        digest = digest_bytes(canonical_json(value))
+        canonical = canonical_bytes(value, where)
     except CanonicalJSONError as exc:
         raise CheckpointFileError(f"{where}: {exc.message}") from exc
-    if require_digest and (marker is None or "digest" not in marker):
+    digest = digest_bytes(canonical)
+    carried = marker is not None and "digest" in marker
+    if require_digest and not carried:
         raise CheckpointFileError(
             f"{where}: carries no {RESERVED}.digest, yet this alpstore export has one in every "
             "message",
             hint="the message was edited after export",
         )
-    if marker is not None and "digest" in marker:
-        carried = _hex_digest(marker["digest"], f"{where}.{RESERVED}.digest")
-        if carried != digest:
+    if carried:
+        assert marker is not None
+        found = _hex_digest(marker["digest"], f"{where}.{RESERVED}.digest")
+        if found != digest:
             raise CheckpointFileError(
-                f"{where}: carried digest {digest_hex(carried)[:12]}… does not match the "
+                f"{where}: carried digest {digest_hex(found)[:12]}… does not match the "
                 f"content (re-derived {digest_hex(digest)[:12]}…)",
                 hint="the message was edited after export",
             )
-    return Item(kind, value, digest, covers)
+    return Item(kind, value, digest, covers, canonical, carried)
 
 
 # ---------------------------------------------------------------------- export
-def _covered(store: Store, entries: Sequence[Entry]) -> list[Entry]:
-    """Every entry the summaries of ``entries`` cover, transitively, children first."""
-    out: list[Entry] = []
+def _covered(store: Store, entries: Sequence[Entry]) -> Iterator[Entry]:
+    """Every entry the summaries of ``entries`` cover, transitively, children first (one
+    summary's children in memory at a time).
+    """
     done: set[bytes] = set()
 
-    def visit(summary: Entry) -> None:
+    def visit(summary: Entry) -> Iterator[Entry]:
         for child in store.expand(summary):
             if child.digest in done:
                 continue
             _require_intact(child.value, child.digest, f"blob {child.hex}")
             done.add(child.digest)
             if child.kind == "summary":
-                visit(child)
-            out.append(child)
+                yield from visit(child)
+            yield child
 
     for entry in entries:
         if entry.kind == "summary":
-            visit(entry)
-    return out
+            yield from visit(entry)
 
 
 def _require_intact(value: Any, digest: bytes, what: str) -> None:
@@ -226,6 +284,26 @@ def _require_intact(value: Any, digest: bytes, what: str) -> None:
             f"{what}: stored content does not match its digest {digest_hex(digest)}; not exported",
             hint="`alpstore archive verify` names the damage",
         )
+
+
+def export_kernel(kernel: Any | None) -> Any | None:
+    """The kernel as a file carries it (the schema requires ``q`` and ``run``)."""
+    if isinstance(kernel, dict):
+        return {"q": {}, "run": {}, **kernel}
+    return kernel
+
+
+def comparable_wm(wm: Any | None) -> Any | None:
+    """Working memory as an export then import gives it back (the first agent's messages are
+    the covering list, kept apart): for comparing a file's state with a checkpoint's.
+    """
+    if not _is_entries(wm):
+        return wm
+    agents = list(wm or [])
+    first = dict(agents[0])
+    first["committed_messages"] = []
+    first.setdefault("turn_history", [])
+    return [first, *agents[1:]]
 
 
 def _is_entries(value: Any) -> bool:
@@ -258,14 +336,44 @@ def _lineage(store: Store, info: SessionInfo) -> dict[str, Any]:
     return {"parent": None, "forked": None, "root": info.root, "created": None}
 
 
-def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
-    """Hydrate a snapshot into a version 2 document (validated, not yet secret-scanned).
+def inherited_fields(store: Store, info: SessionInfo) -> dict[str, Any]:
+    """The mas-lab fields (``spec_revision``, ``memory_seeds``, ``runtime_profile``) a session
+    keeps from the file it was imported from, itself or through the sessions it forked from.
+    """
+    for _ in range(10_000):
+        origin = info.origin or {}
+        fields = origin.get("fields")
+        if isinstance(fields, dict):
+            return fields
+        if origin or info.parent is None:
+            return {}
+        info = store.get_session(info.parent).info(refresh=False)
+    return {}
+
+
+def check_exportable(info: SessionInfo, label: str) -> None:
+    """Refuse, before anything is written, an id or label an import would refuse.
 
     Raises:
-        CheckpointFileError: the stored state cannot be expressed in the upstream schema.
+        CheckpointFileError: naming the field and the rule.
+    """
+    what = f"session {shown(info.uuid)}"
+    check_session_id(info.uuid, f"export of {what}: its id")
+    check_text(label, f"export of {what}: the label")
+
+
+def build_header(
+    store: Store, snap: Snapshot, *, covered: bool
+) -> tuple[dict[str, Any], list[Any], list[Any] | None]:
+    """The version 2 document without its messages: ``(doc, committed, covered)`` where the
+    two lists are the (empty) places in ``doc`` the covering list and the covered entries go.
+
+    Raises:
+        CheckpointFileError: the stored state cannot be expressed in the upstream schema, or an
+            import would refuse the session's id, name or label.
     """
     info = snap.session
-    entries = store.hydrate_view(snap.view, verify=True)  # never export damaged content
+    check_exportable(info, snap.label)
     if snap.checkpoint is not None:
         for value, digest in (
             (snap.kernel, snap.checkpoint.kernel_digest),
@@ -273,13 +381,15 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
         ):
             if value is not None and digest is not None:
                 _require_intact(value, digest, f"checkpoint {snap.checkpoint.id} state")
-    committed = [encode_entry(e) for e in entries]
-    covered = [encode_entry(e) for e in _covered(store, entries)]
+    committed: list[Any] = []
+    covered_list: list[Any] | None = [] if covered else None
     manifest = store.session_manifest(info.id)
     block: dict[str, Any] = {"format": FORMAT, "archive_view_id": snap.view.archive_view_id}
-    block["covering_digest"] = _covering_digest(snap, entries)
-    if covered:
-        block["covered"] = covered
+    block["covering_digest"] = _covering_digest(store, snap)
+    if info.name is not None and text_problem(info.name) is None:
+        block["name"] = info.name  # a name an import would refuse stays here
+    if covered_list is not None:
+        block["covered"] = covered_list
     if manifest is None:
         manifest = {
             "apiVersion": "mas/v1",
@@ -323,7 +433,7 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
     elif not isinstance(kernel, dict):
         raise CheckpointFileError(f"session {info.uuid}: the kernel snapshot is not an object")
     else:
-        kernel = {"q": {}, "run": {}, **kernel}
+        kernel = export_kernel(kernel)
     if snap.checkpoint is not None:
         block["checkpoint"] = {"id": snap.checkpoint.id, "trigger": snap.checkpoint.trigger}
     lin = _lineage(store, info)
@@ -342,7 +452,32 @@ def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
         created_at=lin["created"] or iso_from_timestamp(info.created_at),
         backtrack_count=backtracks,
     )
-    return validate_document(doc, where=f"export of session {info.uuid}")
+    fields = inherited_fields(store, info)
+    if fields:
+        doc.update({k: fields[k] for k in ("spec_revision", "memory_seeds", "runtime_profile")
+                    if k in fields})  # fmt: skip
+    for key in ("kernel", "manifest", "working_memory", "memory_seeds", "runtime_profile"):
+        if key in doc:
+            check_depth(doc[key], f"export of session {info.uuid}: $.{key}")
+    return doc, committed, covered_list
+
+
+def build_export(store: Store, snap: Snapshot) -> dict[str, Any]:
+    """Hydrate a snapshot into a version 2 document in memory (validated, not yet
+    secret-scanned). :func:`alpstore.portable.exporting.write_export` streams instead.
+
+    Raises:
+        CheckpointFileError: the stored state cannot be expressed in the upstream schema.
+    """
+    entries = store.hydrate_view(snap.view, verify=True)  # never export damaged content
+    covered = [encode_entry(e) for e in _covered(store, entries)]
+    doc, committed, covered_list = build_header(store, snap, covered=bool(covered))
+    for i, e in enumerate(entries):
+        check_depth(e.value, f"export of session {snap.session.uuid}: entry {i}")
+    committed.extend(encode_entry(e) for e in entries)
+    if covered_list is not None:
+        covered_list.extend(covered)
+    return validate_document(doc, where=f"export of session {snap.session.uuid}")
 
 
 def export_snapshot(store: Store, snap: Snapshot, *, scan: bool = True) -> dict[str, Any]:
@@ -361,104 +496,48 @@ def export_snapshot(store: Store, snap: Snapshot, *, scan: bool = True) -> dict[
 
 
 # ---------------------------------------------------------------------- import
+# The import lives in alpstore.portable.importing (streamed, one transaction); these names stay
+# here for callers of the in-memory API.
 @dataclass(frozen=True)
 class ImportPlan:
-    """A validated deep file, decoded; nothing written yet.
+    """A deep document checked without an archive (see :func:`plan_import`).
 
     Fields:
-        version: 1 or 2.
-        session_id: ``lineage.session_id`` (None for version 1).
-        conversation: the covering list, in order.
-        covered: covered entries, children before parents.
-        kernel, working_memory: the state to store with the checkpoint.
-        manifest: the embedded manifest, or None when it was synthesised at export.
-        lineage: the file's lineage block (version 2).
-        label, turn, backtrack_count: from the file.
+        doc: the document.
+        where: its name in messages.
+        version, session_id, label, turn: from the checked header.
     """
 
+    doc: dict[str, Any]
+    where: str
     version: int
     session_id: str | None
-    conversation: tuple[Item, ...]
-    covered: tuple[Item, ...]
-    kernel: Any | None
-    working_memory: Any | None
-    manifest: dict[str, Any] | None
-    lineage: dict[str, Any] | None
     label: str | None
     turn: int
-    backtrack_count: int
 
 
 def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
-    """Validate and decode a checkpoint document (schema, manifest hash, every digest).
+    """Check a checkpoint document as an import would (schema, manifest hash, ids, labels,
+    integers, nesting, every digest and marker), writing nothing.
 
     Raises:
         CheckpointFileError: anything wrong, naming the JSON path.
     """
-    validate_document(doc, where=where)
-    turn = int(doc.get("turn", 0))
-    label = doc.get("label")
-    if doc["version"] == 1:
-        return ImportPlan(1, None, (), (), doc["kernel"], None, None, None, label, turn, 0)
-    agents = [dict(a) for a in doc["working_memory"]]  # the entries we edit are copied
-    block: dict[str, Any] = {}
-    conversation: list[Item] = []
-    covered: list[Item] = []
-    wm: Any | None = agents if agents else None
-    if agents:
-        first = agents[0]
-        chunks = first.get("conversation_chunks")
-        if isinstance(chunks, dict) and isinstance(chunks.get(BLOCK), dict):
-            chunks = dict(chunks)
-            block = chunks.pop(BLOCK)
-            first["conversation_chunks"] = chunks
-            if block.get("chunks_absent"):
-                first["conversation_chunks"] = None
-        path = "$.working_memory[0].committed_messages"
-        conversation = [
-            decode_item(m, f"{path}[{i}]", require_digest=bool(block))
-            for i, m in enumerate(first["committed_messages"])
-        ]
-        cpath = f"$.working_memory[0].conversation_chunks.{BLOCK}.covered"
-        raw_covered = block.get("covered", [])
-        if not isinstance(raw_covered, list):
-            raise CheckpointFileError(f"{where}: {cpath}: expected a list")
-        covered = [
-            decode_item(m, f"{cpath}[{i}]", require_digest=bool(block))
-            for i, m in enumerate(raw_covered)
-        ]
-        first["committed_messages"] = []
-        shape = block.get("working_memory_shape")
-        if shape == "value":
-            wm = block.get("working_memory")
-        elif shape == "none":
-            wm = None
-    _check_covers(conversation, covered, where)
-    _check_covering_digest(block, conversation, where)
-    kernel: Any | None = None if block.get("kernel_absent") else doc["kernel"]
-    manifest = None if block.get("manifest_absent") else doc["manifest"]["content"]
-    return ImportPlan(
-        2,
-        doc["lineage"]["session_id"],
-        tuple(conversation),
-        tuple(covered),
-        kernel,
-        wm,
-        manifest,
-        doc["lineage"],
-        label,
-        turn,
-        int(doc.get("backtrack_count", 0)),
-    )
+    from alpstore.portable.importing import check_document
+
+    head = check_document(doc, where=where)
+    return ImportPlan(doc, where, head.version, head.session_id, head.label, head.turn)
 
 
-def _covering_digest(snap: Snapshot, entries: Sequence[Entry]) -> str:
-    """The covering digest a deep file carries; a checkpoint's must match the one it recorded.
+def _covering_digest(store: Store, snap: Snapshot) -> str:
+    """The covering digest a deep file carries, re-derived from the view's entries; a
+    checkpoint's must match the one it recorded.
 
     Raises:
         IntegrityError: the checkpoint's list no longer matches its digest (not exported).
     """
-    cover = cover_of([e.digest for e in entries])
+    with store.db.read() as conn:
+        cover = cover_of(store.views.read_digests(conn, snap.view))
     recorded = snap.checkpoint.covering_digest if snap.checkpoint is not None else None
     if snap.checkpoint is not None and recorded is not None and recorded != cover:
         raise IntegrityError(
@@ -469,85 +548,27 @@ def _covering_digest(snap: Snapshot, entries: Sequence[Entry]) -> str:
     return cover.hex()
 
 
-def _check_covering_digest(block: dict[str, Any], conversation: Sequence[Item], where: str) -> None:
+def check_covering_digest(doc: dict[str, Any], digests: Sequence[bytes], where: str) -> None:
     """A carried covering digest must be the one the committed messages re-derive (files
     without one — older exports, mas-lab's — carry none and are not checked).
+
+    Raises:
+        CheckpointFileError: the digest is malformed or does not match.
     """
-    if "covering_digest" not in block:
+    try:
+        block = doc["working_memory"][0]["conversation_chunks"][BLOCK]
+    except (KeyError, IndexError, TypeError):
+        return
+    if not isinstance(block, dict) or "covering_digest" not in block:
         return
     path = f"$.working_memory[0].conversation_chunks.{BLOCK}.covering_digest"
     carried = _hex_digest(block["covering_digest"], f"{where}: {path}")
-    derived = cover_of([i.digest for i in conversation])
+    derived = cover_of(digests)
     if carried != derived:
         raise CheckpointFileError(
             f"{where}: {path} {digest_hex(carried)[:12]}… does not match the committed messages "
             f"(re-derived {digest_hex(derived)[:12]}…): an entry was swapped, lost or reordered"
         )
-
-
-def _check_covers(conversation: Sequence[Item], covered: Sequence[Item], where: str) -> None:
-    """Every summary's covered digests must be carried earlier in the covered list."""
-    known: set[bytes] = set()
-    for item in covered:
-        for d in item.covers:
-            if d not in known:
-                raise CheckpointFileError(
-                    f"{where}: a covered summary refers to {digest_hex(d)[:12]}…, which the "
-                    "file does not carry before it"
-                )
-        known.add(item.digest)
-    for i, item in enumerate(conversation):
-        missing = [d for d in item.covers if d not in known]
-        if missing:
-            raise CheckpointFileError(
-                f"{where}: $.working_memory[0].committed_messages[{i}] summarises "
-                f"{digest_hex(missing[0])[:12]}…, which the file does not carry",
-                hint="deep files carry every entry a summary covers",
-            )
-
-
-@dataclass(frozen=True)
-class ImportResult:
-    """What an import did.
-
-    Fields:
-        session: the session (new, or the existing one when the history was already there).
-        checkpoint: the checkpoint that now holds the file's state.
-        entries: entries in the covering list.
-        covered: entries carried for summaries.
-        new_blobs: blobs the archive did not hold before (deduplication at work).
-        existing: True when the archive already held this session at this point.
-    """
-
-    session: Session
-    checkpoint: CheckpointInfo
-    entries: int
-    covered: int
-    new_blobs: int
-    existing: bool
-
-
-def _find_existing(store: Store, session_id: str) -> Session | None:
-    try:
-        found = store.get_session(session_id)
-    except Exception:  # NotFoundError or an ambiguous prefix: no exact match
-        return None
-    return found if found.uuid == session_id else None
-
-
-def _matching_checkpoint(store: Store, session: Session, plan: ImportPlan) -> CheckpointInfo | None:
-    want = [i.digest for i in plan.conversation]
-    for ck in reversed(session.checkpoints(include_abandoned=True)):
-        if ck.length == len(want) and [e.digest for e in store.hydrate(ck)] == want:
-            return ck
-    return None
-
-
-def _count_new(store: Store, plan: ImportPlan) -> int:
-    digests = list(dict.fromkeys(i.digest for i in (*plan.covered, *plan.conversation)))
-    with store.db.read() as conn:
-        found = store.archive.ids_for(conn, digests)
-    return len(digests) - len(found)
 
 
 def import_plan(
@@ -557,84 +578,19 @@ def import_plan(
     source_name: str,
     fork: bool = False,
     session_id: str | None = None,
+    name: str | None = None,
     manifest: dict[str, Any] | None = None,
 ) -> ImportResult:
-    """Load a planned file into the archive.
-
-    Keeps the file's session id unless ``fork`` (then ``session_id`` or a new one, with the
-    file's session as parent). When the archive already holds the session with this exact
-    history at some checkpoint, that checkpoint is returned instead (``existing``).
-    Version 1 needs ``manifest`` (kernel-only snapshot, LC-6).
-
-    Raises:
-        UsageError: version 1 without a manifest, a taken session id, or a session that exists
-            with another history.
-    """
-    if plan.version == 1 and manifest is None:
-        raise UsageError(
-            f"{source_name}: a version 1 checkpoint holds only a kernel; pass --manifest",
-        )
-    if session_id is not None and not fork:
-        raise UsageError("--session-id applies to a fork; an import keeps the file's session id")
-    if plan.version == 2 and not fork:
-        assert plan.session_id is not None
-        existing = _find_existing(store, plan.session_id)
-        if existing is not None:
-            ck = _matching_checkpoint(store, existing, plan)
-            if ck is None:
-                raise UsageError(
-                    f"session {plan.session_id} already exists in this archive with a different "
-                    "history",
-                    hint="use --fork to load the file as a new session",
-                )
-            return ImportResult(existing, ck, len(plan.conversation), len(plan.covered), 0, True)
-    new_blobs = _count_new(store, plan)
-    origin: dict[str, Any] = {"source": "checkpoint-file", "file": source_name}
-    if plan.lineage is not None:
-        lineage = dict(plan.lineage)
-        if fork:
-            lineage = {
-                "parent_session_id": plan.session_id,
-                "forked_from_checkpoint": source_name,
-                "root_session_id": plan.lineage.get("root_session_id") or plan.session_id,
-                "created_at": None,
-            }
-        origin["lineage"] = lineage
-    if plan.backtrack_count and not fork:
-        origin["backtrack_count"] = plan.backtrack_count
-    with store.db.atomic():  # all or nothing: a failure leaves no partial session
-        uuid = plan.session_id if not fork and plan.version == 2 else session_id
-        session = store.create_session(
-            session_id=uuid,
-            manifest=manifest if manifest is not None else plan.manifest,
-            origin=origin,
-        )
-        messages = [i.value for i in plan.covered if i.kind == "message"]
-        if messages:
-            store.archive.put_many(messages)
-        for item in plan.covered:
-            if item.kind == "summary":
-                store.archive.put_summary(item.text, item.covers)
-        batch: list[Any] = []
-        for item in plan.conversation:
-            if item.kind == "message":
-                batch.append(item.value)
-                continue
-            if batch:
-                session.append(batch)
-                batch = []
-            session.append_summary(item.text, item.covers)
-        if batch:
-            session.append(batch)
-        ck = session.checkpoint(
-            kernel=plan.kernel,
-            working_memory=plan.working_memory,
-            label=plan.label or default_label(plan.turn),
-            trigger=IMPORT_TRIGGER,
-            turn=plan.turn,
-        )
-    store.archive.after_commit()
-    return ImportResult(session, ck, len(plan.conversation), len(plan.covered), new_blobs, False)
+    """Import a planned document (:func:`alpstore.portable.importing.import_document`)."""
+    return import_document(
+        store,
+        plan.doc,
+        source_name=source_name,
+        fork=fork,
+        session_id=session_id,
+        name=name,
+        manifest=manifest,
+    )
 
 
 def import_document(
@@ -644,10 +600,18 @@ def import_document(
     source_name: str,
     fork: bool = False,
     session_id: str | None = None,
+    name: str | None = None,
     manifest: dict[str, Any] | None = None,
 ) -> ImportResult:
-    """:func:`plan_import` then :func:`import_plan` (validation happens before any write)."""
-    plan = plan_import(doc, where=source_name)
-    return import_plan(
-        store, plan, source_name=source_name, fork=fork, session_id=session_id, manifest=manifest
+    """Import a document held in memory: see :func:`alpstore.portable.importing.import_file`."""
+    from alpstore.portable import importing
+
+    return importing.import_document(
+        store,
+        doc,
+        source_name=source_name,
+        fork=fork,
+        session_id=session_id,
+        name=name,
+        manifest=manifest,
     )

@@ -22,7 +22,7 @@ import yaml
 import zstandard
 
 from alpstore import fileio
-from alpstore.codec import decompress_file_bytes, parse_json
+from alpstore.codec import MAX_RAW_SIZE, canonical_json, decompress_file_bytes, parse_json
 from alpstore.errors import (
     CanonicalJSONError,
     CheckpointFileError,
@@ -32,10 +32,93 @@ from alpstore.errors import (
 from alpstore.portable.secrets import require_no_secrets, scan
 
 MAX_CHECKPOINT_BYTES: Final = 128 * 1024 * 1024
-"""Largest checkpoint file (and largest decompressed ``.zst``) accepted: bounded memory."""
+"""Largest checkpoint file (and largest decompressed ``.zst``) read whole into memory (``show``,
+``fork``, the auto-resume scan). Import and export stream, under :data:`MAX_DOCUMENT_BYTES`."""
+MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024 * 1024
+"""Largest deep file (decompressed JSON text) an export writes and an import reads: the same
+limit on both sides, so what export writes, import reads. Both stream: memory stays bounded by
+the largest single message."""
+MAX_MESSAGE_BYTES: Final = MAX_RAW_SIZE
+"""Largest single message (canonical JSON bytes): the archive's bound on one blob."""
+MAX_DEPTH: Final = 256
+"""Deepest nesting of one message, kernel, working memory or manifest, on both sides (JSON
+parsers and encoders recurse; Python's stop near 1,000 levels, minus the document's own)."""
+MAX_INT: Final = 2**31 - 1
+"""Largest ``turn``, ``backtrack_count`` and ``spec_revision`` (the archive's integer columns)."""
 ZST_SUFFIX: Final = ".zst"
 JSON_SUFFIX: Final = ".json"
 ZST_LEVEL: Final = 3
+
+
+def nesting_depth(value: Any, *, stop: int = MAX_DEPTH) -> int:
+    """How deeply ``value`` nests (a scalar 0, ``[]`` 1), found without recursion; the walk
+    stops as soon as the depth passes ``stop``.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            children: Any = item.values()
+        elif kind is list or kind is tuple:
+            children = item
+        else:
+            continue
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop:
+                return deepest
+        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list, tuple))
+    return deepest
+
+
+def check_depth(value: Any, where: str) -> None:
+    """Refuse content nested deeper than :data:`MAX_DEPTH`.
+
+    Raises:
+        CheckpointFileError: naming ``where``.
+    """
+    if nesting_depth(value) > MAX_DEPTH:
+        raise CheckpointFileError(
+            f"{where}: nested deeper than {MAX_DEPTH} levels; refused",
+            hint="deep files carry content at most 256 levels deep, on export and on import",
+        )
+
+
+def brackets(text: str | bytes, start: int = 0, end: int | None = None) -> int:
+    """An upper bound on the nesting depth of JSON text: its count of ``[`` and ``{`` (C speed)."""
+    stop = len(text) if end is None else end
+    if isinstance(text, bytes):
+        return text.count(b"[", start, stop) + text.count(b"{", start, stop)
+    return text.count("[", start, stop) + text.count("{", start, stop)
+
+
+def canonical_bytes(value: Any, where: str) -> bytes:
+    """The canonical JSON of one message or state document, within the file limits.
+
+    The depth is checked on the canonical text first (counting brackets runs at C speed); only
+    a value with more than :data:`MAX_DEPTH` brackets is walked.
+
+    Raises:
+        CheckpointFileError: too deep, or larger than :data:`MAX_MESSAGE_BYTES`.
+        CanonicalJSONError: not canonical JSON (NaN, a lone surrogate …), naming the path.
+    """
+    try:
+        raw = canonical_json(value)
+    except RecursionError:
+        raw = None
+    if raw is None or (brackets(raw) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH):
+        raise CheckpointFileError(
+            f"{where}: nested deeper than {MAX_DEPTH} levels; refused",
+            hint="deep files carry content at most 256 levels deep, on export and on import",
+        )
+    if len(raw) > MAX_MESSAGE_BYTES:
+        raise CheckpointFileError(
+            f"{where}: {len(raw)} bytes is larger than the {MAX_MESSAGE_BYTES}-byte limit of "
+            "one message; refused"
+        )
+    return raw
 
 
 def empty_kernel() -> dict[str, Any]:

@@ -107,6 +107,23 @@ def may_hold_secrets(json_text: str) -> bool:
     )
 
 
+_LITERALS_B: Final = tuple(lit.encode() for lit in _QUICK_LITERALS)
+_SPELLINGS_B: Final = tuple(f'{w}":"'.encode() for w in _KEY_SPELLINGS)
+_ENDINGS_B: Final = tuple(f'{w}":"'.encode() for w in _KEY_ENDINGS)
+_MIXED_CASE_KEY_B: Final = re.compile(rb"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\":\"")
+
+
+def may_hold_secrets_canonical(raw: bytes) -> bool:
+    """:func:`may_hold_secrets` for canonical JSON bytes (``"key":"value"``, no space), without
+    copying them: what a streamed export checks for every message.
+    """
+    if any(literal in raw for literal in _LITERALS_B):
+        return True
+    if any(spelling in raw for spelling in _SPELLINGS_B):
+        return True
+    return bool(_MIXED_CASE_KEY_B.search(raw)) and any(e in raw.lower() for e in _ENDINGS_B)
+
+
 def _key_path(path: str, key: str) -> str:
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
         return f"{path}.{key}"

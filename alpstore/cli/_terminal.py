@@ -1,0 +1,46 @@
+r"""Text from files on its way to a terminal: control characters made visible, never obeyed.
+
+Session ids, names, labels and message content come from files other people wrote. Printed
+raw, an ESC starts a control sequence (OSC 52 writes the clipboard, CSI clears the screen), a
+carriage return or newline forges table rows, and a bidirectional override reorders what the
+reader sees. :func:`term` spells every such character as a visible escape (``\x1b``,
+``\u202e``); ordinary text, including non-ASCII letters, passes unchanged. ``--json`` output
+is not escaped here: JSON has its own escaping and stays exact.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+_BIDI: Final = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+"""Bidirectional marks, embeddings, overrides and isolates (Trojan Source)."""
+
+_UNSAFE: Final = re.compile(
+    "[\x00-\x1f\x7f-\x9f" + _BIDI + "\u2028\u2029\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+"""C0 and C1 controls, DEL, bidi controls, line/paragraph separators, BOM, interlinear
+annotations and tag characters: everything a terminal may act on or a reader may not see."""
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def term(text: object) -> str:
+    """``text`` safe to print on a terminal: every control character shown as an escape."""
+    s = text if isinstance(text, str) else str(text)
+    return _UNSAFE.sub(_escape, s)
+
+
+def term_line(text: object) -> str:
+    """Like :func:`term`, for one table cell: whitespace runs (newlines, tabs) become one space
+    first, so a value can never start a new row.
+    """
+    s = text if isinstance(text, str) else str(text)
+    return term(" ".join(s.split()))

@@ -1,0 +1,518 @@
+"""Import a deep checkpoint file: streamed, validated, and written in one transaction.
+
+The file is walked with :class:`~alpstore.portable.jsonstream.JsonStream`: each message of the
+first agent's ``committed_messages`` (the covering list) and of alpstore's ``covered`` block is
+decoded, re-hashed and stored in batches as it is read; everything else (lineage, kernel,
+manifest, working memory) is small and checked whole at the end. Every write happens inside
+one transaction, so a refusal found late (a bad manifest hash after 4,000 messages, a taken
+id, Ctrl-C) rolls back everything. Nothing a file says is trusted: ids and labels are
+validated (:mod:`alpstore.portable.ids`), an id may not shadow a local name, a name already
+taken is suffixed, integers and nesting are bounded, and every carried digest must match.
+Dictionary training never runs here: it is left to the next ordinary write.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from sqlalchemy import Connection, or_, select, text, update
+
+from alpstore.archive.sql import Encoded
+from alpstore.codec import Digest, digest_bytes, digest_hex
+from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, checkpoints, sessions
+from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
+from alpstore.portable.deep import (
+    IMPORT_TRIGGER,
+    Item,
+    check_covering_digest,
+    comparable_wm,
+    decode_item,
+    export_kernel,
+)
+from alpstore.portable.files import (
+    canonical_bytes,
+)
+from alpstore.portable.ids import shown
+from alpstore.portable.reading import (
+    COMMITTED,
+    COVERED,
+    Header,
+    check_header,
+    feed_document,
+    open_stream,
+    stream_document,
+)
+from alpstore.sessions import CheckpointInfo, Session, default_label, new_session_uuid
+from alpstore.views import View
+
+if TYPE_CHECKING:
+    from alpstore.store import Store
+
+BATCH_ITEMS: Final = 500
+BATCH_BYTES: Final = 16 * 1024 * 1024
+"""A batch of messages is stored once it holds this many items or bytes."""
+
+NAME_LOCK: Final = 0x616C7073_6E616D65
+"""PostgreSQL advisory lock taken while a name is checked and claimed (with or without a
+unique index on names, two imports cannot both take one name)."""
+
+
+@dataclass
+class ImportResult:
+    """What an import did.
+
+    Fields:
+        session: the session (new, or the existing one when the history was already there).
+        checkpoint: the checkpoint that holds the file's state.
+        entries: entries in the covering list.
+        covered: entries carried for summaries.
+        new_blobs: blobs the archive did not hold before (deduplication at work).
+        existing: True when the archive already held this session, history and state: nothing
+            was written.
+        name: the session's name (None when it has none).
+        renamed_from: the name the file carried when it was taken here (then ``name`` is the
+            suffixed one).
+    """
+
+    session: Session
+    checkpoint: CheckpointInfo
+    entries: int
+    covered: int
+    new_blobs: int
+    existing: bool
+    name: str | None = None
+    renamed_from: str | None = None
+
+
+@dataclass
+class _Pending:
+    """A summary of the covering list, stored once the covered block has been read."""
+
+    item: Item
+    where: str
+
+
+@dataclass
+class Importer:
+    """Receives a file's messages one by one (storing them when ``conn`` is given), then its
+    header; ``conn`` None checks without writing.
+    """
+
+    store: Store | None
+    conn: Connection | None
+    where: str
+    slots: list[int | _Pending | None] = field(default_factory=list)
+    digests: list[Digest] = field(default_factory=list)
+    known: set[bytes] = field(default_factory=set)
+    covered: int = 0
+    new_blobs: int = 0
+    uncarried: str | None = None
+    _batch: list[tuple[int, Encoded]] = field(default_factory=list)
+    _batch_bytes: int = 0
+
+    # ---------------------------------------------------------------- messages
+    def message(self, obj: Any, index: int) -> None:
+        """One entry of the covering list."""
+        where = f"{COMMITTED}[{index}]"
+        item = decode_item(obj, where)
+        self._note_carried(item, where)
+        self.digests.append(item.digest)
+        if item.kind == "summary":
+            self.slots.append(_Pending(item, where))
+            return
+        self.slots.append(None)
+        self._add(len(self.slots) - 1, item)
+
+    def covered_item(self, obj: Any, index: int) -> None:
+        """One entry of the covered block (children before the summaries covering them)."""
+        where = f"{COVERED}[{index}]"
+        item = decode_item(obj, where)
+        self._note_carried(item, where)
+        self.covered += 1
+        if item.kind == "summary":
+            self._require_known(item, where, "a covered summary refers to")
+            self.flush()
+            if self.conn is not None:
+                assert self.store is not None
+                self.store.archive.store_summary(self.conn, item.text, item.covers)
+        else:
+            self._add(-1, item)
+        self.known.add(item.digest)
+
+    def _note_carried(self, item: Item, where: str) -> None:
+        if not item.carried and self.uncarried is None:
+            self.uncarried = where
+
+    def _require_known(self, item: Item, where: str, what: str) -> None:
+        for d in item.covers:
+            if d not in self.known:
+                raise CheckpointFileError(
+                    f"{self.where}: {where}: {what} {digest_hex(d)[:12]}…, which the file does "
+                    "not carry before it",
+                    hint="deep files carry every entry a summary covers",
+                )
+
+    def _add(self, slot: int, item: Item) -> None:
+        if self.conn is None:
+            return
+        self._batch.append((slot, (item.digest, BLOB_MESSAGE, item.raw)))
+        self._batch_bytes += len(item.raw)
+        if len(self._batch) >= BATCH_ITEMS or self._batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Store the batch of messages read so far."""
+        if not self._batch or self.conn is None:
+            return
+        assert self.store is not None
+        archive = self.store.archive
+        items = [enc for _, enc in self._batch]
+        unique = list(dict.fromkeys(d for d, _, _ in items))
+        self.new_blobs += len(unique) - len(archive.ids_for(self.conn, unique))
+        ids = archive.store_encoded(self.conn, items)
+        for (slot, _), blob_id in zip(self._batch, ids, strict=True):
+            if slot >= 0:
+                self.slots[slot] = blob_id
+        self._batch = []
+        self._batch_bytes = 0
+
+    def finish_messages(self, is_export: bool) -> list[int]:
+        """Store what is pending (summaries last) and return the covering list's blob ids.
+
+        Raises:
+            CheckpointFileError: an alpstore export with a message that lost its digest, or a
+                summary whose covered entries the file does not carry.
+        """
+        if is_export and self.uncarried is not None:
+            raise CheckpointFileError(
+                f"{self.where}: {self.uncarried}: carries no _alpstore.digest, yet this "
+                "alpstore export has one in every message",
+                hint="the message was edited after export",
+            )
+        for slot in self.slots:
+            if isinstance(slot, _Pending):
+                self._require_known(slot.item, slot.where, "summarises")
+        self.flush()
+        ids: list[int] = []
+        for i, slot in enumerate(self.slots):
+            if isinstance(slot, _Pending):
+                if self.conn is None:
+                    continue
+                assert self.store is not None
+                before = self.store.archive.ids_for(self.conn, [slot.item.digest])
+                sid, _ = self.store.archive.store_summary(
+                    self.conn, slot.item.text, slot.item.covers
+                )
+                self.new_blobs += 0 if before else 1
+                self.slots[i] = sid
+                ids.append(sid)
+            elif slot is not None:
+                ids.append(slot)
+        return ids
+
+
+# ---------------------------------------------------------------------- the target session
+def claim_name(conn: Connection, store: Store, name: str, *, suffix: bool) -> str:
+    """``name``, or with ``suffix`` the first free ``name-2``, ``name-3`` …, checked against
+    every session's name and id inside the caller's transaction.
+
+    Raises:
+        UsageError: the name is taken and ``suffix`` is false.
+    """
+    if store.db.is_postgresql:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": NAME_LOCK})
+
+    def taken(candidate: str) -> bool:
+        row = conn.execute(
+            select(sessions.c.id)
+            .where(or_(sessions.c.name == candidate, sessions.c.uuid == candidate))
+            .limit(1)
+        ).first()
+        return row is not None
+
+    if not taken(name):
+        return name
+    if not suffix:
+        raise UsageError(
+            f"a session named {shown(name)} already exists in this archive",
+            hint="choose another --name (names are unique within an archive)",
+        )
+    for n in range(2, 10_000):
+        candidate = f"{name[: 200 - len(str(n)) - 1]}-{n}"
+        if not taken(candidate):
+            return candidate
+    raise UsageError(f"no free name like {shown(name)}", hint="pass --name")
+
+
+def _id_shadows_name(conn: Connection, uuid: str) -> bool:
+    row = conn.execute(select(sessions.c.id).where(sessions.c.name == uuid).limit(1)).first()
+    return row is not None
+
+
+def _same_state(store: Store, conn: Connection, ck_row: Any, head: Header) -> bool:
+    ids = [i for i in (ck_row.kernel_blob_id, ck_row.wm_blob_id) if i is not None]
+    loaded = store.archive.load_by_ids(conn, ids) if ids else {}
+    kernel = loaded[ck_row.kernel_blob_id][2] if ck_row.kernel_blob_id is not None else None
+    wm = loaded[ck_row.wm_blob_id][2] if ck_row.wm_blob_id is not None else None
+    return export_kernel(kernel) == export_kernel(head.kernel) and comparable_wm(
+        wm
+    ) == comparable_wm(head.working_memory)
+
+
+def _existing(
+    store: Store, conn: Connection, sid: int, ids: list[int], head: Header
+) -> CheckpointInfo | None:
+    """The checkpoint of session ``sid`` that holds exactly this history and state; None when
+    no checkpoint holds this history.
+
+    Raises:
+        UsageError: the history is there but the state differs (refused with a hint).
+    """
+    rows = conn.execute(
+        select(checkpoints)
+        .where(checkpoints.c.session_id == sid, checkpoints.c.length == len(ids))
+        .order_by(checkpoints.c.seq.desc())
+    ).all()
+    uuid = str(conn.execute(select(sessions.c.uuid).where(sessions.c.id == sid)).scalar())
+    history = False
+    for row in rows:
+        if store.views.read_ids(conn, View(row.segment_id, int(row.length))) != ids:
+            continue
+        history = True
+        if _same_state(store, conn, row, head):
+            return store.get_checkpoint(int(row.id))
+    if history:
+        raise UsageError(
+            f"session {uuid} already holds this history, with a different kernel or working "
+            "memory; nothing imported",
+            hint="use --fork to keep the file's state as a new session",
+        )
+    return None
+
+
+def _origin(head: Header, source_name: str, fork: bool, manifest_given: bool) -> dict[str, Any]:
+    origin: dict[str, Any] = {"source": "checkpoint-file", "file": source_name}
+    origin["manifest"] = "argument" if manifest_given else "file"
+    if head.lineage is not None:
+        lineage = dict(head.lineage)
+        if fork:
+            lineage = {
+                "parent_session_id": head.session_id,
+                "forked_from_checkpoint": source_name,
+                "root_session_id": head.lineage.get("root_session_id") or head.session_id,
+                "created_at": None,
+            }
+        origin["lineage"] = lineage
+    if head.backtrack_count and not fork:
+        origin["backtrack_count"] = head.backtrack_count
+    if head.fields:
+        origin["fields"] = head.fields
+    return origin
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the caller asked for: see :func:`import_file`."""
+
+    source_name: str
+    fork: bool = False
+    session_id: str | None = None
+    name: str | None = None
+    manifest: dict[str, Any] | None = None
+
+
+def _state_ids(store: Store, conn: Connection, head: Header, where: str) -> list[int | None]:
+    out: list[int | None] = []
+    for value, what in ((head.kernel, "$.kernel"), (head.working_memory, "$.working_memory")):
+        if value is None:
+            out.append(None)
+            continue
+        try:
+            raw = canonical_bytes(value, f"{where}: {what}")
+        except CanonicalJSONError as exc:
+            raise CheckpointFileError(f"{where}: {what}: {exc.message}") from exc
+        (blob_id,) = store.archive.store_encoded(conn, [(digest_bytes(raw), BLOB_STATE, raw)])
+        out.append(blob_id)
+    return out
+
+
+def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Options) -> Any:
+    """Create (or find) the session and its checkpoint, inside the import's transaction."""
+    if head.version == 1 and opts.manifest is None:
+        raise UsageError(
+            f"{opts.source_name}: a version 1 checkpoint holds only a kernel; pass --manifest"
+        )
+    if opts.session_id is not None and not opts.fork:
+        raise UsageError("--session-id applies to a fork; an import keeps the file's session id")
+    ids = imp.finish_messages(head.is_export)
+    uuid: str | None = None
+    if head.version == 2 and not opts.fork:
+        uuid = head.session_id
+        assert uuid is not None
+        row = conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first()
+        if row is not None:
+            ck = _existing(store, conn, int(row.id), ids, head)
+            if ck is None:
+                raise UsageError(
+                    f"session {uuid} already exists in this archive with a different history",
+                    hint="use --fork to load the file as a new session",
+                )
+            return ck
+        if _id_shadows_name(conn, uuid):
+            raise UsageError(
+                f"{opts.source_name}: its session id {shown(uuid)} is the name of another "
+                "session here; refused (it would take that name over)",
+                hint="use --fork to load the file as a new session with a fresh id",
+            )
+    elif opts.fork:
+        uuid = opts.session_id or new_session_uuid()
+        if _id_shadows_name(conn, uuid):
+            raise UsageError(f"session id {shown(uuid)} is the name of another session here")
+    wanted = opts.name if opts.name is not None else head.name
+    name = claim_name(conn, store, wanted, suffix=opts.name is None) if wanted else None
+    session = store.create_session(
+        session_id=uuid,
+        name=name,
+        manifest=opts.manifest if opts.manifest is not None else head.manifest,
+        origin=_origin(head, opts.source_name, opts.fork, opts.manifest is not None),
+    )
+    view = store.views.append(conn, View(None, 0), session.id, ids)
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session.id)
+        .values(
+            head_segment_id=view.segment_id,
+            head_length=view.length,
+            turn=head.turn,
+            status="active",
+            updated_at=time.time(),
+        )
+    )
+    info = store.session_info(session.id, conn=conn)
+    kernel_id, wm_id = _state_ids(store, conn, head, opts.source_name)
+    ck = store.insert_checkpoint(
+        conn,
+        info,
+        view,
+        turn=head.turn,
+        label=head.label or default_label(head.turn),
+        trigger=IMPORT_TRIGGER,
+        kernel_id=kernel_id,
+        wm_id=wm_id,
+    )
+    return (Session(store, info), ck, name)
+
+
+class _Unchanged(Exception):
+    """Raised inside the import's transaction to roll it back: the archive already held it."""
+
+    def __init__(self, checkpoint: CheckpointInfo) -> None:
+        super().__init__(checkpoint.id)
+        self.checkpoint = checkpoint
+
+
+def _run(
+    store: Store, feed: Callable[[Importer], dict[str, Any]], opts: Options, where: str
+) -> ImportResult:
+    imp = Importer(store, None, where)
+    try:
+        with store.db.atomic() as conn:
+            imp.conn = conn
+            doc = feed(imp)
+            head = check_header(doc, where=where)
+            check_covering_digest(doc, imp.digests, where)
+            done = _write(store, conn, imp, head, opts)
+            if isinstance(done, CheckpointInfo):  # already here: write nothing at all
+                raise _Unchanged(done)
+            session, ck, name = done
+    except _Unchanged as same:
+        ck = same.checkpoint
+        session = store.get_session(ck.session)
+        found = session.info().name
+        return ImportResult(session, ck, len(imp.digests), imp.covered, 0, True, found)
+    store.emit(
+        "checkpoint", session=ck.session, checkpoint=ck.id, turn=ck.turn, label=ck.label,
+        trigger=ck.trigger, view=ck.archive_view_id,
+    )  # fmt: skip
+    renamed = head.name if opts.name is None and name != head.name else None
+    return ImportResult(
+        session, ck, len(imp.digests), imp.covered, imp.new_blobs, False, name, renamed
+    )
+
+
+def import_file(
+    store: Store,
+    path: Path,
+    *,
+    fork: bool = False,
+    session_id: str | None = None,
+    name: str | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> ImportResult:
+    """Import a deep file (``.json`` or ``.json.zst``), streaming it, in one transaction.
+
+    Keeps the file's session id (validated; it may not shadow a local name) unless ``fork``
+    (then ``session_id`` or a new one, with the file's session as parent). The name the file
+    carries travels with it; taken here, it is suffixed (``demo-2``). ``name`` overrides it and
+    is refused when taken. When the archive already holds the session with this history and
+    state, nothing is written (``existing``); with another state, the import is refused.
+    Version 1 needs ``manifest`` (LC-6).
+
+    Raises:
+        NotFoundError, CheckpointFileError, UsageError: nothing was written.
+    """
+    opts = Options(path.name, fork, session_id, name, manifest)
+    with open_stream(path) as js:
+        return _run(store, lambda imp: stream_document(js, imp), opts, str(path))
+
+
+def import_document(
+    store: Store,
+    doc: dict[str, Any],
+    *,
+    source_name: str,
+    fork: bool = False,
+    session_id: str | None = None,
+    name: str | None = None,
+    manifest: dict[str, Any] | None = None,
+) -> ImportResult:
+    """:func:`import_file` for a document already in memory."""
+    opts = Options(source_name, fork, session_id, name, manifest)
+    if not isinstance(doc, dict):
+        raise CheckpointFileError(f"{source_name}: a checkpoint file must hold a JSON object")
+    return _run(store, lambda imp: feed_document(doc, imp), opts, source_name)
+
+
+def check_document(doc: dict[str, Any], *, where: str) -> Header:
+    """Everything :func:`import_document` checks that needs no archive (no write).
+
+    Raises:
+        CheckpointFileError: naming the JSON path.
+    """
+    if not isinstance(doc, dict):
+        raise CheckpointFileError(f"{where}: a checkpoint file must hold a JSON object")
+    imp = Importer(None, None, where)
+    header_doc = feed_document(doc, imp)
+    head = check_header(header_doc, where=where)
+    imp.finish_messages(head.is_export)
+    check_covering_digest(header_doc, imp.digests, where)
+    return head
+
+
+def check_file(path: Path) -> tuple[Header, int, int]:
+    """Stream-check a deep file with no archive: ``(header, entries, covered)``.
+
+    Raises:
+        NotFoundError, CheckpointFileError.
+    """
+    with open_stream(path) as js:
+        imp = Importer(None, None, str(path))
+        header_doc = stream_document(js, imp)
+        head = check_header(header_doc, where=str(path))
+        imp.finish_messages(head.is_export)
+        check_covering_digest(header_doc, imp.digests, str(path))
+    return head, len(imp.digests), imp.covered
