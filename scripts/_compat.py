@@ -33,7 +33,7 @@ CI_FILES = {
     ],
     "openai-agents": ["tests/memory/test_session.py", "tests/memory/test_session_limit.py"],
 }
-CI_SELECT = {"langgraph": "packets or saved_checkpoint", "openai-agents": None}
+CI_SELECT = {"langgraph": "packets or checkpoint_migration", "openai-agents": None}
 
 # variant of ours -> the framework's own variant it must match (same test, same parameters)
 OURS = {
