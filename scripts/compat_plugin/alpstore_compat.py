@@ -250,6 +250,7 @@ class _Report:
 _REPORT = _Report()
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: record only what runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     entries = _reviewed()
     keep, drop = [], []
