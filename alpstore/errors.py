@@ -28,6 +28,10 @@ class UsageError(AlpstoreError):
     exit_code = 2
 
 
+class SessionNameTakenError(UsageError):
+    """Another session of the archive already has this name (names are unique)."""
+
+
 class CanonicalJSONError(AlpstoreError):
     """A document cannot be turned into canonical JSON (NaN, non-string key, non-JSON type)."""
 

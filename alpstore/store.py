@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import exc as sa_exc
 
 from alpstore.archive.sql import SqlArchive, encode, parse_documents
 from alpstore.codec import Digest, parse_json
@@ -25,7 +26,13 @@ from alpstore.db.tables import (
     session_events,
     sessions,
 )
-from alpstore.errors import IntegrityError, NotFoundError, UsageError
+from alpstore.errors import (
+    DatabaseError,
+    IntegrityError,
+    NotFoundError,
+    SessionNameTakenError,
+    UsageError,
+)
 from alpstore.events import EventLog
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import (
@@ -50,6 +57,21 @@ INSERT_CHECKPOINT = (
     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checkpoints WHERE session_id = ?), "
     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
 )
+
+NAME_LIMIT = 200
+"""Longest session name (the column's width)."""
+
+NAME_RACE_ATTEMPTS = 5
+"""How often ``Store.session_named`` re-reads after losing a creation race before giving up."""
+
+
+def _name_taken(name: str, owner: str | None) -> SessionNameTakenError:
+    by = f" by session {owner}" if owner else " by another session"
+    return SessionNameTakenError(
+        f"session name {name!r} is already taken{by}",
+        hint="session names are unique in an archive; choose another name",
+    )
+
 
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
 MAX_SQL_INTEGER = 2**63 - 1
@@ -118,6 +140,7 @@ class Store:
 
         Raises:
             UsageError: the session id is already taken or empty.
+            SessionNameTakenError: another session has this name (names are unique).
         """
         uuid = session_id or new_session_uuid()
         if not uuid.strip() or "@" in uuid:
@@ -134,29 +157,30 @@ class Store:
                 and conn.execute(select(sessions.c.id).where(sessions.c.uuid == name)).first()
             ):  # lookups try ids first: the name would find the other session
                 raise UsageError(f"the name {name!r} is the id of another session")
+            self._require_free_name(conn, name)
             mid = manifest_blob(conn, self, manifest)
-            sid = inserted_id(
-                conn.execute(
-                    sessions.insert().values(
-                        uuid=uuid,
-                        name=name,
-                        parent_id=None,
-                        source_checkpoint_id=None,
-                        root_id=None,
-                        origin=json.dumps(origin, sort_keys=True) if origin else None,
-                        manifest_blob_id=mid,
-                        status="created",
-                        head_segment_id=None,
-                        head_length=0,
-                        turn=0,
-                        backtrack_count=0,
-                        retention_mode=retention.mode,
-                        retention_n=retention.n,
-                        created_at=now,
-                        updated_at=now,
-                        head_digest=EMPTY_COVER,
-                    )
-                )
+            sid = self._insert_session(
+                conn,
+                name,
+                sessions.insert().values(
+                    uuid=uuid,
+                    name=name,
+                    parent_id=None,
+                    source_checkpoint_id=None,
+                    root_id=None,
+                    origin=json.dumps(origin, sort_keys=True) if origin else None,
+                    manifest_blob_id=mid,
+                    status="created",
+                    head_segment_id=None,
+                    head_length=0,
+                    turn=0,
+                    backtrack_count=0,
+                    retention_mode=retention.mode,
+                    retention_n=retention.n,
+                    created_at=now,
+                    updated_at=now,
+                    head_digest=EMPTY_COVER,
+                ),
             )
             conn.execute(update(sessions).where(sessions.c.id == sid).values(root_id=sid))
             info = self.session_info(sid, conn=conn)
@@ -215,6 +239,85 @@ class Store:
                     retention_n=retention.n,
                 )
             )
+
+    def session_named(
+        self,
+        name: str,
+        *,
+        origin: dict[str, Any] | None = None,
+        manifest: Any | None = None,
+        retention: Retention | None = None,
+    ) -> Session:
+        """The session called ``name``, created (empty, with ``origin``) when there is none.
+
+        Atomic across threads and processes: callers racing on a new name all get the one
+        session the first of them created (the unique index on names decides; the losers read
+        the winner's row).
+
+        Raises:
+            DatabaseError: the name kept being created and deleted under us.
+        """
+        for _ in range(NAME_RACE_ATTEMPTS):
+            found = self.find_session_named(name)
+            if found is not None:
+                return found
+            try:
+                return self.create_session(
+                    name=name, origin=origin, manifest=manifest, retention=retention
+                )
+            except SessionNameTakenError:
+                continue  # another thread or process created it first: read theirs
+        raise DatabaseError(
+            f"session name {name!r}: created and gone {NAME_RACE_ATTEMPTS} times in a row",
+            hint="another writer keeps deleting it; try again",
+        )
+
+    def find_session_named(self, name: str) -> Session | None:
+        """The session called exactly ``name`` (names are unique), or None."""
+        with self.db.read() as conn:
+            row = conn.execute(select(sessions).where(sessions.c.name == name)).first()
+            return None if row is None else Session(self, self._info(conn, row))
+
+    def available_name(self, conn: Connection, name: str) -> str:
+        """``name`` when no session has it, else ``<name> #2``, ``#3``… (cut to fit 200
+        characters): for sessions named after something else (a LangGraph thread) whose natural
+        name a deleted or truncated one already holds.
+        """
+        candidate, n = name[:NAME_LIMIT], 1
+        while conn.execute(select(sessions.c.id).where(sessions.c.name == candidate)).first():
+            n += 1
+            suffix = f" #{n}"
+            candidate = name[: NAME_LIMIT - len(suffix)] + suffix
+        return candidate
+
+    def rename_session(self, conn: Connection, session_id: int, name: str | None) -> None:
+        """Give a session a new name (None: no name) inside the caller's transaction.
+
+        Raises:
+            SessionNameTakenError: another session has this name.
+        """
+        self._require_free_name(conn, name)
+        conn.execute(update(sessions).where(sessions.c.id == session_id).values(name=name))
+
+    def _require_free_name(self, conn: Connection, name: str | None) -> None:
+        """Raise ``SessionNameTakenError`` when another session has ``name``."""
+        if name is None:
+            return
+        owner = conn.execute(select(sessions.c.uuid).where(sessions.c.name == name)).scalar()
+        if owner is not None:
+            raise _name_taken(name, str(owner))
+
+    def _insert_session(self, conn: Connection, name: str | None, insert: Any) -> int:
+        """Run a sessions INSERT; a concurrent writer's row with the same name (seen by the
+        unique index only, on PostgreSQL) becomes ``SessionNameTakenError``.
+        """
+        try:
+            return inserted_id(conn.execute(insert))
+        except sa_exc.IntegrityError as err:
+            text = str(err.orig)
+            if name is None or not ("uq_sessions_name" in text or "sessions.name" in text):
+                raise
+            raise _name_taken(name, None) from err
 
     def session_info(self, session_id: int, *, conn: Connection | None = None) -> SessionInfo:
         """Read a session row by its internal id.
@@ -560,28 +663,29 @@ class Store:
             cover = cover_int(src.covering_digest)
             if cover is None:  # not recorded (cannot happen after revision 0004's upgrade)
                 cover = self.views.cover(conn, View(src.segment_id, int(src.length)))
-            sid = inserted_id(
-                conn.execute(
-                    sessions.insert().values(
-                        uuid=uuid,
-                        name=name,
-                        parent_id=parent.id,
-                        source_checkpoint_id=checkpoint.id,
-                        root_id=parent.root_id or parent.id,
-                        origin=None,
-                        manifest_blob_id=parent.manifest_blob_id,
-                        status="active",
-                        head_segment_id=src.segment_id,
-                        head_length=src.length,
-                        turn=src.turn,
-                        backtrack_count=0,
-                        retention_mode=parent.retention_mode,
-                        retention_n=parent.retention_n,
-                        created_at=now,
-                        updated_at=now,
-                        head_digest=cover_bytes(cover),
-                    )
-                )
+            self._require_free_name(conn, name)
+            sid = self._insert_session(
+                conn,
+                name,
+                sessions.insert().values(
+                    uuid=uuid,
+                    name=name,
+                    parent_id=parent.id,
+                    source_checkpoint_id=checkpoint.id,
+                    root_id=parent.root_id or parent.id,
+                    origin=None,
+                    manifest_blob_id=parent.manifest_blob_id,
+                    status="active",
+                    head_segment_id=src.segment_id,
+                    head_length=src.length,
+                    turn=src.turn,
+                    backtrack_count=0,
+                    retention_mode=parent.retention_mode,
+                    retention_n=parent.retention_n,
+                    created_at=now,
+                    updated_at=now,
+                    head_digest=cover_bytes(cover),
+                ),
             )
             info = self.session_info(sid, conn=conn)
             self.insert_checkpoint(

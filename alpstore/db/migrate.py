@@ -12,7 +12,7 @@ from alembic import command
 from alpstore.db.engine import Database, translate_errors
 from alpstore.errors import NotFoundError, SchemaVersionError
 
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
 
 

@@ -105,6 +105,9 @@ sessions = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("head_digest", LargeBinary(32), nullable=True),
+    # names are unique (0005): a unique index, not a constraint, so SQLite needs no table rebuild
+    # (which would break the SQL views reading ``sessions``); NULL names may repeat
+    Index("uq_sessions_name", "name", unique=True),
     comment="One agent session: its live covering head is (head_segment_id, head_length).",
     sqlite_autoincrement=True,
 )

@@ -8,6 +8,7 @@ forked from are never deleted, only marked abandoned (lineage keeps its source).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -107,7 +108,7 @@ class ThreadState:
         old = self.head_objs
         n = min(len(old), len(messages))
         k = 0
-        while k < n and old[k] is messages[k]:
+        while k < n and (old[k] is messages[k] or self._unchanged(k, messages[k])):
             k += 1
         if k == len(old) == len(messages):
             return True
@@ -134,10 +135,17 @@ class ThreadState:
         if self.head_digests is not None:
             self.head_digests = self.head_digests[:k] + [d for d, _, _ in items]
         for blob_id, obj in zip(tail_ids, messages[k:], strict=True):
-            self.objs[blob_id] = obj
+            self.objs[blob_id] = copy.deepcopy(obj)  # kept private: reads hand out copies
         self.head_objs = list(messages)
         self.head_view = self.session.head
         return True
+
+    def _unchanged(self, k: int, message: Any) -> bool:
+        """True when ``message`` equals the kept copy of head position ``k`` (a fresh object
+        from a read, not edited): cheaper than encoding it.
+        """
+        kept = self.objs.get(self.head_ids[k])
+        return kept is not None and type(kept) is type(message) and kept == message
 
     def hydrate(self, conn: Connection, view: View) -> list[BaseMessage]:
         """The messages of a view, reusing the objects this process already rebuilt."""
@@ -177,7 +185,7 @@ def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | 
 def create_thread(store: Store, conn: Connection, thread_id: str, ns: str) -> tuple[int, int]:
     """Create the session for a thread + namespace and map it; returns ``(ref, session_id)``."""
     session = store.create_session(
-        name=session_name(thread_id, ns),
+        name=store.available_name(conn, session_name(thread_id, ns)),
         origin={"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}},
     )
     ref = rsql.fetchone(
@@ -388,7 +396,10 @@ def drop_thread(store: Store, conn: Connection, ref: int, session_id: int) -> No
         rsql.execute(conn, f"DELETE FROM {table} WHERE thread_ref = ?", (ref,))
     rsql.execute(conn, "DELETE FROM lg_threads WHERE id = ?", (ref,))
     session = Session(store, store.session_info(session_id, conn=conn))
-    status = session.info(refresh=False).status
+    info = session.info(refresh=False)
+    status = info.status
+    if info.name is not None:  # free the thread's name for a new thread with the same id
+        store.rename_session(conn, session_id, store.available_name(conn, info.name + " (deleted)"))
     if status != "terminated":
         if status == "paused":
             session.set_status("active")
@@ -489,7 +500,8 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
         if not cks:
             continue
         child = store.fork_checkpoint(
-            store.get_checkpoint(int(cks[-1][8])), name=session_name(target, str(ns))
+            store.get_checkpoint(int(cks[-1][8])),
+            name=store.available_name(conn, session_name(target, str(ns))),
         )
         new_ref = rsql.fetchone(
             conn,

@@ -8,13 +8,18 @@ checkpoint points at it, so every-step checkpoints of a growing conversation cos
 checkpoint's own fields, metadata and small channel values are packed (zstd) in its row; larger
 values are content-addressed blobs; pending writes keep one blob per message too.
 
-Messages are compared by identity with the list this saver last stored or returned: a message
-object changed in place after it was checkpointed is not noticed (LangGraph's reducers never do
-that; return a new message instead).
+Reads hand out fresh message objects (deep copies of the ones this process keeps), so a message
+taken from ``get_state`` and edited in place changes nothing until it is written back, as with
+LangGraph's own savers. A put compares messages with the stored head by identity with the list
+it last stored, else by equality with the kept copies, and encodes only what differs: a message
+object the caller passed to ``put`` and then changed in place is not noticed (LangGraph's
+reducers never do that; return a new message instead).
 """
 
 from __future__ import annotations
 
+import copy
+import random
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -131,6 +136,18 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+    # ---------------------------------------------------------------- versions
+    def get_next_version(self, current: int | str | None, channel: None = None) -> Any:
+        """The version after ``current``: integers for threads this saver started; for a thread
+        carrying the string versions LangGraph's own savers write (copied or migrated from
+        one), the next string in their format (``<32-digit counter>.<random>``), so the two
+        kinds never meet in one thread (LangGraph compares and takes ``max`` of versions).
+        """
+        if isinstance(current, str):
+            counter = int(current.split(".")[0]) + 1
+            return f"{counter:032}.{random.random():016}"
+        return 1 if current is None else int(current) + 1
 
     # ---------------------------------------------------------------- threads
     def _thread(
@@ -394,7 +411,9 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         values: dict[str, Any] = {}
         split = state.get("s")
         if split is not None and (channels is None or split in channels):
-            values[split] = th.hydrate(conn, row.view)
+            # fresh objects: the process's kept copies are never handed out (an edit in place
+            # must not change what later reads, or other threads, see)
+            values[split] = [copy.deepcopy(m) for m in th.hydrate(conn, row.view)]
         stored = []
         for channel, ref in state["v"].items():
             if channels is not None and channel not in channels:

@@ -11,12 +11,16 @@ covering list back (O(1) in history length); earlier checkpoints keep the histor
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
-from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.memory.session_settings import (
+    SessionSettings,
+    coerce_session_settings,
+    resolve_session_limit,
+)
 
-from alpstore.errors import NotFoundError
 from alpstore.live import LiveSession, policy_of_session
 from alpstore.sessions import Entry, Session
 from alpstore.store import Store
@@ -74,7 +78,8 @@ class AlpstoreSession:
     Args:
         session_id: the SDK's session id; the alpstore session is named ``openai-agents:<id>``.
         store: an open ``Store`` (``AlpstoreSession.open(id, root)`` opens one for you).
-        session_settings: default ``limit`` for ``get_items``.
+        session_settings: default ``limit`` for ``get_items`` (a ``SessionSettings`` or its dict;
+            ``SessionSettings()`` when omitted, as ``SQLiteSession`` does).
         checkpoint: checkpoint after every ``add_items`` (a row: O(1) in history length).
     """
 
@@ -85,17 +90,22 @@ class AlpstoreSession:
         session_id: str,
         store: Store,
         *,
-        session_settings: SessionSettings | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
         checkpoint: bool = True,
         owns_store: bool = False,
     ) -> None:
         self.session_id = session_id
         self.store = store
-        self.session_settings = session_settings
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
         self.checkpoint = checkpoint
         self._owns_store = owns_store
         self._session: Session | None = None
         self._live: LiveSession | None = None
+        self._first_use = threading.Lock()
 
     @classmethod
     def open(
@@ -115,14 +125,17 @@ class AlpstoreSession:
         return (SESSION_NAME_PREFIX + self.session_id)[:200]
 
     def alpstore_session(self) -> Session:
-        """The alpstore session holding this conversation (created on first use)."""
+        """The alpstore session holding this conversation (created on first use).
+
+        Found by its exact name, or created atomically (``Store.session_named``): first uses
+        racing in threads of this process, or in other processes, share one session.
+        """
         if self._session is None:
-            try:
-                self._session = self.store.get_session(self.name)
-            except NotFoundError:
-                self._session = self.store.create_session(
-                    name=self.name, origin={"openai_agents": {"session_id": self.session_id}}
-                )
+            with self._first_use:
+                if self._session is None:
+                    self._session = self.store.session_named(
+                        self.name, origin={"openai_agents": {"session_id": self.session_id}}
+                    )
         return self._session
 
     # ---------------------------------------------------------------- the SDK protocol

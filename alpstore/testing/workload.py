@@ -246,7 +246,9 @@ class Workload:
             return self.op_append()
         uid = self._uuid()
         self._intent(uid, [], new=True)
-        handle = self.store.create_session(session_id=uid, name=f"torture-{self.spec.worker}")
+        handle = self.store.create_session(
+            session_id=uid, name=f"torture-{self.spec.worker}-{uid[:8]}"
+        )
         model = SessionModel(handle, [])
         self.sessions.append(model)
         self._head(model)
