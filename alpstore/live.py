@@ -362,8 +362,8 @@ class LiveSession:
         with store.db.atomic():
             self._flush_in_transaction()
             snap = snapshot_of_head(store, self.session)
-            if label is not None:
-                snap = replace(snap, label=label)
+            # a new checkpoint: its own label, never the one of the checkpoint the head sits on
+            snap = replace(snap, label=label or default_label(snap.turn))
             doc = export_snapshot(store, snap, scan=False)  # the write scans
             name = checkpoint_file_name(self.uuid, doc["label"], compress=compress)
             path = contained_path(folder, name)
