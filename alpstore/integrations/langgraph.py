@@ -18,12 +18,15 @@ reducers never do that; return a new message instead).
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import functools
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -56,6 +59,8 @@ from alpstore.live import LiveSession, prepare_manifest
 from alpstore.policy.recorded import SessionPolicy
 from alpstore.sessions import Retention
 from alpstore.store import Store, encode
+
+T = TypeVar("T")
 
 __all__ = ["AlpstoreSaver", "step_events"]
 
@@ -112,6 +117,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         self._lock = threading.RLock()
         self._threads: dict[tuple[str, str], lgdb.ThreadState] = {}
         self._packer = Packer()
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
         self._policy = _prepare_policy(manifest)
         self._live: dict[tuple[str, str], LiveSession] = {}
 
@@ -121,7 +128,11 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         return cls(Store.open(root, url=url), owns_store=True, **kwargs)
 
     def close(self) -> None:
-        """Close the store if this saver opened it."""
+        """Stop the async worker thread; close the store if this saver opened it."""
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
         if self._owns_store:
             self.store.close()
 
@@ -135,7 +146,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.close()
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     # ---------------------------------------------------------------- versions
     def get_next_version(self, current: int | str | None, channel: None = None) -> Any:
@@ -581,9 +592,23 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             lgdb.copy_thread(self.store, conn, str(source_thread_id), str(target_thread_id))
 
     # ---------------------------------------------------------------- async
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` in this saver's worker thread, so the event loop goes on while the
+        database works or waits (a lock held by another process, a slow PostgreSQL round trip).
+
+        One worker: calls run in the order they were made (a ``put`` before the ``put_writes``
+        that follows it), as the sync methods, which hold the saver's lock, would anyway.
+        """
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="alpstore-saver")
+            executor = self._executor
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        """Async ``get_tuple`` (the SQLite work is sub-millisecond and runs inline)."""
-        return self.get_tuple(config)
+        """Async ``get_tuple`` (off the event loop)."""
+        return await self._off_loop(self.get_tuple, config)
 
     async def alist(
         self,
@@ -593,8 +618,11 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        """Async ``list``."""
-        for item in self.list(config, filter=filter, before=before, limit=limit):
+        """Async ``list`` (read off the event loop, then yielded)."""
+        items = await self._off_loop(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in items:
             yield item
 
     async def aput(
@@ -604,8 +632,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        """Async ``put``."""
-        return self.put(config, checkpoint, metadata, new_versions)
+        """Async ``put`` (off the event loop)."""
+        return await self._off_loop(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
         self,
@@ -614,30 +642,32 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Async ``put_writes``."""
-        self.put_writes(config, writes, task_id, task_path)
+        """Async ``put_writes`` (off the event loop)."""
+        await self._off_loop(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        """Async ``delete_thread``."""
-        self.delete_thread(thread_id)
+        """Async ``delete_thread`` (off the event loop)."""
+        await self._off_loop(self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Async ``delete_for_runs``."""
-        self.delete_for_runs(run_ids)
+        """Async ``delete_for_runs`` (off the event loop)."""
+        await self._off_loop(self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Async ``copy_thread``."""
-        self.copy_thread(source_thread_id, target_thread_id)
+        """Async ``copy_thread`` (off the event loop)."""
+        await self._off_loop(self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Async ``prune``."""
-        self.prune(thread_ids, strategy=strategy)
+        """Async ``prune`` (off the event loop)."""
+        await self._off_loop(self.prune, thread_ids, strategy=strategy)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        """Async ``get_delta_channel_history``."""
-        return self.get_delta_channel_history(config=config, channels=channels)
+        """Async ``get_delta_channel_history`` (off the event loop)."""
+        return await self._off_loop(
+            self.get_delta_channel_history, config=config, channels=channels
+        )
 
 
 _WriteEntry = tuple[str, list[Any], list[int]]
