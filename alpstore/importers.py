@@ -44,6 +44,15 @@ class ParsedHistory:
         return sum(len(t) for t in self.turns)
 
 
+DEEP_FILE_KEYS = frozenset({"version", "kernel", "working_memory"})
+"""Top-level keys of a deep checkpoint file (mas-lab versions 1 and 2), never of a message."""
+
+DEEP_FILE_HINT = (
+    "a transcript holds one JSON message per line; a deep checkpoint file (one JSON document) "
+    "is imported with `alpstore checkpoint import FILE`"
+)
+
+
 def is_user_turn(message: Any) -> bool:
     """True when ``message`` starts a user turn (tool results fed back do not)."""
     if not isinstance(message, dict):
@@ -131,7 +140,13 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
             obj = json.loads(line)
         except (ValueError, RecursionError) as err:
             reason = getattr(err, "msg", None) or "nested too deeply"
-            raise InputError(f"{where}: not valid JSON ({reason})") from err
+            hint = DEEP_FILE_HINT if not records and line.lstrip().startswith("{") else None
+            raise InputError(f"{where}: not valid JSON ({reason})", hint=hint) from err
+        if not records and isinstance(obj, dict) and obj.keys() >= DEEP_FILE_KEYS:
+            raise InputError(
+                f"{path}: this is a deep checkpoint file, not a transcript",
+                hint=f"import it with `alpstore checkpoint import {path}`",
+            )
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         if line.count("[") + line.count("{") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:

@@ -104,3 +104,17 @@ def test_samples_prints_the_shipped_conversation(cli: Any, tmp_path: Path) -> No
     assert result.out.encode() == sample_path().read_bytes()
     generated = cli("samples", "conversation", "--turns", "3")
     assert sum(1 for line in generated.out.splitlines() if '"user"' in line) == 3
+
+
+def test_session_import_of_a_deep_file_points_to_checkpoint_import(
+    cli: Any, demo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "demo.json"
+    assert cli("checkpoint", "export", "demo@latest", "-o", str(out)).code == 0
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(json.loads(out.read_text()), indent=1))
+    for path in (out, pretty):
+        result = cli("session", "import", str(path), "--name", "other")
+        assert result.code == 3, result.err
+        assert "alpstore checkpoint import" in result.err and "Traceback" not in result.err
+    assert "other" not in cli("session", "list").out
