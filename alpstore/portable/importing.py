@@ -47,7 +47,7 @@ from alpstore.portable.reading import (
     stream_document,
 )
 from alpstore.sessions import CheckpointInfo, Session, default_label, new_session_uuid
-from alpstore.views import View
+from alpstore.views import View, cover_add, cover_bytes
 
 if TYPE_CHECKING:
     from alpstore.store import Store
@@ -381,6 +381,7 @@ def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Op
         origin=_origin(head, opts.source_name, opts.fork, opts.manifest is not None),
     )
     view = store.views.append(conn, View(None, 0), session.id, ids)
+    cover = cover_add(0, 0, imp.digests)  # the covering digest of the new head (issue 13)
     conn.execute(
         update(sessions)
         .where(sessions.c.id == session.id)
@@ -390,6 +391,7 @@ def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Op
             turn=head.turn,
             status="active",
             updated_at=time.time(),
+            head_digest=cover_bytes(cover),
         )
     )
     info = store.session_info(session.id, conn=conn)
@@ -403,6 +405,7 @@ def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Op
         trigger=IMPORT_TRIGGER,
         kernel_id=kernel_id,
         wm_id=wm_id,
+        cover=cover,
     )
     return (Session(store, info), ck, name)
 
