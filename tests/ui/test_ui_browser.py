@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from alpstore.db.migrate import SCHEMA_HEAD
 from tests.backend_pass import database_env_for
 from tests.ui._ui_demo import STEERING, SUMMARY
 from tests.ui.conftest import UiServer, fingerprint
@@ -138,7 +139,7 @@ def test_walk_leaves_archive_bytes_and_revision_unchanged(page: Any, ui_server: 
     page.goto(f"{ui_server.base}/s/{ui_server.ids['child']}")
     after = fingerprint(ui_server.root, ui_server.db_url)
     assert after == before
-    assert after["revision"] == "0003"
+    assert after["revision"] == SCHEMA_HEAD
 
 
 def test_hostile_transcript_renders_as_text(page: Any, ui_server: UiServer) -> None:
