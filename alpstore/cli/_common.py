@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -100,17 +99,13 @@ def stdout_is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
 def printable(text: str) -> str:
-    """``text`` with control and bidi characters shown as escapes, never sent to the terminal."""
-    return _CONTROL.sub(_escape, text)
+    """``text`` with control and bidi characters shown as escapes, never sent to the terminal
+    (tabs and newlines kept: a table cell may wrap); one rule with :func:`_terminal.term`.
+    """
+    from alpstore.cli._terminal import term
 
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match[0])
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return term(text, keep="\t\n")
 
 
 def tsv_cell(text: str) -> str:

@@ -32,9 +32,13 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\U{code:08x}"
 
 
-def term(text: object) -> str:
-    """``text`` safe to print on a terminal: every control character shown as an escape."""
+def term(text: object, *, keep: str = "") -> str:
+    r"""``text`` safe to print on a terminal: every control character shown as an escape, but
+    those in ``keep`` (a multi-line table cell keeps ``"\t\n"``).
+    """
     s = text if isinstance(text, str) else str(text)
+    if keep:
+        return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape(m), s)
     return _UNSAFE.sub(_escape, s)
 
 
