@@ -509,11 +509,7 @@ class Session:
             steer_digest: Digest | None = None
             steer_id: int | None = None
             if steering is not None:
-                item = encode(steering_message(steering), BLOB_MESSAGE)
-                (steer_id,) = store.archive.store_encoded(conn, [item])
-                steer_digest = item[0]
-                cover = cover_add(cover, view.length, [item[0]])
-                view = store.views.append(conn, view, info.id, [steer_id])
+                view, cover, steer_id, steer_digest = self._steer(conn, info, view, cover, steering)
                 turn += 1
             count = info.backtrack_count + (1 if automatic else 0)
             self._move_head(
@@ -549,6 +545,16 @@ class Session:
             steering=digest_hex(steer_digest) if steer_digest else None,
         )
         return BacktrackInfo(bt_id, info.uuid, steps, latest.id, target, steer_digest, automatic)
+
+    def _steer(
+        self, conn: Connection, info: SessionInfo, view: View, cover: int, steering: str
+    ) -> tuple[View, int, int, Digest]:
+        """Append the ``/steer`` message after a backtrack: ``(view, cover, blob id, digest)``."""
+        store = self.store
+        item = encode(steering_message(steering), BLOB_MESSAGE)
+        (steer_id,) = store.archive.store_encoded(conn, [item])
+        cover = cover_add(cover, view.length, [item[0]])
+        return store.views.append(conn, view, info.id, [steer_id]), cover, steer_id, item[0]
 
     def rewind(
         self,
@@ -596,10 +602,7 @@ class Session:
             # The view has no checkpoint row to carry its digest: computed from its entries.
             cover = store.views.cover(conn, view)
             if steering is not None:
-                item = encode(steering_message(steering), BLOB_MESSAGE)
-                (steer_id,) = store.archive.store_encoded(conn, [item])
-                cover = cover_add(cover, view.length, [item[0]])
-                view = store.views.append(conn, view, info.id, [steer_id])
+                view, cover, _, _ = self._steer(conn, info, view, cover, steering)
                 turn += 1
             self._move_head(
                 conn,

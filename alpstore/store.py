@@ -152,11 +152,6 @@ class Store:
         with self.db.atomic() as conn:
             if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
                 raise UsageError(f"session {uuid} already exists in this archive")
-            if (
-                name is not None
-                and conn.execute(select(sessions.c.id).where(sessions.c.uuid == name)).first()
-            ):  # lookups try ids first: the name would find the other session
-                raise UsageError(f"the name {name!r} is the id of another session")
             self._require_free_name(conn, name)
             mid = manifest_blob(conn, self, manifest)
             sid = self._insert_session(
@@ -300,9 +295,14 @@ class Store:
         conn.execute(update(sessions).where(sessions.c.id == session_id).values(name=name))
 
     def _require_free_name(self, conn: Connection, name: str | None) -> None:
-        """Raise ``SessionNameTakenError`` when another session has ``name``."""
+        """Raise ``SessionNameTakenError`` when another session has ``name``, ``UsageError``
+        when it is another session's id (create, fork and rename share this rule).
+        """
         if name is None:
             return
+        if conn.execute(select(sessions.c.id).where(sessions.c.uuid == name)).first():
+            # lookups try ids first: the name would find the other session
+            raise UsageError(f"the name {name!r} is the id of another session")
         owner = conn.execute(select(sessions.c.uuid).where(sessions.c.name == name)).scalar()
         if owner is not None:
             raise _name_taken(name, str(owner))
