@@ -85,8 +85,12 @@ QuietOpt = Annotated[
 
 
 def echo(text: str = "") -> None:
-    """Print plain text to stdout (no markup interpretation)."""
-    sys.stdout.write(text + "\n")
+    """Print plain text to stdout (no markup interpretation). On a terminal every control and
+    bidi character is shown as an escape (tabs and newlines kept), whichever command printed
+    it: a label, a message or an event from another machine's file cannot drive the terminal.
+    Piped output stays exact.
+    """
+    sys.stdout.write((printable(text) if stdout_is_terminal() else text) + "\n")
 
 
 def warn(text: str) -> None:
