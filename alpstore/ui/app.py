@@ -95,7 +95,6 @@ def _page(template: str, handler: Handler, settings: Settings, env: Environment)
 
     async def endpoint(request: Request) -> StarletteResponse:
         def run() -> StarletteResponse:
-            _forget_ids(settings.store)
             try:
                 result = handler(request, settings)
             except NotFoundError as err:
@@ -111,14 +110,6 @@ def _page(template: str, handler: Handler, settings: Settings, env: Environment)
         return await run_in_threadpool(run)
 
     return endpoint
-
-
-def _forget_ids(store: Store) -> None:
-    """Start each request with no id-keyed cache: the inspector runs beside writers and GC,
-    which may delete a segment or blob whose id SQLite later hands to another row.
-    """
-    store.views.forget()
-    store.archive._base_raw.clear()
 
 
 def _error(env: Environment, settings: Settings, status: int, err: AlpstoreError) -> HTMLResponse:
@@ -205,7 +196,6 @@ def _json(
 ) -> Callable[[Request], Awaitable[StarletteResponse]]:
     async def endpoint(request: Request) -> StarletteResponse:
         def run() -> StarletteResponse:
-            _forget_ids(settings.store)
             try:
                 return JSONResponse(handler(request, settings))
             except NotFoundError as err:
