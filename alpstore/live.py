@@ -182,6 +182,8 @@ class Mark:
         file: the deep file written for it, if any.
         floor_seq: the sequence number of the newest archive checkpoint at or before it (what
             a backtrack to it keeps retained in the archive).
+        cover: the covering digest of ``view`` when known (an in-process checkpoint keeps it,
+            so a backtrack to it does not recompute it from every entry).
     """
 
     checkpoint: CheckpointInfo | None
@@ -192,6 +194,7 @@ class Mark:
     context: Context | None = None
     file: Path | None = None
     floor_seq: int | None = None
+    cover: int | None = None
 
     @property
     def in_memory(self) -> bool:
@@ -485,6 +488,7 @@ class LiveSession:
                     steering=bt.steering,
                     keep_seq=bt.keep_seq,
                     expect_head=expect,
+                    cover=target.cover,
                     detail={
                         "steps": bt.steps,
                         "to_turn": target.turn,
@@ -569,6 +573,7 @@ class LiveSession:
                 decision.trigger,
                 self._kept_context(),
                 floor_seq=self._floor,
+                cover=session.written_cover(self._view) if messages else None,
             )
             self._marks.append(mark)
             self._trim(in_memory=True)

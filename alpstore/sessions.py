@@ -170,6 +170,8 @@ class Session:
         self._cover = 0
         """The covering digest of ``_info.head``: meaningful only inside a write transaction,
         after ``_write`` read it from the session row."""
+        self._cover_view: View | None = None
+        """The view ``_cover`` is the digest of (None until this handle's first write)."""
 
     # ---------------------------------------------------------------- reading
     @property
@@ -186,6 +188,14 @@ class Session:
     def head(self) -> View:
         """The live covering head (an immutable view)."""
         return self._info.head
+
+    def written_cover(self, view: View) -> int | None:
+        """The covering digest of ``view`` if it is the head this handle last wrote or read
+        inside a write transaction, else None. Views never change once written (see
+        ARCHITECTURE "Caches and GC"), so the digest stays true for that view even after
+        another writer moves the head.
+        """
+        return self._cover if self._cover_view == view else None
 
     def info(self, *, refresh: bool = True) -> SessionInfo:
         """The session's current row."""
@@ -230,6 +240,7 @@ class Session:
         self._info = info
         cover = cover_int(row[5])
         self._cover = self.store.views.cover(conn, info.head) if cover is None else cover
+        self._cover_view = info.head
         return info
 
     def _require_writable(self, info: SessionInfo, what: str) -> None:
@@ -268,6 +279,7 @@ class Session:
             ),
         )
         self._cover = cover
+        self._cover_view = view
         self._info = _evolve(
             info,
             head=view,
@@ -565,13 +577,16 @@ class Session:
         keep_seq: int | None = None,
         expect_head: View | None = None,
         detail: dict[str, Any] | None = None,
+        cover: int | None = None,
     ) -> View:
         """Move the head to ``view`` (a prefix this session wrote, e.g. the view of an
         in-process checkpoint that has no archive row) and inject ``steering``; one transaction.
 
         Checkpoints after ``keep_seq`` stop being retained. ``expect_head`` refuses the move when
         another writer moved the head since the caller last saw it. The move is recorded as a
-        ``backtrack`` event (detail given by the caller).
+        ``backtrack`` event (detail given by the caller). ``cover`` is the view's covering
+        digest when the caller kept it (from :meth:`written_cover`); otherwise it is computed
+        from the view's entries (O(length)).
 
         Raises:
             SessionStateError: terminated, or the head is not ``expect_head``.
@@ -599,8 +614,9 @@ class Session:
                     )
             if keep_seq is not None:
                 store.abandon_after(conn, info.id, keep_seq)
-            # The view has no checkpoint row to carry its digest: computed from its entries.
-            cover = store.views.cover(conn, view)
+            # The view has no checkpoint row to carry its digest: the caller's, or computed.
+            if cover is None:
+                cover = store.views.cover(conn, view)
             if steering is not None:
                 view, cover, _, _ = self._steer(conn, info, view, cover, steering)
                 turn += 1

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from alpstore.errors import SessionStateError
 from alpstore.live import MAX_CONTEXT_DEPTH, Context, model_message
+from alpstore.maintenance import verify
 from alpstore.store import Store
 
 # ------------------------------------------------------------------ Context (in memory)
@@ -153,6 +154,30 @@ def test_in_memory_backtrack_persists_as_a_head_move(tmp_path: Path) -> None:
         assert live.session.checkpoints() == []
 
 
+def test_in_memory_backtrack_reuses_the_digest_it_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backtrack to an in-process checkpoint moves the head without reading every entry of
+    the target view to recompute its covering digest (the mark kept it), and the digest it
+    records is the true one.
+    """
+    with Store.open(tmp_path / "run") as store:
+        live = store.open_session(manifest=agent({"mode": "in_memory"}), cwd=tmp_path)
+        for i in range(4):
+            live.commit_turn(turn(i))
+        assert all(mark.cover is not None for mark in live.marks)
+        computed: list[Any] = []
+        real = store.views.cover
+        monkeypatch.setattr(
+            store.views, "cover", lambda conn, view: computed.append(view) or real(conn, view)
+        )
+        live.backtrack(2, "steer")
+        live.commit_turn(turn(9))
+        assert computed == []
+        monkeypatch.undo()
+        assert verify(store).ok
+
+
 def test_another_writer_moving_the_head_is_refused_not_overwritten(tmp_path: Path) -> None:
     with Store.open(tmp_path / "run") as store:
         live = store.open_session(manifest=agent({"mode": "in_memory"}), cwd=tmp_path)
@@ -221,4 +246,5 @@ def test_live_context_always_equals_the_archive_after_flush(
         archived = [model_message(e) for e in live.session.history()]
         assert archived == live.context.to_list()
         assert live.turn == live.session.info().turn
+        assert verify(store).ok  # every recorded covering digest is the true one
         assert not list(workspace.rglob("*.json"))  # reference portability: rows, no files
