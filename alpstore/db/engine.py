@@ -448,25 +448,11 @@ def open_database(
     if url is None:
         url = default_database_url(root)
     if url:
-        try:
-            parsed = make_url(url)
-        except (exc.ArgumentError, ValueError) as err:
-            raise UsageError(
-                f"database URL {redact(url)!r} is not valid",
-                hint="expected e.g. postgresql+psycopg://USER:PASSWORD@HOST/DBNAME or "
-                "sqlite:///PATH",
-            ) from err
-        location = parsed.render_as_string(hide_password=True)
-        backend = parsed.get_backend_name()
-        if backend == "sqlite":
+        parsed, location = parse_database_url(url)
+        if parsed.get_backend_name() == "sqlite":
             engine = _sqlite_engine(url)
-        elif backend == "postgresql":
-            engine = _postgresql_engine(parsed, location)
         else:
-            raise UsageError(
-                f"database URL {location}: unsupported backend {backend!r}",
-                hint="alpstore runs on sqlite:///PATH or postgresql+psycopg://…",
-            )
+            engine = postgresql_engine(parsed, location)
     else:
         if root is None:
             raise UsageError("no run root and no database URL given")
@@ -500,7 +486,32 @@ def open_database(
     return db
 
 
-def _postgresql_engine(parsed: URL, location: str) -> Engine:
+def parse_database_url(url: str) -> tuple[URL, str]:
+    """``url`` parsed, with the location to name it by (password hidden).
+
+    Raises:
+        UsageError: malformed, or neither SQLite nor PostgreSQL.
+    """
+    try:
+        parsed = make_url(url)
+    except (exc.ArgumentError, ValueError) as err:
+        raise UsageError(
+            f"database URL {redact(url)!r} is not valid",
+            hint="expected e.g. postgresql+psycopg://USER:PASSWORD@HOST/DBNAME or sqlite:///PATH",
+        ) from err
+    location = parsed.render_as_string(hide_password=True)
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise UsageError(
+            f"database URL {location}: unsupported backend {backend!r}",
+            hint="alpstore runs on sqlite:///PATH or postgresql+psycopg://…",
+        )
+    if backend == "sqlite" and not parsed.database:
+        raise UsageError(f"database URL {location}: no file named")
+    return parsed, location
+
+
+def postgresql_engine(parsed: URL, location: str) -> Engine:
     """A PostgreSQL engine on psycopg 3 (``postgresql://`` means psycopg here, not psycopg2)."""
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")

@@ -13,19 +13,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import create_engine, event, exc
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
 
 from alpstore.db.engine import (
-    PG_CONNECT_TIMEOUT_S,
     SQLITE_BUSY_TIMEOUT_MS,
     Database,
     default_database_url,
-    redact,
+    parse_database_url,
+    postgresql_engine,
     sqlite_path_for_root,
 )
 from alpstore.db.migrate import SCHEMA_HEAD, current_revision
-from alpstore.errors import NotFoundError, SchemaVersionError, UsageError
+from alpstore.errors import NotFoundError, SchemaVersionError
 from alpstore.store import Store
 
 
@@ -62,31 +62,12 @@ def _sqlite_engine(path: Path) -> Engine:
     return engine
 
 
-def _postgresql_engine(url: str) -> tuple[Engine, str]:
-    try:
-        parsed = make_url(url)
-    except (exc.ArgumentError, ValueError) as err:
-        raise UsageError(f"database URL {redact(url)!r} is not valid") from err
-    location = parsed.render_as_string(hide_password=True)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        if not parsed.database:
-            raise UsageError(f"database URL {location}: no file named")
+def _url_engine(url: str) -> tuple[Engine, str]:
+    parsed, location = parse_database_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        assert parsed.database  # parse_database_url refuses a SQLite URL without a file
         return _sqlite_engine(Path(parsed.database)), location
-    if backend != "postgresql":
-        raise UsageError(f"database URL {location}: unsupported backend {backend!r}")
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    args: dict[str, Any] = {}
-    if "connect_timeout" not in parsed.query:
-        args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
-    try:
-        engine = create_engine(parsed, future=True, connect_args=args, pool_pre_ping=True)
-    except ImportError as err:
-        raise UsageError(
-            f"database URL {location}: driver not installed ({err.name})",
-            hint="pip install 'alpstore[postgres]'",
-        ) from err
+    engine = postgresql_engine(parsed, location)
     event.listen(engine, "connect", _pg_ro_connect)
     return engine, location
 
@@ -102,7 +83,7 @@ def open_read_only(root: Path, url: str | None = None) -> Store:
     """
     url = url or default_database_url(root)
     if url:
-        engine, location = _postgresql_engine(url)
+        engine, location = _url_engine(url)
     else:
         path = sqlite_path_for_root(root)
         if not path.is_file():
