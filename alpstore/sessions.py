@@ -307,6 +307,37 @@ class Session:
         """
         return self._append(messages, keep=keep, checkpoint=None)
 
+    def pop_last(self) -> Entry | None:
+        """Remove the head's last entry and return it (None when the head is empty).
+
+        One transaction that reads the entry after locking the session row, so the entry
+        removed is the one returned even while other writers append (O(1) in history length).
+        """
+        store = self.store
+
+        def attempt() -> Entry | None:
+            with store.db.atomic() as conn:
+                info = self._write(conn)
+                self._require_writable(info, "remove an entry")
+                head = info.head
+                if head.length == 0:
+                    return None
+                keep = head.length - 1
+                rows = store.views.read_blob_rows(conn, head, keep)
+                (raw,) = store.archive.decode_rows(conn, rows, verify=False)
+                digest = bytes(rows[0][1])
+                self._move_head(
+                    conn,
+                    info,
+                    store.views.cut(conn, head, keep),
+                    turn=info.turn,
+                    cover=cover_sub(self._cover, keep, [digest]),
+                )
+                (entry,) = store.entries_of([(Digest(digest), int(rows[0][2]), raw)])
+                return entry
+
+        return store.db.retrying(attempt, what=f"remove the last entry of session {self.uuid}")
+
     def commit_turn(
         self,
         messages: Sequence[Any],

@@ -710,10 +710,13 @@ class Store:
         """The entries of a view, in order: one joined range scan per segment, one JSON parse
         per batch.
         """
-        return self._entries(self.hydrate_raw(view, verify=verify))
+        return self.entries_of(self.hydrate_raw(view, verify=verify))
 
     @staticmethod
-    def _entries(raws: list[tuple[Digest, int, bytes]]) -> list[Entry]:
+    def entries_of(raws: list[tuple[Digest, int, bytes]]) -> list[Entry]:
+        """Entries from ``(digest, kind, canonical JSON bytes)`` triples (one JSON parse per
+        batch).
+        """
         values = parse_documents([(d, raw) for d, _, raw in raws])
         out: list[Entry] = []
         for (digest, kind, _), value in zip(raws, values, strict=True):
@@ -770,7 +773,7 @@ class Store:
                 "digest (an entry was swapped, lost or reordered)",
                 hint="`alpstore archive verify` names every checkpoint affected",
             )
-        return self._entries(raws)
+        return self.entries_of(raws)
 
     def expand(self, entry: Entry) -> list[Entry]:
         """The entries a summary covers (one level), hydrated."""

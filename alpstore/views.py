@@ -233,15 +233,16 @@ class ViewStore:
             ids.extend(rows)
         return ids
 
-    def read_blob_rows(self, conn: Connection, view: View) -> list[Any]:
-        """The blob rows of ``view`` in order, joined in the range scans (no id round trip):
-        ``(id, digest, kind, raw_size, codec, dict_id, payload, base_id)``.
+    def read_blob_rows(self, conn: Connection, view: View, start: int = 0) -> list[Any]:
+        """The blob rows of ``view`` at positions ``start`` and after, in order, joined in the
+        range scans (no id round trip): ``(id, digest, kind, raw_size, codec, dict_id, payload,
+        base_id)``.
 
         Raises:
             IntegrityError: entries or blobs are missing.
         """
         rows: list[Any] = []
-        for seg_id, lo, hi in self.chain(conn, view):
+        for seg_id, lo, hi in clip(self.chain(conn, view), start):
             part = rsql.fetchall(conn, READ_RANGE_BLOBS, (seg_id, lo, hi))
             if len(part) != hi - lo:
                 raise IntegrityError(

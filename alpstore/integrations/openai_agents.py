@@ -165,15 +165,9 @@ class AlpstoreSession:
 
     async def pop_item(self) -> Any | None:
         """Remove and return the latest item (None when the conversation is empty)."""
-        session = self.alpstore_session()
-        with self.store.db.atomic():
-            head = session.info().head
-            if head.length == 0:
-                return None
-            last = self.store.hydrate_view(head)[-1]
-            session.truncate_and_append(head.length - 1, [])
+        last = self.alpstore_session().pop_last()  # read under the row lock
         self._live = None  # its in-process context no longer matches the head
-        return _item(last)
+        return None if last is None else _item(last)
 
     async def clear_session(self) -> None:
         """Forget the conversation (the head becomes empty; checkpoints keep their history)."""

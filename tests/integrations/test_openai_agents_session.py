@@ -168,3 +168,37 @@ def test_items_are_stored_once_across_sessions(run_root: Path) -> None:
     stats = store.archive.stats()
     assert stats.messages == 2  # the user item and the reply, shared by both sessions
     store.close()
+
+
+def test_pop_item_removes_the_item_it_returns_while_another_writer_appends(
+    backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer appends after pop_item's transaction began but before it locked the
+    session row (possible on PostgreSQL, where the lock comes with the first locking
+    statement): the item popped is the newest one — the other writer's — and nothing else is
+    cut.
+    """
+    if backend.name == "sqlite":
+        pytest.skip("SQLite writers hold the write lock from BEGIN IMMEDIATE: none can interleave")
+    from alpstore.sessions import Session
+
+    session = AlpstoreSession("race", backend.open_store())
+    asyncio.run(session.add_items([{"role": "user", "content": f"m{i}"} for i in range(3)]))
+    other = backend.open_store()
+    real_write = Session._write
+    fired: list[bool] = []
+
+    def write_after_another_writer(self: Session, conn: Any) -> Any:
+        if not fired:
+            fired.append(True)
+            other.session_named(session.name).append(
+                [{"role": "user", "content": "from the other writer"}]
+            )
+        return real_write(self, conn)
+
+    monkeypatch.setattr(Session, "_write", write_after_another_writer)
+    popped = asyncio.run(session.pop_item())
+    monkeypatch.undo()
+    assert fired
+    assert popped == {"role": "user", "content": "from the other writer"}
+    assert [i["content"] for i in asyncio.run(session.get_items())] == ["m0", "m1", "m2"]
