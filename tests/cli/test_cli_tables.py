@@ -128,7 +128,7 @@ def test_piped_session_log_is_tab_separated_and_exact(hostile: Hostile) -> None:
     assert unescape(bt[6]).endswith(f"; steering: /steer {STEER}")
 
 
-def test_piped_debug_log_session_list_and_db_info(hostile: Hostile) -> None:
+def test_piped_debug_log_session_list_db_info_and_sql(hostile: Hostile) -> None:
     log = hostile.cli("debug", "log", "demo").out.splitlines()
     assert log[0].split("\t") == ["CKPT", "TURN", "LABEL", "TRIGGER", "HEAD", "CHANGE"]
     assert all(len(line.split("\t")) == 6 for line in log)
@@ -141,6 +141,13 @@ def test_piped_debug_log_session_list_and_db_info(hostile: Hostile) -> None:
     header = info.index("table\trows\tsize")
     counts = dict(line.split("\t")[:2] for line in info[header + 1 :])
     assert counts["checkpoints"] == str(hostile.total_checkpoints)
+    # sql (tab-separated before this helper too): a tab or newline inside a value is escaped
+    char = "chr" if suite_backend() == "postgresql" else "char"
+    sql = hostile.cli(
+        "sql", f"select 'a' || {char}(9) || 'b' as v, 'c' || {char}(10) || '\\d' as w"
+    )
+    assert sql.code == 0, sql.err
+    assert sql.out.splitlines() == ["v\tw", "a\\tb\tc\\n\\\\d"]
 
 
 def test_piped_lineage_is_one_line_per_node(hostile: Hostile) -> None:
@@ -148,15 +155,6 @@ def test_piped_lineage_is_one_line_per_node(hostile: Hostile) -> None:
     assert len(lines) == 3, lines
     assert lines[1] == "├── ↶ backtrack 1 to turn 4: /steer Ask first.\\nreally\\x1b[31m"
     assert lines[2].startswith("└── kid (") and "forked at turn 2" in lines[2]
-
-
-def test_piped_sql_escapes_tabs_and_newlines_inside_a_value(hostile: Hostile) -> None:
-    char = "chr" if suite_backend() == "postgresql" else "char"
-    out = hostile.cli(
-        "sql", f"select 'a' || {char}(9) || 'b' as v, 'c' || {char}(10) || '\\d' as w"
-    )
-    assert out.code == 0, out.err
-    assert out.out.splitlines() == ["v\tw", "a\\tb\tc\\n\\\\d"]
 
 
 @given(st.text())
@@ -188,10 +186,11 @@ def test_session_list_keeps_every_column_on_an_80_column_terminal(hostile: Hosti
 
 
 def test_terminal_shows_controls_escaped(hostile: Hostile) -> None:
-    for args in (("session", "log", "demo"), ("debug", "log", "demo"), ("session", "lineage")):
+    for args in (("debug", "log", "demo"), ("session", "log", "demo"), ("session", "lineage")):
         out = on_terminal(hostile, *args, columns=200)
         for raw in ("\x1b[2J", "\x1b[31m", "\u202e"):
             assert raw not in out, (args, out)
+        assert not any(line.strip().startswith("really") for line in out.splitlines()), out
         assert "\\x1b[31m" in out and "first.\\x0areally" in out, (args, out)
         if args[1] == "log":
             assert "evil\\x1b[2J\\u202eX" in out, out
