@@ -10,13 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
     from alpstore.store import Store
-
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"  # the same name alpstore.db.engine reads
 
@@ -104,7 +100,7 @@ def stdout_is_terminal() -> bool:
 
 def printable(text: str) -> str:
     """``text`` with control and bidi characters shown as escapes, never sent to the terminal
-    (tabs and newlines kept: a table cell may wrap); one rule with :func:`_terminal.term`.
+    (tabs and newlines kept: a message of several lines stays readable); one rule with :func:`_terminal.term`.
     """
     from alpstore.cli._terminal import term
 

@@ -110,16 +110,15 @@ def _draw_table(cols: list[Column], cells: list[list[str]], max_cell: int | None
         least = {Kind.KEY: width, Kind.CUT: MIN_CUT, Kind.WRAP: MIN_WRAP}[col.kind]
         natural.append(width)
         floors.append(min(width, max(least, cell_len(head))))
-    widths = fit_widths(
-        natural, floors, [c.kind for c in cols], console.width - GAP * (len(cols) - 1)
-    )
+    gaps = GAP * max(len(cols) - 1, 0)
+    widths = fit_widths(natural, floors, [c.kind for c in cols], console.width - gaps)
     table = Table(
         box=None,
         padding=(0, GAP // 2),
         pad_edge=False,
         show_edge=False,
         header_style="bold",
-        width=sum(widths) + GAP * (len(cols) - 1),  # as computed: Rich never narrows it further
+        width=sum(widths) + gaps,  # as computed: Rich never narrows it further
     )
     for col, head, width in zip(cols, headers, widths, strict=True):
         wraps = col.kind is Kind.WRAP
