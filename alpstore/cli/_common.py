@@ -100,7 +100,8 @@ def stdout_is_terminal() -> bool:
 
 def printable(text: str) -> str:
     """``text`` with control and bidi characters shown as escapes, never sent to the terminal
-    (tabs and newlines kept: a message of several lines stays readable); one rule with :func:`_terminal.term`.
+    (tabs and newlines kept: a message of several lines stays readable); one rule with
+    :func:`_terminal.term`.
     """
     from alpstore.cli._terminal import term
 
