@@ -5,19 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
     from alpstore.store import Store
-
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"  # the same name alpstore.db.engine reads
 
@@ -105,50 +100,9 @@ def stdout_is_terminal() -> bool:
 
 def printable(text: str) -> str:
     """``text`` with control and bidi characters shown as escapes, never sent to the terminal
-    (tabs and newlines kept: a table cell may wrap); one rule with :func:`_terminal.term`.
+    (tabs and newlines kept: a message of several lines stays readable); one rule with
+    :func:`_terminal.term`.
     """
     from alpstore.cli._terminal import term
 
     return term(text, keep="\t\n")
-
-
-def tsv_cell(text: str) -> str:
-    """One tab-separated cell: backslash, tab, newline and carriage return escaped."""
-    return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-
-
-def print_table(
-    columns: Sequence[str],
-    rows: Iterable[Sequence[str]],
-    *,
-    wide: bool = False,
-    max_cell: int = 80,
-    right: Iterable[int] = (),
-) -> None:
-    """Print rows under a header: a Rich table on a terminal (a cell longer than ``max_cell``
-    is cut and marked …, unless ``wide``, which wraps it instead), tab-separated lines otherwise.
-    """
-    if not stdout_is_terminal():
-        echo("\t".join(printable(tsv_cell(c)) for c in columns))
-        for row in rows:
-            echo("\t".join(printable(tsv_cell(c)) for c in row))
-        return
-    from rich.table import Table
-    from rich.text import Text
-
-    aligned = set(right)
-    cells = [[printable(c) for c in row] for row in rows]
-    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-    for i, name in enumerate(columns):
-        longest = max([len(name), *(len(row[i]) for row in cells)])
-        table.add_column(
-            name,
-            justify="right" if i in aligned else "left",
-            overflow="fold" if wide else "ellipsis",
-            no_wrap=not wide,
-            min_width=None if wide else min(longest, max_cell),  # a narrow terminal wraps lines
-            max_width=None if wide else max_cell,
-        )
-    for row in cells:
-        table.add_row(*(Text(c) for c in row))
-    console.print(table)

@@ -40,11 +40,3 @@ def term(text: object, *, keep: str = "") -> str:
     if keep:
         return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape(m), s)
     return _UNSAFE.sub(_escape, s)
-
-
-def term_line(text: object) -> str:
-    """Like :func:`term`, for one table cell: whitespace runs (newlines, tabs) become one space
-    first, so a value can never start a new row.
-    """
-    s = text if isinstance(text, str) else str(text)
-    return term(" ".join(s.split()))

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from alpstore.cli._common import echo, options, print_json, print_table
+from alpstore.cli._common import echo, options, print_json
 from alpstore.db.engine import Database, open_database
 
 app = typer.Typer(
@@ -80,13 +80,15 @@ def info(
     if found.total_bytes is not None:
         echo(f"size:      {_size(found.total_bytes)}")
     if found.tables:
+        from alpstore.cli._table import Column, Kind, print_table
+
         print_table(
-            ["table", "rows", "size"],
-            (
-                [t.name, str(t.rows), "" if t.bytes is None else _size(t.bytes)]
-                for t in found.tables
-            ),
-            right=(1, 2),
+            [
+                Column("table", Kind.KEY),
+                Column("rows", Kind.KEY, True),
+                Column("size", Kind.KEY, True),
+            ],
+            ([t.name, t.rows, "" if t.bytes is None else _size(t.bytes)] for t in found.tables),
         )
 
 

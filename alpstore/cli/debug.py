@@ -19,6 +19,7 @@ from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
     from alpstore.debug.diff import JsonChange
+    from alpstore.debug.history import TimelineItem
     from alpstore.sessions import CheckpointInfo, Entry
     from alpstore.store import Store
 
@@ -122,17 +123,28 @@ def log(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = False) -> No
                 docs.append({"type": it.kind, **it.detail, "at": _when(it.at)})
         print_json(docs)
         return
-    echo(f"{'CKPT':>6} {'TURN':>5}  {'LABEL':14} {'TRIGGER':11} {'HEAD':>6}  CHANGE")
-    for it in items:
-        if it.change is not None:
-            ck = it.change.checkpoint
-            cut = "  (cut by backtrack)" if ck.abandoned else ""
-            echo(
-                f"{ck.id:>6} {ck.turn:>5}  {ck.label[:14]:14} {(ck.trigger or '-')[:11]:11} "
-                f"{ck.length:>6}  {it.change.summary}{cut}"
-            )
-        else:
-            echo(f"{'':>6} {'':>5}  {_event_text(it.kind, it.detail)}")
+    from alpstore.cli._table import Column, Kind, print_table
+
+    print_table(
+        [
+            Column("CKPT", Kind.KEY, right=True),
+            Column("TURN", Kind.KEY, right=True),
+            Column("LABEL"),
+            Column("TRIGGER"),
+            Column("HEAD", Kind.KEY, right=True),
+            Column("CHANGE", Kind.WRAP),
+        ],
+        (_log_row(it) for it in items),
+    )
+
+
+def _log_row(it: TimelineItem) -> list[object]:
+    """One row of `debug log`: a checkpoint, or an event told in the CHANGE column."""
+    if it.change is None:
+        return ["", "", "", "", "", _event_text(it.kind, it.detail)]
+    ck = it.change.checkpoint
+    cut = " (cut by backtrack)" if ck.abandoned else ""
+    return [ck.id, ck.turn, ck.label, ck.trigger or "-", ck.length, f"{it.change.summary}{cut}"]
 
 
 def _event_text(kind: str, d: dict[str, Any]) -> str:
@@ -179,7 +191,8 @@ def show(
     echo(f"session {ck.session}, view {ck.archive_view_id}, {ck.length} entries")
     for name, doc in (("kernel", shown.kernel), ("working memory", shown.working_memory)):
         text = json.dumps(doc, ensure_ascii=False, sort_keys=True) if doc is not None else "none"
-        echo(f"{name}: {text[: width - len(name) - 2] if width else text}")
+        room = width - len(name) - 2
+        echo(f"{name}: {text[: room - 1] + '…' if width and len(text) > room else text}")
     if start:
         echo(f"... {start} earlier entries")
     for i, e in enumerate(shown.entries):

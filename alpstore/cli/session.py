@@ -6,32 +6,25 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from alpstore.cli._common import (
     MAX_COUNT,
     QuietOpt,
-    console,
     echo,
     print_json,
-    print_table,
-    printable,
     read_store,
-    stdout_is_terminal,
     store,
     warn,
 )
-from alpstore.cli._terminal import term, term_line
+from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, NotFoundError, UsageError
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import Entry, Retention, SessionInfo
-
-if TYPE_CHECKING:
-    from alpstore.store import Store
 
 app = typer.Typer(
     help="Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
@@ -136,13 +129,18 @@ def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([_info_doc(i) for i in infos])
         return
+    from alpstore.cli._table import Column, Kind, print_table
+
     print_table(
-        ["SESSION", "NAME", "STATUS", "TURN", "HEAD", "PARENT"],
-        (
-            [i.uuid, i.name or "-", i.status, str(i.turn), str(i.head_length), i.parent or "-"]
-            for i in infos
-        ),
-        right=(3, 4),
+        [
+            Column("SESSION", Kind.KEY),
+            Column("NAME"),
+            Column("STATUS", Kind.KEY),
+            Column("TURN", Kind.KEY, right=True),
+            Column("HEAD", Kind.KEY, right=True),
+            Column("PARENT"),  # an id prefix names it: cut (marked) on a narrow terminal
+        ],
+        ([i.uuid, i.name or "-", i.status, i.turn, i.head_length, i.parent or "-"] for i in infos),
     )
 
 
@@ -531,24 +529,45 @@ def log(
     if as_json:
         print_json([r for _, r in rows])
         return
-    echo(f"{'CKPT':>6} {'TURN':>5}  {'LABEL':12} {'TRIGGER':14} {'HEAD':>6} {'+BYTES':>8}  NOTE")
-    for _, r in rows:
-        if r["type"] == "checkpoint":
-            note = "" if r["retained"] else "cut by backtrack"
-            echo(
-                f"{r['checkpoint']:>6} {r['turn']:>5}  {term_line(r['label'][:12]):12} "
-                f"{term_line((r['trigger'] or '-')[:14]):14} {r['head_length']:>6} "
-                f"{r['bytes_added']:>8}  {note}"
-            )
-        elif r["type"] == "backtrack":
-            steer = f" steering: {term_line(r['steering'])}" if r.get("steering") else ""
-            echo(
-                f"{'':>6} {'':>5}  -- backtrack {r['steps']} step(s) to checkpoint "
-                f"{r['to_checkpoint']}{' (automatic)' if r['automatic'] else ''}{steer}"
-            )
-        else:
-            detail = json.dumps(r["detail"], ensure_ascii=False, sort_keys=True)
-            echo(f"{'':>6} {'':>5}  -- {term_line(r['type'])}: {term_line(detail)}")
+    from alpstore.cli._table import Column, Kind, print_table
+
+    print_table(
+        [
+            Column("CKPT", Kind.KEY, right=True),
+            Column("TURN", Kind.KEY, right=True),
+            Column("LABEL"),
+            Column("TRIGGER"),
+            Column("HEAD", Kind.KEY, right=True),
+            Column("+BYTES", Kind.KEY, right=True),
+            Column("NOTE", Kind.WRAP),
+        ],
+        (_log_row(r) for _, r in rows),
+    )
+
+
+def _log_row(r: dict[str, Any]) -> list[object]:
+    """One row of `session log`: a checkpoint, or an event told in the NOTE column."""
+    if r["type"] == "checkpoint":
+        note = "" if r["retained"] else "cut by backtrack"
+        return [
+            r["checkpoint"],
+            r["turn"],
+            r["label"],
+            r["trigger"] or "-",
+            r["head_length"],
+            r["bytes_added"],
+            note,
+        ]
+    if r["type"] == "backtrack":
+        steer = f"; steering: {r['steering']}" if r.get("steering") else ""
+        note = (
+            f"backtrack {r['steps']} step(s) to checkpoint {r['to_checkpoint']}"
+            f"{' (automatic)' if r['automatic'] else ''}{steer}"
+        )
+    else:
+        detail = json.dumps(r["detail"], ensure_ascii=False, sort_keys=True)
+        note = f"{r['type']}: {detail}"
+    return ["", "", "", "", "", "", note]
 
 
 def _entry_line(i: int, e: Entry, width: int) -> str:
@@ -647,37 +666,17 @@ def lineage(
     from alpstore.debug.lineage import render_lineage, write_svg
 
     st = read_store(ctx)
-    if fmt == "tree" and stdout_is_terminal():
-        _print_tree(st, session)
+    if fmt == "tree":
+        from alpstore.cli._table import print_tree
+        from alpstore.debug.lineage import lineage_branches, lineage_roots
+
+        print_tree(lineage_branches(*lineage_roots(st, session)), empty="(no sessions)")
     else:
         sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
     if svg is not None:
         written = write_svg(st, session, svg)
         if written:
             warn(f"wrote {svg}")
-
-
-def _print_tree(st: Store, session: str | None) -> None:
-    """The fork tree drawn with rich.tree (names escaped), for a terminal."""
-    from rich.text import Text
-    from rich.tree import Tree
-
-    from alpstore.debug.lineage import Node, backtrack_text, lineage_roots, node_text
-
-    roots, turns = lineage_roots(st, session)
-
-    def grow(tree: Tree, node: Node) -> None:
-        for bt in node.backtracks:
-            tree.add(Text(printable(backtrack_text(bt, turns))))
-        for child in node.children:
-            grow(tree.add(Text(printable(node_text(child)))), child)
-
-    for root in roots:
-        tree = Tree(Text(printable(node_text(root))), guide_style="dim")
-        grow(tree, root)
-        console.print(tree)
-    if not roots:
-        echo("(no sessions)")
 
 
 @app.command("import")

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import print_table, read_store, warn
+from alpstore.cli._common import read_store, warn
 from alpstore.errors import Interrupted
 from alpstore.sqlhelpers import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, run_query
 
@@ -69,8 +69,12 @@ def command(
     if as_json:
         _print_json_rows(result.columns, result.rows)
     else:
+        from alpstore.cli._table import Column, Kind, print_table
+
+        kind = Kind.WRAP if wide else Kind.CUT
         shown = ([_cell(v) for v in row] for row in result.rows)
-        print_table(result.columns, shown, wide=wide, max_cell=CELL_WIDTH)
+        columns = [Column(name, kind) for name in result.columns]
+        print_table(columns, shown, max_cell=None if wide else CELL_WIDTH)
     n = len(result.rows)
     if result.cut == "rows":
         warn(f"showing the first {n} rows; more were cut (--max-rows {max_rows})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,25 +109,44 @@ def lineage_roots(store: Store, session_ref: str | None) -> tuple[list[Node], di
     return roots, _turns(store, roots)
 
 
-def _tree(roots: list[Node], turns: dict[int, int]) -> str:
+@dataclass
+class Branch:
+    """One line of a drawn tree and the lines under it."""
+
+    text: str
+    children: list[Branch] = field(default_factory=list)
+
+
+def lineage_branches(roots: list[Node], turns: dict[int, int]) -> list[Branch]:
+    """The fork tree as lines to draw: each session, its backtracks first, then its forks."""
+
+    def branch(node: Node) -> Branch:
+        marks = [Branch(backtrack_text(bt, turns)) for bt in node.backtracks]
+        return Branch(node_text(node), [*marks, *(branch(c) for c in node.children)])
+
+    return [branch(r) for r in roots]
+
+
+def tree_lines(roots: Sequence[Branch], cell: Callable[[str], str] = str) -> list[str]:
+    """A forest drawn with plain guides (``├──``, ``└──``, ``│``), one line per branch, each
+    text passed through ``cell`` (the command line escapes it there).
+    """
     lines: list[str] = []
 
-    def visit(node: Node, prefix: str, last: bool, top: bool) -> None:
-        text = node_text(node)
+    def visit(b: Branch, prefix: str, last: bool, top: bool) -> None:
+        text = cell(b.text)
         lines.append(text if top else f"{prefix}{'└── ' if last else '├── '}{text}")
         inner = prefix if top else prefix + ("    " if last else "│   ")
-        kids: list[Node | dict[str, Any]] = [*node.backtracks, *node.children]
-        for n, kid in enumerate(kids):
-            end = n == len(kids) - 1
-            if isinstance(kid, Node):
-                visit(kid, inner, end, False)
-            else:
-                mark = "└── " if end else "├── "
-                lines.append(f"{inner}{mark}{backtrack_text(kid, turns)}")
+        for n, kid in enumerate(b.children):
+            visit(kid, inner, n == len(b.children) - 1, False)
 
     for root in roots:
         visit(root, "", True, True)
-    return "\n".join(lines) if lines else "(no sessions)"
+    return lines
+
+
+def _tree(roots: list[Node], turns: dict[int, int]) -> str:
+    return "\n".join(tree_lines(lineage_branches(roots, turns))) or "(no sessions)"
 
 
 def _doc(node: Node, turns: dict[int, int]) -> dict[str, Any]:

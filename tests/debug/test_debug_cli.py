@@ -75,7 +75,8 @@ def test_diff_replay_log_show_and_lineage_after_backtrack_and_fork(imported: Any
     assert lines[bt + 2].endswith("user: /steer Do not delete the build directory.")
     assert lines[0] == "== turn 1 (checkpoint 1, every_turn)"
     log = imported("debug", "log", "big")
-    assert "  (cut by backtrack)" in log.out
+    cut = [row.split("\t") for row in log.out.splitlines() if row.endswith(" (cut by backtrack)")]
+    assert [(r[1], r[3]) for r in cut] == [("999", "every_turn"), ("1000", "every_turn")]
     show = imported("debug", "show", f"big@{BAD_TURN}", "--tail", "3")
     assert show.code == 0 and f"= big@{BAD_TURN} (turn-{BAD_TURN:04d}" in show.out
     assert "tool: removed 1832 files" in show.out
