@@ -253,6 +253,10 @@ class Decompressor:
         """True when ``dict_id`` is loaded."""
         return dict_id in self._dictionaries
 
+    def dictionary(self, dict_id: int) -> bytes:
+        """The bytes of loaded dictionary ``dict_id``."""
+        return self._dictionaries[dict_id]
+
     def decompress(
         self,
         codec: int,
