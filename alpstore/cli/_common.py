@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -11,13 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+    from alpstore.store import Store
 
 ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"  # the same name alpstore.db.engine reads
 
@@ -52,6 +51,16 @@ class GlobalOptions:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+@functools.cache
+def console() -> Console:
+    """The Rich console for tables and trees on a terminal (made on first use: Rich is not
+    imported by commands that print plain text).
+    """
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
 
 
 def options(ctx: typer.Context) -> GlobalOptions:
@@ -151,4 +160,4 @@ def print_table(
         )
     for row in cells:
         table.add_row(*(Text(c) for c in row))
-    console.print(table)
+    console().print(table)

@@ -28,9 +28,9 @@ from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, NotFoundError, UsageError
 from alpstore.portable.secrets import require_no_secrets
-from alpstore.sessions import Entry, Retention, SessionInfo
 
 if TYPE_CHECKING:
+    from alpstore.sessions import Entry, SessionInfo
     from alpstore.store import Store
 
 app = typer.Typer(
@@ -91,6 +91,8 @@ def new(
     ] = 5,
 ) -> None:
     """Create an empty session and print its id."""
+    from alpstore.sessions import Retention
+
     doc = _load_manifest(manifest) if manifest else None
     if doc is not None:  # CK-11: refused before the archive is even opened
         require_no_secrets(doc, what=str(manifest))
@@ -675,7 +677,7 @@ def _print_tree(st: Store, session: str | None) -> None:
     for root in roots:
         tree = Tree(Text(printable(node_text(root))), guide_style="dim")
         grow(tree, root)
-        console.print(tree)
+        console().print(tree)
     if not roots:
         echo("(no sessions)")
 
