@@ -83,6 +83,12 @@ def cases(exe: str, root: str) -> list[Case]:
             [sys.executable, "-c", "import typer"],
             baseline=True,
         ),
+        Case(
+            '`python -c "import typer._adapters"` (baseline: typer with its pydantic coercion, '
+            "which typer imports for any command whose options it parses)",
+            [sys.executable, "-c", "import typer._adapters"],
+            baseline=True,
+        ),
         Case("`alpstore --version`", [exe, "--version"]),
         Case("`alpstore --help`", [exe, "--help"]),
     ]
