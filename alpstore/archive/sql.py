@@ -23,6 +23,7 @@ from alpstore.codec import (
     CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
+    DICT_LEVEL,
     Compressor,
     Decompressor,
     Digest,
@@ -143,10 +144,17 @@ class SqlArchive:
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary."""
 
     def __init__(
-        self, db: Database, *, level: int = DEFAULT_LEVEL, auto_train: bool = True
+        self,
+        db: Database,
+        *,
+        level: int = DEFAULT_LEVEL,
+        dict_level: int = DICT_LEVEL,
+        auto_train: bool = True,
     ) -> None:
         self.db = db
         self.level = level
+        self.dict_level = dict_level
+        """zstd level of the frames made with the dictionary (small blobs)."""
         self.auto_train = auto_train
         self._dec = Decompressor()
         self._codec: tuple[int | None, Compressor] = (None, Compressor(level))
@@ -192,7 +200,10 @@ class SqlArchive:
             ).first()
         if row is not None and int(row.id) != self._codec[0]:
             self._dec.add_dictionary(int(row.id), bytes(row.data))
-            self._codec = (int(row.id), Compressor(self.level, bytes(row.data)))
+            self._codec = (int(row.id), self._compressor(bytes(row.data)))
+
+    def _compressor(self, dictionary: bytes) -> Compressor:
+        return Compressor(self.level, dictionary, dict_level=self.dict_level)
 
     def _ensure_dictionary(self, conn: Connection, dict_id: int) -> None:
         if self._dec.has_dictionary(dict_id):
@@ -313,7 +324,7 @@ class SqlArchive:
             self._load_newest_dictionary()
             return None
         self._dec.add_dictionary(dict_id, data)
-        self._codec = (dict_id, Compressor(self.level, data))
+        self._codec = (dict_id, self._compressor(data))
         return dict_id
 
     def _recompress(self, dict_id: int, items: Sequence[tuple[int, bytes, int]]) -> int:
@@ -321,7 +332,7 @@ class SqlArchive:
         where that is smaller, ``RECOMPRESS_BATCH`` rows per transaction (compressed before the
         transaction opens). A blob `gc` deleted meanwhile is simply not updated.
         """
-        comp = Compressor(self.level, self._dec.dictionary(dict_id))
+        comp = self._compressor(self._dec.dictionary(dict_id))
         changed = 0
         for part in chunks(items, RECOMPRESS_BATCH):
             if self._stop.is_set():
