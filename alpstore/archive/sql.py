@@ -85,6 +85,10 @@ DELTA_GAIN = 0.8
 DELTA_CANDIDATES = 32
 """How many recent large blobs a process keeps as delta bases."""
 
+TRAINER_NICE = 10
+"""Scheduling niceness of the training thread (where the OS sets it per thread, as Linux does):
+on a busy machine the process's writers get the cores before the training does."""
+
 RECOMPRESS_BATCH = 100
 """Blobs re-encoded per transaction when a new dictionary recompresses the archive's first ones:
 a writer beside the recompression waits for one batch at most."""
@@ -165,9 +169,13 @@ class SqlArchive:
         self._trainer: threading.Thread | None = None
         """The background thread training the automatic dictionary, while it runs."""
         self._trainer_lock = threading.Lock()
-        self._stop = threading.Event()
+        self._closed = False
+        self._train_at = AUTO_TRAIN_SAMPLES
+        """Small-blob count at which the next automatic training starts (raised after a failure,
+        so a failing training is not retried on every write)."""
         self.training_error: BaseException | None = None
-        """Why the last background training failed (it is retried after a later write)."""
+        """Why the last background training failed (retried once as many small blobs again are
+        stored)."""
         self._bases: OrderedDict[bytes, tuple[bytes, frozenset[bytes]]] = OrderedDict()
         """Recent large non-delta blobs of this process, by digest: candidates to delta against.
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
@@ -335,8 +343,6 @@ class SqlArchive:
         comp = self._compressor(self._dec.dictionary(dict_id))
         changed = 0
         for part in chunks(items, RECOMPRESS_BATCH):
-            if self._stop.is_set():
-                break
             updates = []
             for blob_id, raw, size in part:
                 codec, payload = comp.compress(raw)
@@ -375,9 +381,9 @@ class SqlArchive:
                 )
         else:
             self._small_count += new_small
-        if self._small_count >= AUTO_TRAIN_SAMPLES:
+        if self._small_count >= max(self._train_at, AUTO_TRAIN_SAMPLES):
             with self._trainer_lock:
-                if self._trainer is not None or self._stop.is_set():
+                if self._trainer is not None or self._closed:
                     return
                 self._trainer = threading.Thread(
                     target=self._train_in_background,
@@ -394,15 +400,19 @@ class SqlArchive:
         commits before any blob refers to it, and each recompression batch is a transaction
         that only re-encodes rows still there.
         """
+        if hasattr(os, "setpriority"):  # Linux: a thread is a task; the writers come first
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TRAINER_NICE)
         try:
             self._load_newest_dictionary()  # another process may have trained one already
-            if self.dictionary_id is None and not self._stop.is_set():
+            if self.dictionary_id is None:
                 _, _, changed = self.train_dictionary(samples=samples, only_if_none=True)
                 if changed:
                     self._reclaim_space()
             self.training_error = None
-        except BaseException as err:  # kept for the caller to see; retried after a later write
+        except BaseException as err:  # kept for the caller to see; retried later
             self.training_error = err
+            self._train_at = samples + AUTO_TRAIN_SAMPLES
         finally:
             with self._trainer_lock:
                 self._trainer = None
@@ -431,8 +441,9 @@ class SqlArchive:
         samples of one archive, recompressed in short batches), so this waits briefly; a
         process that crossed the threshold just before closing still leaves its dictionary.
         """
+        with self._trainer_lock:
+            self._closed = True
         self.wait_for_training()
-        self._stop.set()
 
     def _reclaim_space(self) -> None:
         """Give back the space the recompression freed (it rewrote the first small blobs).

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 import alpstore.archive.sql as archive_sql
+from alpstore import codec
 from alpstore.codec import CODEC_ZSTD_DICT
 from alpstore.db.tables import blobs, zstd_dicts
 from alpstore.maintenance import gc
@@ -42,7 +43,7 @@ class GatedTrainer:
         self.threads: list[threading.Thread] = []
         self.entered = threading.Event()
         self.release = threading.Event()
-        self._real = archive_sql.train_dictionary
+        self._real = codec.train_dictionary
 
     def __call__(self, samples: Any, size: int) -> bytes:
         self.threads.append(threading.current_thread())
@@ -142,3 +143,31 @@ def test_gc_and_writers_beside_the_recompression(
     assert not any(archive.has(d) for d in loose)
     assert [e.value for e in session.history()] == kept
     assert archive.verify().ok
+
+
+def test_a_failed_training_is_reported_and_not_retried_on_every_write(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tiny blobs count towards the threshold but cannot train a dictionary: the failure is
+    kept in ``training_error``, writes go on, and no new attempt starts before as many small
+    blobs again are stored."""
+    monkeypatch.setattr(archive_sql, "AUTO_TRAIN_SAMPLES", THRESHOLD)
+    store = backend.open_store()
+    archive = store.archive
+    archive.put_many([{"i": i} for i in range(THRESHOLD)])  # 7-9 bytes each: no samples
+    assert archive.wait_for_training(timeout=60)
+    assert "small blobs" in str(archive.training_error)
+    starts: list[int] = []
+    real = archive._train_in_background
+
+    def counted(samples: int) -> None:
+        starts.append(samples)
+        real(samples)
+
+    monkeypatch.setattr(archive, "_train_in_background", counted)
+    archive.put_many([{"j": i} for i in range(THRESHOLD - 1)])
+    assert archive.wait_for_training(timeout=60) and starts == []
+    archive.put_many([{"role": "tool", "content": f"output line {i} " * 20} for i in range(40)])
+    assert archive.wait_for_training(timeout=60)
+    assert len(starts) == 1 and archive.training_error is None
+    assert archive.dictionary_id is not None
