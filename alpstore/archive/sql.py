@@ -85,10 +85,6 @@ DELTA_GAIN = 0.8
 DELTA_CANDIDATES = 32
 """How many recent large blobs a process keeps as delta bases."""
 
-TRAINER_NICE = 10
-"""Scheduling niceness of the training thread (where the OS sets it per thread, as Linux does):
-on a busy machine the process's writers get the cores before the training does."""
-
 RECOMPRESS_BATCH = 100
 """Blobs re-encoded per transaction when a new dictionary recompresses the archive's first ones:
 a writer beside the recompression waits for one batch at most."""
@@ -269,31 +265,26 @@ class SqlArchive:
     ) -> tuple[list[Any], list[tuple[int, bytes]]]:
         """The newest ``samples`` small blobs (rows and decoded bytes), in one read; with
         ``after``, every small blob without a dictionary whose id is larger.
+
+        Driver-level SQL and the batch decoder: this runs beside the writers' turns (in the
+        training thread), so it holds the interpreter lock as briefly as it can.
         """
-        query = (
-            select(
-                blobs.c.id,
-                blobs.c.codec,
-                blobs.c.dict_id,
-                blobs.c.raw_size,
-                blobs.c.payload,
-                blobs.c.digest,
-                blobs.c.base_id,
-            )
-            .where(
-                blobs.c.raw_size <= SMALL_BLOB_MAX,
-                blobs.c.raw_size >= 16,
-                blobs.c.codec != CODEC_ZSTD_BASE,
-            )
-            .order_by(blobs.c.id.desc())
-            .limit(samples)
+        sql = (
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "WHERE raw_size <= ? AND raw_size >= 16 AND codec != ?"
         )
+        params: list[Any] = [SMALL_BLOB_MAX, CODEC_ZSTD_BASE]
         if after is not None:
-            query = query.where(blobs.c.id > after, blobs.c.codec.in_([CODEC_RAW, CODEC_ZSTD]))
+            sql += " AND id > ? AND codec IN (?, ?)"
+            params += [after, CODEC_RAW, CODEC_ZSTD]
+        sql += " ORDER BY id DESC"
+        if samples is not None:
+            sql += " LIMIT ?"
+            params.append(samples)
         with self.db.read() as conn:
-            rows = conn.execute(query).all()
-            raws = [(int(r.id), self._decode_row(conn, r)) for r in rows]
-        return list(rows), raws
+            rows = [_Row(*r) for r in rsql.fetchall(conn, sql, params)]
+            decoded = self.decode_rows(conn, rows, verify=False)
+        return rows, [(r.id, raw) for r, raw in zip(rows, decoded, strict=True)]
 
     def _install_dictionary(
         self, data: bytes, sample_count: int, *, only_if_none: bool
@@ -400,9 +391,6 @@ class SqlArchive:
         commits before any blob refers to it, and each recompression batch is a transaction
         that only re-encodes rows still there.
         """
-        if hasattr(os, "setpriority"):  # Linux: a thread is a task; the writers come first
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TRAINER_NICE)
         try:
             self._load_newest_dictionary()  # another process may have trained one already
             if self.dictionary_id is None:
