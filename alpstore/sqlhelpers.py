@@ -18,13 +18,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, text
-
 from alpstore.codec import DIGEST_SIZE, Digest, parse_digest
-from alpstore.db.engine import translate_errors
 from alpstore.errors import AlpstoreError, Interrupted, UsageError
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from alpstore.store import Store
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -168,6 +167,8 @@ def run_query(
         raise UsageError("max_rows, max_bytes and timeout must be positive")
     db = store.db
     deadline = time.monotonic() + (timeout or float("inf"))
+    from alpstore.db.engine import translate_errors
+
     with db.read() as conn, translate_errors(db.location):
         dbapi = conn.connection.dbapi_connection
         on_sqlite = isinstance(dbapi, sqlite3.Connection)
@@ -200,6 +201,8 @@ def _no_guard() -> Iterator[list[str]]:
 
 
 def _fetch(conn: Connection, query: str, max_rows: int, max_bytes: int) -> QueryResult:
+    from sqlalchemy import text
+
     result = conn.execute(text(query))
     if not result.returns_rows:
         raise UsageError("the statement returns no rows; `alpstore sql` only reads")

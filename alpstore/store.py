@@ -112,7 +112,10 @@ class Store:
         return cls(db, root)
 
     def close(self) -> None:
-        """Close the database and the event log."""
+        """Close the database and the event log (a background dictionary training of this
+        store finishes first).
+        """
+        self.archive.close()
         self.events.close()
         self.db.close()
 

@@ -69,6 +69,7 @@ def _alpstore_ingest(messages: list[dict[str, Any]], root: Path, *, auto_train: 
     archive = SqlArchive(open_database(root=root), auto_train=auto_train)
     for start in range(0, len(messages), BATCH):
         archive.put_many(messages[start : start + BATCH])
+    archive.close()  # the dictionary is trained in the background: count what it leaves
     stored = archive.stats().stored_bytes
     archive.db.close()
     return stored

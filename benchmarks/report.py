@@ -149,6 +149,9 @@ def other_groups(b: dict[str, dict[str, Any]], known: set[str]) -> list[str]:
                 "test_langgraph",
                 "test_ui_page",
                 "test_live_",
+                "test_cli_startup",
+                "test_turn_latency",
+                "test_bytes",
             )
         )
     ]
@@ -248,6 +251,9 @@ def main(argv: list[str]) -> int:
     lines += curves_section(HERE / "results" / "curves.json")
     for name in (
         "langgraph.md",
+        "startup.md",
+        "turn_latency.md",
+        "bytes.md",
         "backends.md",
         "postgres.md",
         "portable.md",

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -22,6 +23,7 @@ from alpstore.codec import (
     CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
+    DICT_LEVEL,
     Compressor,
     Decompressor,
     Digest,
@@ -53,6 +55,9 @@ SMALL_BLOB_MAX = 16 * 1024
 AUTO_TRAIN_SAMPLES = 1000
 """A dictionary is trained automatically once the archive holds this many small blobs."""
 
+DICT_SAMPLE_RATIO = 8
+"""...but at most the samples' total size divided by this."""
+
 DICT_SIZE = 112 * 1024
 """Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
 
@@ -79,6 +84,10 @@ DELTA_GAIN = 0.8
 
 DELTA_CANDIDATES = 32
 """How many recent large blobs a process keeps as delta bases."""
+
+RECOMPRESS_BATCH = 100
+"""Blobs re-encoded per transaction when a new dictionary recompresses the archive's first ones:
+a writer beside the recompression waits for one batch at most."""
 
 VACUUM_MAX_BYTES = 32 * 1024 * 1024
 """Archives up to this size are compacted once, right after the first dictionary."""
@@ -135,16 +144,34 @@ class SqlArchive:
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary."""
 
     def __init__(
-        self, db: Database, *, level: int = DEFAULT_LEVEL, auto_train: bool = True
+        self,
+        db: Database,
+        *,
+        level: int = DEFAULT_LEVEL,
+        dict_level: int = DICT_LEVEL,
+        auto_train: bool = True,
     ) -> None:
         self.db = db
         self.level = level
+        self.dict_level = dict_level
+        """zstd level of the frames made with the dictionary (small blobs)."""
         self.auto_train = auto_train
         self._dec = Decompressor()
-        self._dict_id: int | None = None
-        self._comp = Compressor(level)
+        self._codec: tuple[int | None, Compressor] = (None, Compressor(level))
+        """(dictionary id, compressor) for new blobs: one attribute, swapped whole, so a writer
+        never pairs one dictionary's frames with another's id."""
         self._small_count: int | None = None
         self._pending_small = 0
+        self._trainer: threading.Thread | None = None
+        """The background thread training the automatic dictionary, while it runs."""
+        self._trainer_lock = threading.Lock()
+        self._closed = False
+        self._train_at = AUTO_TRAIN_SAMPLES
+        """Small-blob count at which the next automatic training starts (raised after a failure,
+        so a failing training is not retried on every write)."""
+        self.training_error: BaseException | None = None
+        """Why the last background training failed (retried once as many small blobs again are
+        stored)."""
         self._bases: OrderedDict[bytes, tuple[bytes, frozenset[bytes]]] = OrderedDict()
         """Recent large non-delta blobs of this process, by digest: candidates to delta against.
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
@@ -165,15 +192,22 @@ class SqlArchive:
         self._pending_small = 0
 
     # ----------------------------------------------------------------- dictionaries
+    @property
+    def dictionary_id(self) -> int | None:
+        """The dictionary new small blobs are compressed with (None before one is trained)."""
+        return self._codec[0]
+
     def _load_newest_dictionary(self) -> None:
         with self.db.read() as conn:
             row = conn.execute(
                 select(zstd_dicts.c.id, zstd_dicts.c.data).order_by(zstd_dicts.c.id.desc()).limit(1)
             ).first()
-        if row is not None:
-            self._dict_id = int(row.id)
-            self._comp = Compressor(self.level, bytes(row.data))
+        if row is not None and int(row.id) != self._codec[0]:
             self._dec.add_dictionary(int(row.id), bytes(row.data))
+            self._codec = (int(row.id), self._compressor(bytes(row.data)))
+
+    def _compressor(self, dictionary: bytes) -> Compressor:
+        return Compressor(self.level, dictionary, dict_level=self.dict_level)
 
     def _ensure_dictionary(self, conn: Connection, dict_id: int) -> None:
         if self._dec.has_dictionary(dict_id):
@@ -194,86 +228,135 @@ class SqlArchive:
         """Train a new dictionary from the archive's small blobs and use it from now on.
 
         Returns ``(dict_id, samples_used, blobs_recompressed)``. Blobs it recompresses keep
-        their digest and content; only their stored encoding changes.
+        their digest and content; only their stored encoding changes. Each step is its own
+        short transaction: the dictionary row commits before anything refers to it (this
+        archive's writers switch to it only then), and the recompression runs in batches of
+        ``RECOMPRESS_BATCH`` rows, so a writer beside it waits for one batch at most.
 
         Raises:
             UsageError: the archive holds too few small blobs to learn from.
         """
-        with self.db.read() as conn:
-            rows = conn.execute(
-                select(
-                    blobs.c.id,
-                    blobs.c.codec,
-                    blobs.c.dict_id,
-                    blobs.c.raw_size,
-                    blobs.c.payload,
-                    blobs.c.digest,
-                    blobs.c.base_id,
-                )
-                .where(
-                    blobs.c.raw_size <= SMALL_BLOB_MAX,
-                    blobs.c.raw_size >= 16,
-                    blobs.c.codec != CODEC_ZSTD_BASE,
-                )
-                .order_by(blobs.c.id.desc())
-                .limit(samples)
-            ).all()
-            raws = [(int(r.id), self._decode_row(conn, r)) for r in rows]
+        if self.db.in_transaction():
+            raise UsageError("train_dictionary runs its own transactions: call it outside one")
+        rows, raws = self._training_samples(samples)
         if len(raws) < 8:
             raise UsageError(
                 f"only {len(raws)} small blobs in the archive; a dictionary needs at least 8",
                 hint=f"it is trained automatically once {AUTO_TRAIN_SAMPLES} are stored",
             )
         total = sum(len(r) for _, r in raws)
-        data = train_dictionary([r for _, r in raws], max(1024, min(size, total // 8)))
-        ddig = digest_bytes(data)
-        with self.db.atomic() as conn:
-            if only_if_none:  # automatic training: the first process to get here wins
-                rival = conn.execute(
-                    select(zstd_dicts.c.id).order_by(zstd_dicts.c.id.desc()).limit(1)
-                ).scalar()
-                if rival is not None:
-                    self._dict_id = None
-                    self._load_newest_dictionary()
-                    return int(rival), 0, 0
-            conn.execute(
-                self._insert(zstd_dicts)
-                .values(
-                    digest=ddig,
-                    size=len(data),
-                    sample_count=len(raws),
-                    created_at=time.time(),
-                    data=data,
-                )
-                .on_conflict_do_nothing(index_elements=["digest"])
-            )
-            dict_id = int(
-                conn.execute(
-                    select(zstd_dicts.c.id).where(zstd_dicts.c.digest == ddig)
-                ).scalar_one()
-            )
-            comp = Compressor(self.level, data)
-            changed = 0
-            if recompress:
-                current = {int(r.id): len(r.payload) for r in rows}
-                updates = []
-                for blob_id, raw in raws:
-                    codec, payload = comp.compress(raw)
-                    if codec == CODEC_ZSTD_DICT and len(payload) < current[blob_id]:
-                        updates.append((codec, dict_id, payload, blob_id))
-                rsql.executemany(
-                    conn,
-                    "UPDATE blobs SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
-                    updates,
-                )
-                changed = len(updates)
-        self._dict_id = dict_id
-        self._comp = comp
-        self._dec.add_dictionary(dict_id, data)
+        data = train_dictionary(
+            [r for _, r in raws], max(1024, min(size, total // DICT_SAMPLE_RATIO))
+        )
+        dict_id = self._install_dictionary(data, len(raws), only_if_none=only_if_none)
+        if dict_id is None:  # automatic training lost to another process's dictionary
+            return self.dictionary_id or 0, 0, 0
+        changed = 0
+        if recompress:
+            # and the small blobs written without it while it was trained
+            late_rows, late = self._training_samples(None, after=max(i for i, _ in raws))
+            current = {int(r.id): len(r.payload) for r in [*rows, *late_rows]}
+            items = [(i, raw, current[i]) for i, raw in [*raws, *late]]
+            changed = self._recompress(dict_id, items)
         return dict_id, len(raws), changed
 
+    def _training_samples(
+        self, samples: int | None, *, after: int | None = None
+    ) -> tuple[list[Any], list[tuple[int, bytes]]]:
+        """The newest ``samples`` small blobs (rows and decoded bytes), in one read; with
+        ``after``, every small blob without a dictionary whose id is larger.
+
+        Driver-level SQL and the batch decoder: this runs beside the writers' turns (in the
+        training thread), so it holds the interpreter lock as briefly as it can.
+        """
+        sql = (
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "WHERE raw_size <= ? AND raw_size >= 16 AND codec != ?"
+        )
+        params: list[Any] = [SMALL_BLOB_MAX, CODEC_ZSTD_BASE]
+        if after is not None:
+            sql += " AND id > ? AND codec IN (?, ?)"
+            params += [after, CODEC_RAW, CODEC_ZSTD]
+        sql += " ORDER BY id DESC"
+        if samples is not None:
+            sql += " LIMIT ?"
+            params.append(samples)
+        with self.db.read() as conn:
+            rows = [_Row(*r) for r in rsql.fetchall(conn, sql, params)]
+            decoded = self.decode_rows(conn, rows, verify=False)
+        return rows, [(r.id, raw) for r, raw in zip(rows, decoded, strict=True)]
+
+    def _install_dictionary(
+        self, data: bytes, sample_count: int, *, only_if_none: bool
+    ) -> int | None:
+        """Commit ``data`` as a dictionary, then make this archive's new small blobs use it.
+
+        Returns its id, or None when ``only_if_none`` and the archive has a dictionary already
+        (that one is loaded instead: the first process to get here wins).
+        """
+        ddig = digest_bytes(data)
+        dict_id = None
+        with self.db.atomic() as conn:
+            taken = only_if_none and bool(
+                conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one()
+            )
+            if not taken:
+                conn.execute(
+                    self._insert(zstd_dicts)
+                    .values(
+                        digest=ddig,
+                        size=len(data),
+                        sample_count=sample_count,
+                        created_at=time.time(),
+                        data=data,
+                    )
+                    .on_conflict_do_nothing(index_elements=["digest"])
+                )
+                dict_id = int(
+                    conn.execute(
+                        select(zstd_dicts.c.id).where(zstd_dicts.c.digest == ddig)
+                    ).scalar_one()
+                )
+        # committed (train_dictionary refuses to run inside a caller's transaction): blobs may
+        # refer to it from now on
+        if dict_id is None:
+            self._load_newest_dictionary()
+            return None
+        self._dec.add_dictionary(dict_id, data)
+        self._codec = (dict_id, self._compressor(data))
+        return dict_id
+
+    def _recompress(self, dict_id: int, items: Sequence[tuple[int, bytes, int]]) -> int:
+        """Re-encode ``(blob id, raw bytes, current payload size)`` with dictionary ``dict_id``
+        where that is smaller, ``RECOMPRESS_BATCH`` rows per transaction (compressed before the
+        transaction opens). A blob `gc` deleted meanwhile is simply not updated.
+        """
+        comp = self._compressor(self._dec.dictionary(dict_id))
+        changed = 0
+        for part in chunks(items, RECOMPRESS_BATCH):
+            updates = []
+            for blob_id, raw, size in part:
+                codec, payload = comp.compress(raw)
+                if codec == CODEC_ZSTD_DICT and len(payload) < size:
+                    updates.append((codec, dict_id, payload, blob_id))
+            if updates:
+                with self.db.atomic() as conn:
+                    rsql.executemany(
+                        conn,
+                        "UPDATE blobs SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
+                        updates,
+                    )
+                changed += len(updates)
+        return changed
+
     def _maybe_auto_train(self, new_small: int) -> None:
-        if not self.auto_train or self._dict_id is not None or new_small == 0:
+        """Once the archive holds ``AUTO_TRAIN_SAMPLES`` small blobs, start training.
+
+        The training runs in a background thread with its own connection and short
+        transactions of its own (``_train_in_background``): the write that crossed the
+        threshold returns at once instead of paying for training and recompression.
+        """
+        if not self.auto_train or self.dictionary_id is not None or new_small == 0:
             return
         if self.db.in_transaction():  # inside a caller's larger write: train after it
             self._pending_small += new_small
@@ -289,31 +372,94 @@ class SqlArchive:
                 )
         else:
             self._small_count += new_small
-        if self._small_count >= AUTO_TRAIN_SAMPLES:
-            self._load_newest_dictionary()  # another process may have trained one already
-            if self._dict_id is None:
-                _, _, changed = self.train_dictionary(samples=self._small_count, only_if_none=True)
-                if changed:
-                    self._compact_small_file()
+        if self._small_count >= max(self._train_at, AUTO_TRAIN_SAMPLES):
+            with self._trainer_lock:
+                if self._trainer is not None or self._closed:
+                    return
+                self._trainer = threading.Thread(
+                    target=self._train_in_background,
+                    args=(self._small_count,),
+                    name="alpstore-dictionary",
+                    daemon=True,  # an unclosed store must not hold the interpreter open
+                )
+                self._trainer.start()
 
-    def _compact_small_file(self) -> None:
-        """VACUUM a small SQLite archive after the dictionary rewrote its first blobs.
+    def _train_in_background(self, samples: int) -> None:
+        """Train, install and recompress (the trainer thread's body); never raises.
 
-        Recompressing in place leaves holes in the pages that later inserts never reuse; at
-        this size a VACUUM takes milliseconds. Skipped quietly when another connection is busy.
+        Safe beside this process's writers, other processes and `gc`: the dictionary row
+        commits before any blob refers to it, and each recompression batch is a transaction
+        that only re-encodes rows still there.
         """
-        if not self.db.is_sqlite:
+        try:
+            self._load_newest_dictionary()  # another process may have trained one already
+            if self.dictionary_id is None:
+                _, _, changed = self.train_dictionary(samples=samples, only_if_none=True)
+                if changed:
+                    self._reclaim_space()
+            self.training_error = None
+        except BaseException as err:  # kept for the caller to see; retried later
+            self.training_error = err
+            self._train_at = samples + AUTO_TRAIN_SAMPLES
+        finally:
+            with self._trainer_lock:
+                self._trainer = None
+
+    def wait_for_training(self, timeout: float | None = None) -> bool:
+        """Block until a background training this archive started has finished (or
+        ``timeout`` seconds passed); True when none is running any more.
+        """
+        with self._trainer_lock:
+            trainer = self._trainer
+        if trainer is not None:
+            trainer.join(timeout)
+            return not trainer.is_alive()
+        return True
+
+    @property
+    def training(self) -> bool:
+        """True while a background training of this archive runs."""
+        with self._trainer_lock:
+            return self._trainer is not None
+
+    def close(self) -> None:
+        """Let a running background training finish, and start no new one.
+
+        ``Store.close`` calls it before the database closes. The training is bounded (the
+        samples of one archive, recompressed in short batches), so this waits briefly; a
+        process that crossed the threshold just before closing still leaves its dictionary.
+        """
+        with self._trainer_lock:
+            self._closed = True
+        self.wait_for_training()
+
+    def _reclaim_space(self) -> None:
+        """Give back the space the recompression freed (it rewrote the first small blobs).
+
+        SQLite: VACUUM a small archive file (in-place rewrites leave holes in pages that later
+        inserts never reuse; at this size it takes milliseconds), queued like any writer.
+        PostgreSQL: a plain ``VACUUM`` of ``blobs`` (and its TOAST table), so the old versions
+        of the rewritten rows are not left as dead tuples; it takes no lock writers wait for,
+        and later inserts reuse the space. Skipped quietly when refused or busy.
+        """
+        if self.db.is_postgresql:
+            with (
+                contextlib.suppress(Exception),
+                self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+            ):
+                conn.exec_driver_sql("VACUUM blobs")
             return
         path = self.db.location
         try:
-            if os.path.getsize(path) > VACUUM_MAX_BYTES:
+            if not self.db.is_sqlite or os.path.getsize(path) > VACUUM_MAX_BYTES:
                 return
             raw = self.db.engine.raw_connection()
             try:
                 driver = raw.driver_connection
                 driver.execute("PRAGMA busy_timeout = 100")  # type: ignore[union-attr]
                 try:
-                    driver.execute("VACUUM")  # type: ignore[union-attr]
+                    with self.db.writer_queue():
+                        driver.execute("VACUUM")  # type: ignore[union-attr]
                 finally:  # the connection goes back to the pool: restore its patience
                     driver.execute(  # type: ignore[union-attr]
                         f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"
@@ -331,9 +477,9 @@ class SqlArchive:
 
     def compress(self, raw: bytes) -> tuple[int, int | None, bytes]:
         """Encode canonical bytes for storage: ``(codec, dict_id, payload)``."""
-        use_dict = len(raw) <= SMALL_BLOB_MAX
-        codec, payload = self._comp.compress(raw, use_dictionary=use_dict)
-        return codec, (self._dict_id if codec == CODEC_ZSTD_DICT else None), payload
+        dict_id, comp = self._codec
+        codec, payload = comp.compress(raw, use_dictionary=len(raw) <= SMALL_BLOB_MAX)
+        return codec, (dict_id if codec == CODEC_ZSTD_DICT else None), payload
 
     def _delta(
         self, conn: Connection, raw: bytes, plain: int
@@ -346,17 +492,21 @@ class SqlArchive:
         """
         lines = line_hashes(raw)
         best, score = None, 0
-        for base_digest, (_, base_lines) in self._bases.items():
+        # a snapshot: another thread's rollback may clear the candidates meanwhile
+        for base_digest, (_, base_lines) in list(self._bases.items()):
             shared = len(lines & base_lines)
             if shared > score:
                 best, score = base_digest, shared
         if best is not None and score >= DELTA_MIN_SHARED * len(lines):
-            base = self._bases[best][0]
+            candidate = self._bases.get(best)
+            if candidate is None:
+                return None
+            base = candidate[0]
             payload = delta_compressor(base, self.level).compress(raw)
             if len(payload) < DELTA_GAIN * plain:
                 found = rsql.fetchone(conn, BASE_LOOKUP, (best,))
                 if found is None or found[1] == CODEC_ZSTD_BASE:  # collected (or re-stored
-                    del self._bases[best]  # since as a delta itself): no base any more
+                    self._bases.pop(best, None)  # since as a delta itself): no base any more
                     return None
                 return int(found[0]), payload, lines
         return None

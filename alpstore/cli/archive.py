@@ -11,7 +11,6 @@ import typer
 
 from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store
 from alpstore.codec import parse_digest, parse_json
-from alpstore.db.tables import BLOB_KINDS
 from alpstore.errors import InputError, IntegrityError
 
 app = typer.Typer(
@@ -20,7 +19,8 @@ app = typer.Typer(
 )
 
 MAX_PUT_BYTES = 256 * 1024 * 1024
-KIND_BY_NAME = {name: kind for kind, name in BLOB_KINDS.items()}
+PUT_KINDS = ("message", "state", "manifest")
+"""The node kinds `archive put` stores (a summary is made by `session fold`)."""
 
 
 @app.command("put")
@@ -32,7 +32,7 @@ def put(
     ] = "message",
 ) -> None:
     """Store a JSON document once and print its BLAKE3 digest."""
-    if kind not in KIND_BY_NAME or kind == "summary":
+    if kind not in PUT_KINDS:
         raise InputError(f"--kind {kind!r}: expected message, state or manifest")
     where = "stdin" if source == "-" else source
     try:
@@ -42,7 +42,10 @@ def put(
     if len(data) > MAX_PUT_BYTES:
         raise InputError(f"{where}: larger than {MAX_PUT_BYTES} bytes")
     value = parse_json(data, where=where)
-    digest = store(ctx).archive.put(value, KIND_BY_NAME[kind])
+    from alpstore.db.tables import BLOB_KINDS
+
+    by_name = {name: number for number, name in BLOB_KINDS.items()}
+    digest = store(ctx).archive.put(value, by_name[kind])
     echo(digest.hex())
 
 

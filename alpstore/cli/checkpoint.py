@@ -16,23 +16,6 @@ import typer
 from alpstore.cli._common import echo, options, print_json, read_store, store, warn
 from alpstore.cli._terminal import term
 from alpstore.errors import NotFoundError, UsageError
-from alpstore.policy import load_manifest, policy_of_manifest
-from alpstore.policy.overlays import apply_overlays
-from alpstore.portable.cadence import default_store_dir
-from alpstore.portable.deep import build_export, snapshot_of_checkpoint, snapshot_of_head
-from alpstore.portable.exporting import storage_dir, write_export
-from alpstore.portable.files import (
-    checkpoint_file_name,
-    contained_path,
-    fork_document,
-    is_compressed,
-    list_checkpoint_files,
-    load_checkpoint_file,
-    read_document,
-    write_checkpoint_file,
-)
-from alpstore.portable.ids import check_text
-from alpstore.sessions import new_session_uuid
 
 app = typer.Typer(
     help="Checkpoint files (mas-lab v1/v2) and the archive's checkpoints: list, show, fork, "
@@ -63,6 +46,8 @@ def _archive_ref(ref: str) -> str | None:
 
 
 def _file(ref: str, checkpoint_dir: Path | None) -> Path:
+    from alpstore.portable.files import contained_path
+
     path = Path(ref).expanduser()
     if path.exists() or checkpoint_dir is None or path.is_absolute():
         return path
@@ -107,6 +92,9 @@ def list_(
     """Print the checkpoint file names of a directory, one per line (LC-2); with --archive,
     then the archive's checkpoints as archive:SESSION@TURN names (usable wherever a file is).
     """
+    from alpstore.portable.cadence import default_store_dir
+    from alpstore.portable.files import list_checkpoint_files
+
     opts_root = options(ctx).root
     folder = directory or checkpoint_dir or default_store_dir(opts_root)
     if directory is not None or folder.is_dir():
@@ -129,6 +117,9 @@ def list_(
 @app.command("show")
 def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
     """Pretty-print a checkpoint's JSON (an archive checkpoint is hydrated first)."""
+    from alpstore.portable.deep import build_export, snapshot_of_checkpoint
+    from alpstore.portable.files import read_document
+
     kind, target = _resolve(ctx, ref, checkpoint_dir, read=True)
     if kind == "archive":
         st = read_store(ctx)
@@ -169,6 +160,16 @@ def fork(
     """Fork a version 2 checkpoint into a new session id; print the new file's path (or, for an
     archive checkpoint, the new session's id).
     """
+    from alpstore.portable.files import (
+        checkpoint_file_name,
+        contained_path,
+        fork_document,
+        is_compressed,
+        load_checkpoint_file,
+        write_checkpoint_file,
+    )
+    from alpstore.sessions import new_session_uuid
+
     kind, target = _resolve(ctx, ref, checkpoint_dir)
     if kind == "archive":
         child = store(ctx, create=False).fork_checkpoint(target, session_id=session_id)
@@ -201,6 +202,9 @@ def resume(
 
     Version 2 uses its embedded manifest; version 1 (kernel only) needs --manifest.
     """
+    from alpstore.policy import load_manifest
+    from alpstore.policy.overlays import apply_overlays
+
     kind, target = _resolve(ctx, ref, checkpoint_dir)
     st = store(ctx)
     if kind == "archive":
@@ -242,6 +246,9 @@ def save(
     the directory auto_resume_latest reads), else storage.path of an embedded manifest, else
     <root>/checkpoints.
     """
+    from alpstore.policy import policy_of_manifest
+    from alpstore.portable.exporting import storage_dir
+
     st = store(ctx, create=False)
     live = st.open_session(session)
     folder = checkpoint_dir
@@ -272,6 +279,9 @@ def export(
 
     The folder of --output must exist (nothing is created but the file).
     """
+    from alpstore.portable.deep import snapshot_of_checkpoint, snapshot_of_head
+    from alpstore.portable.exporting import write_export
+
     if not output.parent.is_dir():
         raise UsageError(
             f"{output}: folder {output.parent} does not exist",
@@ -315,6 +325,7 @@ def import_(
 
     A name already taken here is suffixed (demo-2) and said so; --name is refused when taken.
     """
+    from alpstore.portable.ids import check_text
     from alpstore.portable.importing import import_file
 
     path = _file(str(file), checkpoint_dir)

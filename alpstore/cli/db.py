@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from alpstore.cli._common import echo, options, print_json
-from alpstore.db.engine import Database, open_database
+
+if TYPE_CHECKING:
+    from alpstore.db.engine import Database
 
 app = typer.Typer(
     help="The archive database: schema revision, upgrades, backend, sizes and row counts.",
@@ -16,6 +18,8 @@ app = typer.Typer(
 
 
 def _open(ctx: typer.Context, *, create: bool) -> Database:
+    from alpstore.db.engine import open_database
+
     opts = options(ctx)
     return open_database(root=opts.root, url=opts.db_url, create=create, migrate=False)
 

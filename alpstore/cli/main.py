@@ -38,6 +38,28 @@ GROUPS = (
 COMMANDS = ("sql", "samples", "ui")
 """Single commands, each a module ``alpstore.cli.<name>`` exposing a function ``command``."""
 
+SUMMARIES: dict[str, str] = {
+    "archive": "The content-addressed blob archive: every message and summary stored once.",
+    "db": "The archive database: schema revision, upgrades, backend, sizes and row counts.",
+    "session": "Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
+    "checkpoint": "Checkpoint files (mas-lab v1/v2) and the archive's checkpoints: list, show, "
+    "fork, resume, save, export, import, validate.",
+    "context": "Execution continuity: the checkpoint an execution must not forget across "
+    "compactions (objective and pins), its render for reinjection, the compaction journal, "
+    "thread settle.",
+    "hook": "Runtime hooks: record compactions in the journal, reinject continuity at "
+    "SessionStart, and install or uninstall them in .claude/settings.json.",
+    "debug": "Reverse debugging: checkpoint log, show, diff, replay, bisect and expand.",
+    "sql": "Run a read-only SQL query and print a table (tab-separated when not on a terminal).",
+    "samples": "Print a sample to stdout: conversation is a 300-turn coding-agent conversation "
+    "(OpenAI chat format, JSON Lines), also at alpstore/samples/conversation.jsonl in the package.",
+    "ui": "Serve a read-only web inspector of the archive: sessions and their lineage, "
+    "timelines, the conversation at any checkpoint, diffs, bisect, archive stats and continuity.",
+}
+"""What `alpstore --help` lists for each group and command, so that listing them imports none of
+their modules (SQLAlchemy, jsonschema...). A test checks the listing against the one built from
+the modules themselves."""
+
 
 EXAMPLES: dict[tuple[str, str], str] = {
     ("", "sql"): 'alpstore sql "select session, name, depth from session_lineage" --max-rows 20',
@@ -165,6 +187,22 @@ def _add_examples(group: str, sub: typer.Typer) -> None:
             info.epilog = _epilog(example)
 
 
+def _not_loaded() -> None:  # pragma: no cover - never invoked (see _register_summaries)
+    raise AssertionError("a help-only command was invoked")
+
+
+def _register_summaries() -> None:
+    """Register every group and command by its summary alone, for `alpstore --help`.
+
+    Used only when the command line names none of them, so none of these can be invoked: a
+    named group or command is registered from its module (``_register``).
+    """
+    for name in GROUPS:
+        app.add_typer(typer.Typer(), name=name, help=SUMMARIES[name])
+    for name in COMMANDS:
+        app.command(name=name, help=SUMMARIES[name])(_not_loaded)
+
+
 def _register(only: str | None) -> None:
     for name in GROUPS:
         if only is None or name == only:
@@ -177,8 +215,14 @@ def _register(only: str | None) -> None:
             app.command(name=name, epilog=_epilog(EXAMPLES.get(("", name))))(module.command)
 
 
-if "--version" not in sys.argv[1:]:  # the version alone needs no command module
-    _register(invoked_name(sys.argv[1:]) if Path(sys.argv[0]).name == "alpstore" else None)
+if Path(sys.argv[0]).name != "alpstore":  # imported (tests, python -m): every command
+    _register(None)
+elif "--version" not in sys.argv[1:]:  # the version alone needs no command module
+    _named = invoked_name(sys.argv[1:])
+    if _named is None:  # `alpstore --help`, no command, or an unknown one: the list alone
+        _register_summaries()
+    else:
+        _register(_named)
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -24,7 +24,9 @@ from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, NotFoundError, UsageError
 from alpstore.portable.secrets import require_no_secrets
-from alpstore.sessions import Entry, Retention, SessionInfo
+
+if TYPE_CHECKING:
+    from alpstore.sessions import Entry, SessionInfo
 
 app = typer.Typer(
     help="Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
@@ -84,6 +86,8 @@ def new(
     ] = 5,
 ) -> None:
     """Create an empty session and print its id."""
+    from alpstore.sessions import Retention
+
     doc = _load_manifest(manifest) if manifest else None
     if doc is not None:  # CK-11: refused before the archive is even opened
         require_no_secrets(doc, what=str(manifest))

@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from alpstore.cli._common import echo, print_json, store, warn
-from alpstore.live import open_prepared, prepare_manifest
 
 
 def open_command(
@@ -51,6 +50,8 @@ def open_command(
     is stored.
     """
     cwd = Path.cwd()
+    from alpstore.live import open_prepared, prepare_manifest
+
     prepared = prepare_manifest(
         manifest,
         overlays=list(overlay or []),

@@ -200,6 +200,12 @@ class Database:
             self._rolled_back()
             raise
 
+    def writer_queue(self) -> contextlib.AbstractContextManager[None]:
+        """Wait for this archive's turn to write (SQLite), for work that must not use
+        ``atomic`` (a VACUUM runs outside a transaction); nothing on PostgreSQL.
+        """
+        return self._writer_queue() if self.is_sqlite else contextlib.nullcontext()
+
     @contextmanager
     def _writer_queue(self) -> Iterator[None]:
         """SQLite writers of one archive queue on an OS file lock before ``BEGIN IMMEDIATE``.

@@ -1,16 +1,35 @@
-"""Portable checkpoints: mas-lab files v1/v2, deep export/import, secret scan, stores, cadence."""
+"""Portable checkpoints: mas-lab files v1/v2, deep export/import, secret scan, stores, cadence.
+
+The names below are imported on first use (PEP 562): a command that needs only the secret scan
+(``alpstore context pin``) does not pay for jsonschema, PyYAML and zstandard.
+"""
 
 from __future__ import annotations
 
-from alpstore.portable.files import (
-    MAX_CHECKPOINT_BYTES,
-    checkpoint_file_name,
-    load_checkpoint_file,
-    manifest_hash,
-    validate_document,
-    write_checkpoint_file,
-)
-from alpstore.portable.secrets import Finding, scan
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from alpstore.portable.files import (
+        MAX_CHECKPOINT_BYTES,
+        checkpoint_file_name,
+        load_checkpoint_file,
+        manifest_hash,
+        validate_document,
+        write_checkpoint_file,
+    )
+    from alpstore.portable.secrets import Finding, scan
+
+_WHERE = {
+    "MAX_CHECKPOINT_BYTES": "files",
+    "checkpoint_file_name": "files",
+    "load_checkpoint_file": "files",
+    "manifest_hash": "files",
+    "validate_document": "files",
+    "write_checkpoint_file": "files",
+    "Finding": "secrets",
+    "scan": "secrets",
+}
 
 __all__ = [
     "MAX_CHECKPOINT_BYTES",
@@ -22,3 +41,10 @@ __all__ = [
     "validate_document",
     "write_checkpoint_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

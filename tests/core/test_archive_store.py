@@ -77,6 +77,7 @@ def test_dictionary_is_trained_automatically_and_used(archive: SqlArchive) -> No
         for i in range(AUTO_TRAIN_SAMPLES + 10)
     ]
     digests = archive.put_many(docs[:AUTO_TRAIN_SAMPLES])
+    assert archive.wait_for_training(timeout=60) and archive.training_error is None
     stats = archive.stats()
     assert stats.dictionaries == 1 and stats.dict_compressed > 0
     more = archive.put_many(docs[AUTO_TRAIN_SAMPLES:])
@@ -154,6 +155,7 @@ def test_threads_share_one_archive(archive: SqlArchive) -> None:
     ]
     docs = [d for pair in zip(small, large * 20, strict=False) for d in pair] + small[60:]
     digests = archive.put_many(docs)
+    archive.wait_for_training(timeout=60)
     assert archive.stats().dictionaries == 1  # dictionary and plain frames both in play
     failures: list[BaseException] = []
     start = threading.Barrier(6)

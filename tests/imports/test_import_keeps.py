@@ -210,5 +210,6 @@ def test_dictionary_training_is_not_in_the_import_path(run_root: Path) -> None:
         st.get_session(mas_doc()["lineage"]["session_id"]).append(
             [{"role": "user", "content": "x"}]
         )
+        assert st.archive.wait_for_training(timeout=60)
         with st.db.read() as conn:
             assert conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one() == 1

@@ -1,0 +1,93 @@
+"""Start-up guards (issue 16): help, version, hooks and continuity commands import no database
+layer. Structural, not timed: `python -X importtime` lists what the real command imported.
+
+The time itself is measured by benchmarks/bench_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from alpstore.cli.main import COMMANDS, GROUPS, SUMMARIES
+from tests.conftest import ALPSTORE
+
+HEAVY = ("sqlalchemy", "alembic", "jsonschema", "alpstore.store", "alpstore.live")
+"""Modules a command that opens no archive must not import."""
+
+
+def imported(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> set[str]:
+    """Top-level names of every module the installed `alpstore ARGS` imported."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", ALPSTORE, *args],
+        input=stdin,
+        capture_output=True,
+        env={**os.environ, **(env or {})},
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    names = re.findall(rb"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)$", proc.stderr, re.M)
+    assert names, "no -X importtime output"
+    return {n.decode() for n in names}
+
+
+def heavy_in(modules: set[str]) -> list[str]:
+    return sorted(m for m in HEAVY if m in modules)
+
+
+def test_top_level_help_imports_no_command_module_and_no_sqlalchemy() -> None:
+    modules = imported("--help")
+    assert heavy_in(modules) == []
+    cli = {m for m in modules if m.startswith("alpstore.cli.")}
+    assert cli <= {"alpstore.cli.main", "alpstore.cli._common"}, cli
+
+
+@pytest.mark.parametrize("name", [*GROUPS, *COMMANDS])
+def test_each_help_imports_no_database_layer(name: str) -> None:
+    assert heavy_in(imported(name, "--help")) == []
+
+
+def test_hook_and_context_commands_import_no_database_layer(tmp_path: Path) -> None:
+    env = {"ALP_HOME": str(tmp_path / "alp"), "ALP_EXECUTION_ID": "exec_t"}
+    subprocess.run(
+        [ALPSTORE, "context", "pin", "decision", "--", "Use WAL"],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+    payload = json.dumps({"source": "compact"}).encode()
+    assert heavy_in(imported("hook", "session-start", stdin=payload, env=env)) == []
+    assert heavy_in(imported("hook", "compact-record", "pre", stdin=payload, env=env)) == []
+    assert heavy_in(imported("context", "render", "exec_t", env=env)) == []
+    assert heavy_in(imported("context", "status", "exec_t", env=env)) == []
+
+
+def _commands_section(text: str) -> str:
+    return text[text.index("Commands:") :]
+
+
+def test_the_help_only_listing_matches_the_modules_own_help() -> None:
+    """`alpstore --help` lists each group by ``SUMMARIES`` (no module imported); the listing
+    must be the one the modules themselves give (every module registered, as when imported)."""
+    env = {**os.environ, "COLUMNS": "100"}
+    summaries = subprocess.run(
+        [ALPSTORE, "--help"], capture_output=True, env=env, timeout=60, check=True
+    )
+    modules = subprocess.run(
+        [sys.executable, "-c", "from alpstore.cli.main import main; main()", "--help"],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
+    assert _commands_section(summaries.stdout.decode()) == _commands_section(
+        modules.stdout.decode()
+    )
+    assert set(SUMMARIES) == {*GROUPS, *COMMANDS}
