@@ -7,8 +7,9 @@ import json
 import os
 import sqlite3
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from typing import Any, NamedTuple
 
 import zstandard
@@ -60,9 +61,6 @@ INSERT_BLOB = (
     "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
 )
-
-BASE_LOOKUP = "SELECT id, codec FROM blobs WHERE digest = ? FOR KEY SHARE"
-"""A delta base, looked up where the delta is written (and locked on PostgreSQL until commit)."""
 
 DELTA_MIN_SIZE = 1024
 """Documents from this raw size up are tried as deltas against a recent similar one."""
@@ -150,6 +148,9 @@ class SqlArchive:
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
         """
+        self._base_index: dict[bytes, set[bytes]] = {}
+        """Every line of the candidates: the digests of the candidates that hold it (the best
+        candidate is found by counting a document's lines here, not by 32 set intersections)."""
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
         reused, and a blob's content never changes (only its encoding may)."""
@@ -161,6 +162,7 @@ class SqlArchive:
         AUTOINCREMENT or not).
         """
         self._bases.clear()
+        self._base_index.clear()
         self._base_raw.clear()
         self._pending_small = 0
 
@@ -335,36 +337,61 @@ class SqlArchive:
         codec, payload = self._comp.compress(raw, use_dictionary=use_dict)
         return codec, (self._dict_id if codec == CODEC_ZSTD_DICT else None), payload
 
-    def _delta(
-        self, conn: Connection, raw: bytes, plain: int
-    ) -> tuple[int, bytes, frozenset[bytes]] | None:
-        """``(base_id, payload, lines)`` when a recent blob makes a much smaller delta.
+    def _delta(self, raw: bytes, lines: frozenset[bytes], plain: int) -> tuple[bytes, bytes] | None:
+        """``(base_digest, payload)`` when a recent blob makes a much smaller delta.
 
-        The base must still be stored: its id is looked up in this transaction (locked on
-        PostgreSQL until commit, so `gc` cannot delete it under the delta). A candidate `gc`
-        collected since is forgotten.
+        The base must still be stored: the caller looks its id up in its transaction (see
+        :meth:`_base_ids`) before it writes the delta.
         """
-        lines = line_hashes(raw)
-        best, score = None, 0
-        for base_digest, (_, base_lines) in self._bases.items():
-            shared = len(lines & base_lines)
-            if shared > score:
-                best, score = base_digest, shared
-        if best is not None and score >= DELTA_MIN_SHARED * len(lines):
-            base = self._bases[best][0]
-            payload = delta_compressor(base, self.level).compress(raw)
+        index = self._base_index
+        shared = Counter(chain.from_iterable(index[line] for line in lines if line in index))
+        if not shared:
+            return None
+        score = max(shared.values())  # the oldest candidate sharing the most lines
+        best = next(d for d in self._bases if shared.get(d) == score)
+        if score >= DELTA_MIN_SHARED * len(lines):
+            payload = delta_compressor(self._bases[best][0], self.level).compress(raw)
             if len(payload) < DELTA_GAIN * plain:
-                found = rsql.fetchone(conn, BASE_LOOKUP, (best,))
-                if found is None or found[1] == CODEC_ZSTD_BASE:  # collected (or re-stored
-                    del self._bases[best]  # since as a delta itself): no base any more
-                    return None
-                return int(found[0]), payload, lines
+                return best, payload
         return None
 
+    def _base_ids(self, conn: Connection, digests: Sequence[bytes]) -> dict[bytes, int]:
+        """The ids of the delta bases among ``digests`` still stored whole, looked up (and
+        locked on PostgreSQL until commit, so `gc` cannot delete one under its delta) in this
+        transaction, in one query per :data:`CHUNK`. A base `gc` collected since, or one
+        re-stored as a delta itself, is absent and forgotten as a candidate.
+        """
+        found: dict[bytes, int] = {}
+        for part in chunks(digests):
+            sql = (
+                "SELECT digest, id, codec FROM blobs WHERE digest IN "
+                f"({rsql.placeholders(len(part))}) FOR KEY SHARE"
+            )
+            for digest, blob_id, codec in rsql.fetchall(conn, sql, part):
+                if codec != CODEC_ZSTD_BASE:
+                    found[bytes(digest)] = int(blob_id)
+        for digest in digests:
+            if digest not in found:
+                self._forget_base(digest)
+        return found
+
+    def _forget_base(self, digest: bytes) -> None:
+        gone = self._bases.pop(digest, None)
+        if gone is None:
+            return
+        for line in gone[1]:
+            holders = self._base_index[line]
+            holders.discard(digest)
+            if not holders:
+                del self._base_index[line]
+
     def _remember_base(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
+        self._forget_base(digest)
         self._bases[digest] = (raw, lines)
+        for line in lines:
+            self._base_index.setdefault(line, set()).add(digest)
         while len(self._bases) > DELTA_CANDIDATES:
-            self._bases.popitem(last=False)
+            self._forget_base(next(iter(self._bases)))
 
     def store_encoded(self, conn: Connection, items: Sequence[Encoded]) -> list[int]:
         """Insert what is missing (idempotent) and return every item's surrogate id, in order.
@@ -372,8 +399,14 @@ class SqlArchive:
         Large documents that mostly repeat a recent one (a file read again after an edit) are
         stored as a zstd delta against it (one level deep, never a chain).
         """
+        return self.store_encoded_counted(conn, items)[0]
+
+    def store_encoded_counted(
+        self, conn: Connection, items: Sequence[Encoded]
+    ) -> tuple[list[int], int]:
+        """:meth:`store_encoded`, and how many distinct blobs were new (an import reports it)."""
         if not items:
-            return []
+            return [], 0
         wanted = list(dict.fromkeys(d for d, _, _ in items))
         ids = self.ids_for(conn, wanted, lock=True)
         fresh: dict[bytes, Encoded] = {}
@@ -381,18 +414,27 @@ class SqlArchive:
             if item[0] not in ids and item[0] not in fresh:
                 fresh[item[0]] = item
         if fresh:
-            rows = []
+            rows: list[tuple[Any, ...]] = []
             new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
+            deltas: list[tuple[int, bytes, bytes, frozenset[bytes]]] = []
             for digest, kind, raw_bytes in fresh.values():
                 codec, dict_id, payload = self.compress(raw_bytes)
-                base_id = None
                 if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
-                    delta = self._delta(conn, raw_bytes, len(payload))
+                    lines = line_hashes(raw_bytes)
+                    delta = self._delta(raw_bytes, lines, len(payload))
                     if delta is not None:
-                        codec, dict_id, (base_id, payload, _) = CODEC_ZSTD_BASE, None, delta
+                        deltas.append((len(rows), delta[0], delta[1], lines))
                     else:
-                        new_bases.append((digest, raw_bytes, line_hashes(raw_bytes)))
-                rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, base_id))
+                        new_bases.append((digest, raw_bytes, lines))
+                rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, None))
+            if deltas:
+                bases = self._base_ids(conn, list(dict.fromkeys(d for _, d, _, _ in deltas)))
+                for i, base_digest, payload, lines in deltas:
+                    row = rows[i]
+                    if base_digest in bases:
+                        rows[i] = (*row[:3], CODEC_ZSTD_BASE, None, payload, bases[base_digest])
+                    else:  # its base is gone: stored plain, and a base itself from now on
+                        new_bases.append((row[0], fresh[row[0]][2], lines))
             # One global insert order (by digest): writers racing on the same digests queue
             # behind each other instead of deadlocking.
             rows.sort()
@@ -401,7 +443,7 @@ class SqlArchive:
             for base_digest, base_raw, lines in new_bases:
                 self._remember_base(base_digest, base_raw, lines)
             self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
-        return [ids[d] for d, _, _ in items]
+        return [ids[d] for d, _, _ in items], len(fresh)
 
     def ids_for(
         self, conn: Connection, digests: Sequence[bytes], *, lock: bool = False

@@ -28,7 +28,6 @@ from alpstore.portable.files import (
     is_compressed,
     list_checkpoint_files,
     load_checkpoint_file,
-    read_document,
     write_checkpoint_file,
 )
 from alpstore.portable.ids import check_text
@@ -134,7 +133,11 @@ def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = Non
         st = read_store(ctx)
         print_json(build_export(st, snapshot_of_checkpoint(st, target)))
         return
-    print_json(read_document(target))
+    import sys
+
+    from alpstore.portable.reading import write_pretty
+
+    write_pretty(target, sys.stdout.write)  # streamed: one message in memory at a time
 
 
 @app.command("validate")
