@@ -9,7 +9,6 @@ import sqlite3
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
-from itertools import chain
 from typing import Any, NamedTuple
 
 import zstandard
@@ -148,9 +147,13 @@ class SqlArchive:
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
         """
-        self._base_index: dict[bytes, set[bytes]] = {}
-        """Every line of the candidates: the digests of the candidates that hold it (the best
-        candidate is found by counting a document's lines here, not by 32 set intersections)."""
+        self._base_slot: dict[bytes, int] = {}
+        """Each candidate's slot (its bit in ``_base_index``); ``_slot_base`` inverts it."""
+        self._slot_base: dict[int, bytes] = {}
+        self._base_index: dict[bytes, int] = {}
+        """Every line of the candidates: a bit mask of the slots of the candidates holding it
+        (the best candidate is found by counting a document's lines here, not by 32 set
+        intersections; an int per line, not a set)."""
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
         reused, and a blob's content never changes (only its encoding may)."""
@@ -162,6 +165,8 @@ class SqlArchive:
         AUTOINCREMENT or not).
         """
         self._bases.clear()
+        self._base_slot.clear()
+        self._slot_base.clear()
         self._base_index.clear()
         self._base_raw.clear()
         self._pending_small = 0
@@ -344,11 +349,17 @@ class SqlArchive:
         :meth:`_base_ids`) before it writes the delta.
         """
         index = self._base_index
-        shared = Counter(chain.from_iterable(index[line] for line in lines if line in index))
-        if not shared:
+        masks = Counter(index[line] for line in lines if line in index)
+        if not masks:
             return None
-        score = max(shared.values())  # the oldest candidate sharing the most lines
-        best = next(d for d in self._bases if shared.get(d) == score)
+        shared = [0] * (max(self._slot_base) + 1)  # lines shared with the candidate of a slot
+        for mask, count in masks.items():
+            while mask:
+                low = mask & -mask
+                shared[low.bit_length() - 1] += count
+                mask ^= low
+        score = max(shared)  # the oldest candidate sharing the most lines
+        best = next(d for d in self._bases if shared[self._base_slot[d]] == score)
         if score >= DELTA_MIN_SHARED * len(lines):
             payload = delta_compressor(self._bases[best][0], self.level).compress(raw)
             if len(payload) < DELTA_GAIN * plain:
@@ -379,17 +390,26 @@ class SqlArchive:
         gone = self._bases.pop(digest, None)
         if gone is None:
             return
+        slot = self._base_slot.pop(digest)
+        del self._slot_base[slot]
+        keep = ~(1 << slot)
+        index = self._base_index
         for line in gone[1]:
-            holders = self._base_index[line]
-            holders.discard(digest)
-            if not holders:
-                del self._base_index[line]
+            mask = index[line] & keep
+            if mask:
+                index[line] = mask
+            else:
+                del index[line]
 
     def _remember_base(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
         self._forget_base(digest)
+        slot = next(i for i in range(len(self._bases) + 1) if i not in self._slot_base)
         self._bases[digest] = (raw, lines)
+        self._base_slot[digest], self._slot_base[slot] = slot, digest
+        bit = 1 << slot
+        index = self._base_index
         for line in lines:
-            self._base_index.setdefault(line, set()).add(digest)
+            index[line] = index.get(line, 0) | bit
         while len(self._bases) > DELTA_CANDIDATES:
             self._forget_base(next(iter(self._bases)))
 

@@ -58,7 +58,7 @@ class JsonStream:
         """``(start, end)`` in ``buf`` of the value :meth:`value` returned last."""
 
     # ---------------------------------------------------------------- input
-    def _more(self, at_least: int = CHUNK) -> bool:
+    def _more(self, at_least: int = 0) -> bool:
         """Read at least ``at_least`` more bytes (or to the end); False when nothing came."""
         if self.eof:
             return False
