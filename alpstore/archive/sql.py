@@ -7,7 +7,7 @@ import json
 import os
 import sqlite3
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -147,13 +147,6 @@ class SqlArchive:
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
         """
-        self._base_slot: dict[bytes, int] = {}
-        """Each candidate's slot (its bit in ``_base_index``); ``_slot_base`` inverts it."""
-        self._slot_base: dict[int, bytes] = {}
-        self._base_index: dict[bytes, int] = {}
-        """Every line of the candidates: a bit mask of the slots of the candidates holding it
-        (the best candidate is found by counting a document's lines here, not by 32 set
-        intersections; an int per line, not a set)."""
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
         reused, and a blob's content never changes (only its encoding may)."""
@@ -165,9 +158,6 @@ class SqlArchive:
         AUTOINCREMENT or not).
         """
         self._bases.clear()
-        self._base_slot.clear()
-        self._slot_base.clear()
-        self._base_index.clear()
         self._base_raw.clear()
         self._pending_small = 0
 
@@ -348,19 +338,12 @@ class SqlArchive:
         The base must still be stored: the caller looks its id up in its transaction (see
         :meth:`_base_ids`) before it writes the delta.
         """
-        index = self._base_index
-        masks = Counter(index[line] for line in lines if line in index)
-        if not masks:
-            return None
-        shared = [0] * (max(self._slot_base) + 1)  # lines shared with the candidate of a slot
-        for mask, count in masks.items():
-            while mask:
-                low = mask & -mask
-                shared[low.bit_length() - 1] += count
-                mask ^= low
-        score = max(shared)  # the oldest candidate sharing the most lines
-        best = next(d for d in self._bases if shared[self._base_slot[d]] == score)
-        if score >= DELTA_MIN_SHARED * len(lines):
+        best, score = None, 0
+        for base_digest, (_, base_lines) in self._bases.items():
+            shared = len(lines & base_lines)
+            if shared > score:
+                best, score = base_digest, shared
+        if best is not None and score >= DELTA_MIN_SHARED * len(lines):
             payload = delta_compressor(self._bases[best][0], self.level).compress(raw)
             if len(payload) < DELTA_GAIN * plain:
                 return best, payload
@@ -383,35 +366,13 @@ class SqlArchive:
                     found[bytes(digest)] = int(blob_id)
         for digest in digests:
             if digest not in found:
-                self._forget_base(digest)
+                self._bases.pop(digest, None)
         return found
 
-    def _forget_base(self, digest: bytes) -> None:
-        gone = self._bases.pop(digest, None)
-        if gone is None:
-            return
-        slot = self._base_slot.pop(digest)
-        del self._slot_base[slot]
-        keep = ~(1 << slot)
-        index = self._base_index
-        for line in gone[1]:
-            mask = index[line] & keep
-            if mask:
-                index[line] = mask
-            else:
-                del index[line]
-
     def _remember_base(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
-        self._forget_base(digest)
-        slot = next(i for i in range(len(self._bases) + 1) if i not in self._slot_base)
         self._bases[digest] = (raw, lines)
-        self._base_slot[digest], self._slot_base[slot] = slot, digest
-        bit = 1 << slot
-        index = self._base_index
-        for line in lines:
-            index[line] = index.get(line, 0) | bit
         while len(self._bases) > DELTA_CANDIDATES:
-            self._forget_base(next(iter(self._bases)))
+            self._bases.popitem(last=False)
 
     def store_encoded(self, conn: Connection, items: Sequence[Encoded]) -> list[int]:
         """Insert what is missing (idempotent) and return every item's surrogate id, in order.

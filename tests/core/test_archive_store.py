@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select, text
 
 from alpstore.archive import MemoryArchive, SqlArchive
-from alpstore.archive.sql import AUTO_TRAIN_SAMPLES, DELTA_CANDIDATES, DELTA_MIN_SHARED
+from alpstore.archive.sql import AUTO_TRAIN_SAMPLES
 from alpstore.db import open_database
 from alpstore.db.tables import blobs
 from alpstore.errors import NotFoundError
@@ -186,60 +186,3 @@ def test_threads_share_one_archive(archive: SqlArchive) -> None:
         t.join()
     assert not failures, failures[0]
     assert archive.verify().ok
-
-
-@pytest.fixture(scope="module")
-def index_archive(tmp_path_factory: pytest.TempPathFactory) -> SqlArchive:
-    return SqlArchive(open_database(root=tmp_path_factory.mktemp("index")))
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["remember", "forget", "rollback"]),
-            st.integers(0, 40),
-            st.frozensets(st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f"]), max_size=5),
-        ),
-        max_size=120,
-    ),
-    st.frozensets(st.sampled_from([b"a", b"b", b"c", b"d", b"e", b"f", b"g"]), min_size=1),
-)
-def test_the_delta_candidate_index_matches_the_candidates(
-    index_archive: SqlArchive,
-    steps: list[tuple[str, int, frozenset[bytes]]],
-    probe: frozenset[bytes],
-) -> None:
-    """Issue 14: candidates are found through a line index (one bit per candidate) instead of
-    32 set intersections; after any sequence of remembers, forgets and rollbacks the index is
-    the one the candidates make, and the chosen base is the naive choice (the oldest sharing
-    the most lines)."""
-    archive = index_archive
-    archive._forget_uncommitted()
-    for op, n, lines in steps:
-        digest = n.to_bytes(32, "big")
-        if op == "remember":
-            archive._remember_base(digest, b"raw %d" % n, lines)
-        elif op == "forget":
-            archive._forget_base(digest)
-        else:
-            archive._forget_uncommitted()
-    bases = archive._bases
-    assert len(bases) <= DELTA_CANDIDATES
-    expected: dict[bytes, int] = {}
-    for digest, (_, lines) in bases.items():
-        for line in lines:
-            expected[line] = expected.get(line, 0) | (1 << archive._base_slot[digest])
-    assert archive._base_index == expected
-    assert sorted(archive._slot_base.items()) == sorted(
-        (slot, d) for d, slot in archive._base_slot.items()
-    )
-    best, score = None, 0
-    for digest, (_, lines) in bases.items():
-        if len(probe & lines) > score:
-            best, score = digest, len(probe & lines)
-    found = archive._delta(b"x" * 2000, probe, 10**9)  # any delta is small enough
-    if best is not None and score >= DELTA_MIN_SHARED * len(probe):
-        assert found is not None and found[0] == best
-    else:
-        assert found is None
