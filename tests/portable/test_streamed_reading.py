@@ -217,3 +217,20 @@ def test_the_disk_store_lists_files_by_header_streamed(
     listed, peak = _peak(lambda: open_checkpoint_store("disk", tmp_path).list())
     assert [(m.name, m.session_id, m.turn) for m in listed] == [(path.name, "deep", doc["turn"])]
     assert peak < path.stat().st_size / 4
+
+
+@pytest.mark.parametrize("number", ["12.5", "-3e+7", "1E-2", "42", "true", "null"])
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_number_across_a_read_boundary_is_read_whole(number: str, cut: int) -> None:
+    """A value the reader parses itself (a header field, an array element) that straddles the
+    end of a 1 MB read was cut there ("12." then "5"): a valid file refused."""
+    head = '{"pad": "'
+    tail = f'", "n": {number}, "m": [{number}]}}'
+    at = head + "x" * (jsonstream.CHUNK - len(head) - len('", "n": ') - cut)
+    text = (at + tail).encode()
+    js = jsonstream.JsonStream(io.BytesIO(text).read, where="t", limit=10**9, value_limit=10**9)
+    doc: dict[str, Any] = {}
+    for key in js.members():
+        doc[key] = [js.value() for _ in js.elements()] if js.peek() == "[" else js.value()
+    js.end()
+    assert doc == json.loads(text)
