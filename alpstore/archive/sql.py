@@ -56,10 +56,14 @@ AUTO_TRAIN_SAMPLES = 1000
 DICT_SIZE = 112 * 1024
 """Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
 
-INSERT_BLOB = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING"
+INSERT_BLOBS = (
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
+    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
 )
+"""One multi-row insert that hands back the ids it assigned (a digest another transaction
+stored first is not returned: it is looked up)."""
+INSERT_ROWS = 1000
+"""Rows per insert: 7,000 parameters, under SQLite's 32,766 and PostgreSQL's 65,535."""
 
 DELTA_MIN_SIZE = 1024
 """Documents from this raw size up are tried as deltas against a recent similar one."""
@@ -385,12 +389,13 @@ class SqlArchive:
     def store_encoded_counted(
         self, conn: Connection, items: Sequence[Encoded]
     ) -> tuple[list[int], int]:
-        """:meth:`store_encoded`, and how many distinct blobs were new (an import reports it)."""
+        """:meth:`store_encoded`, and how many blobs this call inserted (an import reports it)."""
         if not items:
             return [], 0
         wanted = list(dict.fromkeys(d for d, _, _ in items))
         ids = self.ids_for(conn, wanted, lock=True)
         fresh: dict[bytes, Encoded] = {}
+        inserted = 0
         for item in items:
             if item[0] not in ids and item[0] not in fresh:
                 fresh[item[0]] = item
@@ -419,12 +424,18 @@ class SqlArchive:
             # One global insert order (by digest): writers racing on the same digests queue
             # behind each other instead of deadlocking.
             rows.sort()
-            rsql.executemany(conn, INSERT_BLOB, rows)
-            ids.update(self.ids_for(conn, list(fresh), lock=True))
+            for part in chunks(rows, INSERT_ROWS):
+                sql = INSERT_BLOBS.format(rows=", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(part)))
+                for digest, blob_id in rsql.fetchall(conn, sql, [v for r in part for v in r]):
+                    ids[bytes(digest)] = int(blob_id)
+                    inserted += 1
+            raced = [d for d in fresh if d not in ids]  # PostgreSQL: stored meanwhile
+            if raced:
+                ids.update(self.ids_for(conn, raced, lock=True))
             for base_digest, base_raw, lines in new_bases:
                 self._remember_base(base_digest, base_raw, lines)
             self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
-        return [ids[d] for d, _, _ in items], len(fresh)
+        return [ids[d] for d, _, _ in items], inserted
 
     def ids_for(
         self, conn: Connection, digests: Sequence[bytes], *, lock: bool = False
