@@ -166,10 +166,12 @@ class _Reader:
         self.path = path
         self.format: Literal["openai", "claude"] | None = None if fmt == "auto" else fmt
         self.skipped = 0
+        self.records = 0
 
     def _messages(self) -> Iterator[tuple[dict[str, Any], int]]:
         """The messages, with their line's length; records of another kind are counted."""
         for where, obj, line in _records(self.path):
+            self.records += 1
             if self.format is None:  # auto: the first record's format
                 self.format = "openai" if "role" in obj else "claude" if "type" in obj else "openai"
             if self.format == "openai":
@@ -192,9 +194,7 @@ class _Reader:
         chars = 0
         starts = True  # the current piece starts a turn
         has_user = False  # the current turn holds a user message
-        records = False
         for message, size in self._messages():
-            records = True
             user = is_user_turn(message)
             if user and has_user:  # a new turn starts here
                 yield starts, piece, True
@@ -206,7 +206,7 @@ class _Reader:
             piece.append(message)
             chars += size
         if not piece:
-            if not records and self.format is None:
+            if not self.records:
                 raise InputError(f"{self.path}: no messages to import")
             raise InputError(f"{self.path}: no user or assistant messages to import")
         yield starts, piece, True

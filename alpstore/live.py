@@ -793,7 +793,7 @@ def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) 
         selection = select_latest(folder, bound.manifest_hash)
         if selection.chosen is not None:
             chosen = selection.chosen.path
-            result = import_file(store, chosen)  # streamed, like the selection
+            result = import_file(store, chosen, manifest_hash=bound.manifest_hash)  # streamed
             if result.existing:
                 result.session.resume(result.checkpoint)
             session, resumed_from = result.session, chosen

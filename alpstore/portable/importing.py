@@ -323,6 +323,7 @@ class Options:
     session_id: str | None = None
     name: str | None = None
     manifest: dict[str, Any] | None = None
+    manifest_hash: str | None = None
 
 
 def _state_ids(store: Store, conn: Connection, head: Header, where: str) -> list[int | None]:
@@ -410,6 +411,17 @@ def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Op
     return (Session(store, info), ck, name)
 
 
+def _require_manifest(doc: dict[str, Any], opts: Options, where: str) -> None:
+    if opts.manifest_hash is None:
+        return
+    found = doc.get("manifest")
+    if not isinstance(found, dict) or found.get("content_hash") != opts.manifest_hash:
+        raise CheckpointFileError(
+            f"{where}: does not embed the manifest it was chosen for (changed since?); "
+            "nothing imported"
+        )
+
+
 class _Unchanged(Exception):
     """Raised inside the import's transaction to roll it back: the archive already held it."""
 
@@ -432,6 +444,7 @@ def _run(
             imp.conn = conn
             doc = feed(imp)
             head = check_header(doc, where=where)
+            _require_manifest(doc, opts, where)
             check_covering_digest(doc, imp.digests, where)
             done = _write(store, conn, imp, head, opts)
             if isinstance(done, CheckpointInfo):  # already here: write nothing at all
@@ -460,6 +473,7 @@ def import_file(
     session_id: str | None = None,
     name: str | None = None,
     manifest: dict[str, Any] | None = None,
+    manifest_hash: str | None = None,
 ) -> ImportResult:
     """Import a deep file (``.json`` or ``.json.zst``), streaming it, in one transaction.
 
@@ -468,12 +482,13 @@ def import_file(
     carries travels with it; taken here, it is suffixed (``demo-2``). ``name`` overrides it and
     is refused when taken. When the archive already holds the session with this history and
     state, nothing is written (``existing``); with another state, the import is refused.
-    Version 1 needs ``manifest`` (LC-6).
+    Version 1 needs ``manifest`` (LC-6). ``manifest_hash``: the file must embed the manifest
+    of this hash (auto-resume chose it by its header; a file swapped since is refused).
 
     Raises:
         NotFoundError, CheckpointFileError, UsageError: nothing was written.
     """
-    opts = Options(path.name, fork, session_id, name, manifest)
+    opts = Options(path.name, fork, session_id, name, manifest, manifest_hash)
     with open_stream(path) as js:
         return _run(store, lambda imp: stream_document(js, imp), opts, str(path), parsed=True)
 

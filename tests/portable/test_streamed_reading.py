@@ -234,3 +234,18 @@ def test_a_number_across_a_read_boundary_is_read_whole(number: str, cut: int) ->
         doc[key] = [js.value() for _ in js.elements()] if js.peek() == "[" else js.value()
     js.end()
     assert doc == json.loads(text)
+
+
+def test_auto_resume_imports_only_the_manifest_it_chose(
+    deep_file: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Auto-resume chooses by a streamed header, then imports the file streamed: a file swapped
+    in between for one with another manifest is refused, nothing written."""
+    path, _ = deep_file
+    with Store.open(tmp_path / "root") as st:
+        before = fingerprint(st)
+        with pytest.raises(CheckpointFileError, match="manifest it was chosen for"):
+            import_file(st, path, manifest_hash="0" * 64)
+        assert fingerprint(st) == before
+        done = import_file(st, path, manifest_hash=manifest_hash(MANIFEST))
+        assert done.session.uuid == "deep"
