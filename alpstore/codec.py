@@ -68,6 +68,39 @@ def canonical_json(value: Any) -> bytes:
     raise CanonicalJSONError(problem)
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_make_c_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # None without _json
+_c_encoder: Any = (
+    None
+    if _make_c_encoder is None
+    else _make_c_encoder(
+        None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+)
+"""``_encoder``'s own C encoder (the arguments ``JSONEncoder.iterencode`` passes it: keys
+sorted, no NaN, non-ASCII kept), made once where ``json`` makes one per call. No cycle check:
+a parsed value is a tree. The property test in tests/core checks it against ``_encoder``."""
+
+
+def canonical_json_parsed(value: Any) -> bytes:
+    """:func:`canonical_json` of a value ``json`` parsed (a file's message): its keys are strings
+    already and it holds no cycle, so the walk that checks keys is skipped; errors are the same.
+
+    Raises:
+        CanonicalJSONError: as :func:`canonical_json`.
+    """
+    try:
+        if _c_encoder is None:
+            return _encoder.encode(value).encode("utf-8")
+        return "".join(_c_encoder(value, 0)).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        pass
+    return canonical_json(value)  # raises, naming the path
+
+
 def _keys_are_strings(value: Any) -> bool:
     """True when every object key is a string (the one thing ``json`` would silently coerce)."""
     kind = type(value)

@@ -1,14 +1,16 @@
 """Bring your own history: OpenAI-format JSON Lines and Claude Code transcripts, split into turns.
 
 A turn starts at each user message (for Claude Code, a ``user`` record that is not only tool
-results). Messages before the first user message belong to the first turn. Every line is parsed
-and checked before anything is written, so a bad line imports nothing.
+results). Messages before the first user message belong to the first turn. The file is streamed:
+:func:`parse_history` checks every line (holding one at a time), and :func:`import_history` reads
+it again, one turn (or piece of a long turn) at a time, inside one transaction, so a bad line
+imports nothing and memory is bounded by the longest line, not the transcript.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -25,23 +27,15 @@ MAX_IMPORT_BYTES = 1024 * 1024 * 1024
 """A transcript larger than 1 GiB is refused before reading."""
 MAX_DEPTH = 256
 """Deepest nesting of one transcript line (the limit deep files use too)."""
+MAX_LINE_CHARS = 2 * 256 * 1024 * 1024
+"""Longest line: one message, bounded as a deep file bounds one value (twice the 256 MiB
+canonical limit of one message, for escapes and blanks)."""
+BATCH_MESSAGES = 500
+BATCH_CHARS = 16 * 1024 * 1024
+"""A turn longer than this is written in pieces (memory holds one piece, not the turn)."""
 
 OPENAI_ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 CLAUDE_TYPES = {"user", "assistant"}
-
-
-@dataclass(frozen=True)
-class ParsedHistory:
-    """A transcript split into turns, ready to import."""
-
-    format: Literal["openai", "claude"]
-    turns: list[list[dict[str, Any]]]
-    skipped: int
-
-    @property
-    def messages(self) -> int:
-        """How many messages the turns hold."""
-        return sum(len(t) for t in self.turns)
 
 
 DEEP_FILE_KEYS = frozenset({"version", "kernel", "working_memory"})
@@ -69,16 +63,27 @@ def is_user_turn(message: Any) -> bool:
     return False
 
 
-def _lines(path: Path) -> Iterable[tuple[int, str]]:
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` read one at a time; a line longer than :data:`MAX_LINE_CHARS`
+    is refused before it is held whole.
+    """
     try:
         size = path.stat().st_size
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
     if size > MAX_IMPORT_BYTES:
         raise InputError(f"{path}: {size} bytes is over the {MAX_IMPORT_BYTES}-byte import limit")
+    number = 0
     try:
         with path.open("r", encoding="utf-8") as handle:
-            yield from enumerate(handle, 1)
+            while line := handle.readline(MAX_LINE_CHARS + 1):
+                number += 1
+                if len(line) > MAX_LINE_CHARS:
+                    raise InputError(
+                        f"{path}:{number}: a line longer than {MAX_LINE_CHARS} characters; refused",
+                        hint="one message may take at most the deep-file limit of one message",
+                    )
+                yield number, line
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
     except OSError as err:
@@ -124,14 +129,9 @@ def _check_claude(obj: dict[str, Any], where: str) -> bool:
     return True
 
 
-def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
-    """Read and validate a transcript, splitting it into turns.
-
-    Raises:
-        InputError: a line is not JSON, not an object, or not a message of the format
-            (the message names the file and line number); or no message at all.
-    """
-    records: list[tuple[int, dict[str, Any]]] = []
+def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """Each non-blank line parsed and checked: ``(where, object, line)``."""
+    first = True
     for number, line in _lines(path):
         if not line.strip():
             continue
@@ -140,9 +140,9 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
             obj = json.loads(line)
         except (ValueError, RecursionError) as err:
             reason = getattr(err, "msg", None) or "nested too deeply"
-            hint = DEEP_FILE_HINT if not records and line.lstrip().startswith("{") else None
+            hint = DEEP_FILE_HINT if first and line.lstrip().startswith("{") else None
             raise InputError(f"{where}: not valid JSON ({reason})", hint=hint) from err
-        if not records and isinstance(obj, dict) and obj.keys() >= DEEP_FILE_KEYS:
+        if first and isinstance(obj, dict) and obj.keys() >= DEEP_FILE_KEYS:
             raise InputError(
                 f"{path}: this is a deep checkpoint file, not a transcript",
                 hint=f"import it with `alpstore checkpoint import {path}`",
@@ -155,32 +155,126 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
             canonical_json(obj)
         except AlpstoreError as err:
             raise InputError(f"{where}: {err.message}") from err
-        records.append((number, obj))
-    if not records:
-        raise InputError(f"{path}: no messages to import")
-    if fmt == "auto":
-        first = records[0][1]
-        fmt = "openai" if "role" in first else "claude" if "type" in first else "openai"
-    kept: list[dict[str, Any]] = []
-    skipped = 0
-    for number, obj in records:
-        where = f"{path}:{number}"
-        if fmt == "openai":
-            _check_openai(obj, where)
-            kept.append(obj)
-        elif _check_claude(obj, where):
-            kept.append(obj)
-        else:
-            skipped += 1
-    if not kept:
-        raise InputError(f"{path}: no user or assistant messages to import")
-    turns: list[list[dict[str, Any]]] = []
-    for message in kept:
-        if not turns or (is_user_turn(message) and any(is_user_turn(m) for m in turns[-1])):
-            turns.append([message])
-        else:
-            turns[-1].append(message)
-    return ParsedHistory(format=fmt, turns=turns, skipped=skipped)
+        first = False
+        yield where, obj, line
+
+
+class _Reader:
+    """One streamed read of a transcript: its pieces, then what it found (format, skipped)."""
+
+    def __init__(self, path: Path, fmt: Format) -> None:
+        self.path = path
+        self.format: Literal["openai", "claude"] | None = None if fmt == "auto" else fmt
+        self.skipped = 0
+        self.records = 0
+
+    def _messages(self) -> Iterator[tuple[dict[str, Any], int]]:
+        """The messages, with their line's length; records of another kind are counted."""
+        for where, obj, line in _records(self.path):
+            self.records += 1
+            if self.format is None:  # auto: the first record's format
+                self.format = "openai" if "role" in obj else "claude" if "type" in obj else "openai"
+            if self.format == "openai":
+                _check_openai(obj, where)
+                yield obj, len(line)
+            elif _check_claude(obj, where):
+                yield obj, len(line)
+            else:
+                self.skipped += 1
+
+    def pieces(self) -> Iterator[tuple[bool, list[dict[str, Any]], bool]]:
+        """``(starts_turn, messages, ends_turn)``: the turns in order, a turn longer than
+        :data:`BATCH_MESSAGES` messages or :data:`BATCH_CHARS` characters in several pieces (so
+        memory holds one piece, not one turn).
+
+        Raises:
+            InputError: a bad line (naming the file and line), or no message at all.
+        """
+        piece: list[dict[str, Any]] = []
+        chars = 0
+        starts = True  # the current piece starts a turn
+        has_user = False  # the current turn holds a user message
+        for message, size in self._messages():
+            user = is_user_turn(message)
+            if user and has_user:  # a new turn starts here
+                yield starts, piece, True
+                piece, chars, starts, has_user = [], 0, True, False
+            elif len(piece) >= BATCH_MESSAGES or chars >= BATCH_CHARS:
+                yield starts, piece, False
+                piece, chars, starts = [], 0, False
+            has_user = has_user or user
+            piece.append(message)
+            chars += size
+        if not piece:
+            if not self.records:
+                raise InputError(f"{self.path}: no messages to import")
+            raise InputError(f"{self.path}: no user or assistant messages to import")
+        yield starts, piece, True
+
+
+class Turns:
+    """A transcript's turns, read from the file again on each iteration (memory holds one turn,
+    not the transcript); ``len`` is the count found when it was parsed.
+    """
+
+    def __init__(self, path: Path, fmt: Literal["openai", "claude"], count: int) -> None:
+        self._path = path
+        self._fmt = fmt
+        self._count = count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        turn: list[dict[str, Any]] = []
+        for _, piece, ends in _Reader(self._path, self._fmt).pieces():
+            turn.extend(piece)
+            if ends:
+                yield turn
+                turn = []
+
+
+@dataclass(frozen=True)
+class ParsedHistory:
+    """A transcript read and checked (streamed: one line at a time), ready to import.
+
+    Fields:
+        path: the file; :func:`import_history` reads it again, streamed, checking every line
+            again (inside its transaction: a file changed since is refused, nothing written).
+        format: the transcript's format.
+        messages: the messages it holds.
+        turn_count: the turns they make.
+        skipped: records of another kind (Claude Code's summaries, system records …).
+    """
+
+    path: Path
+    format: Literal["openai", "claude"]
+    messages: int
+    turn_count: int
+    skipped: int
+
+    @property
+    def turns(self) -> Turns:
+        """The turns, streamed from the file on each iteration."""
+        return Turns(self.path, self.format, self.turn_count)
+
+
+def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
+    """Read and validate a transcript, streamed (memory holds one line and one turn), counting
+    its messages and turns.
+
+    Raises:
+        InputError: a line is not JSON, not an object, longer than :data:`MAX_LINE_CHARS`, or
+            not a message of the format (the message names the file and line number); or no
+            message at all.
+    """
+    reader = _Reader(path, fmt)
+    messages = turns = 0
+    for starts, piece, _ in reader.pieces():
+        messages += len(piece)
+        turns += starts
+    assert reader.format is not None
+    return ParsedHistory(path, reader.format, messages, turns, reader.skipped)
 
 
 def import_history(
@@ -204,10 +298,21 @@ def import_history(
     """
     from alpstore.portable.importing import claim_name
 
+    messages = turns = 0
     with store.db.atomic() as conn:
         if name is not None:
             name = claim_name(conn, store, name, suffix=suffix)
         session = store.create_session(session_id=session_id, name=name)
-        for turn in parsed.turns:
-            session.commit_turn(turn, trigger="every_turn")
+        for starts, piece, ends in _Reader(parsed.path, parsed.format).pieces():
+            messages += len(piece)
+            turns += starts
+            if ends:
+                session.commit_turn(piece, trigger="every_turn")
+            else:  # a long turn: its first pieces are appended, its last one checkpoints
+                session.append(piece)
+        if (messages, turns) != (parsed.messages, parsed.turn_count):
+            raise InputError(
+                f"{parsed.path}: changed while it was imported ({parsed.messages} messages "
+                f"when read, {messages} now); nothing imported"
+            )
     return session

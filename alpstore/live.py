@@ -784,7 +784,7 @@ def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) 
     """Resume the newest matching file (auto_resume_latest) or create a session, and record
     the policy with it.
     """
-    from alpstore.portable.deep import import_document
+    from alpstore.portable.importing import import_file
     from alpstore.portable.resume import select_latest
 
     bound = prepared.policy
@@ -798,7 +798,7 @@ def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) 
         selection = select_latest(folder, bound.manifest_hash)
         if selection.chosen is not None:
             chosen = selection.chosen.path
-            result = import_document(store, selection.chosen.doc, source_name=chosen.name)
+            result = import_file(store, chosen, manifest_hash=bound.manifest_hash)  # streamed
             if result.existing:
                 result.session.resume(result.checkpoint)
             session, resumed_from = result.session, chosen

@@ -70,8 +70,19 @@ def read_store(ctx: typer.Context) -> Store:
 
 
 def print_json(value: Any) -> None:
-    """Print a JSON document to stdout (pretty, UTF-8)."""
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+    """Print a JSON document to stdout (pretty, UTF-8; on a terminal, control and bidi
+    characters as JSON escapes — the same document, nothing a terminal would act on).
+    """
+    write_json_text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+def write_json_text(text: str) -> None:
+    """Write (part of) a JSON document to stdout, escaped as :func:`print_json` says."""
+    if stdout_is_terminal():
+        from alpstore.cli._terminal import json_text
+
+        text = json_text(text)
+    sys.stdout.write(text)
 
 
 QuietOpt = Annotated[

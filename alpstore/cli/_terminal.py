@@ -4,8 +4,9 @@ Session ids, names, labels and message content come from files other people wrot
 raw, an ESC starts a control sequence (OSC 52 writes the clipboard, CSI clears the screen), a
 carriage return or newline forges table rows, and a bidirectional override reorders what the
 reader sees. :func:`term` spells every such character as a visible escape (``\x1b``,
-``\u202e``); ordinary text, including non-ASCII letters, passes unchanged. ``--json`` output
-is not escaped here: JSON has its own escaping and stays exact.
+``\u202e``); ordinary text, including non-ASCII letters, passes unchanged. JSON printed to a
+terminal goes through :func:`json_text` instead: the same characters as JSON escapes, so the
+output is still the same JSON document (piped, it is left byte for byte as written).
 """
 
 from __future__ import annotations
@@ -40,3 +41,19 @@ def term(text: object, *, keep: str = "") -> str:
     if keep:
         return _UNSAFE.sub(lambda m: m.group() if m.group() in keep else _escape(m), s)
     return _UNSAFE.sub(_escape, s)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a UTF-16 surrogate pair, as JSON spells characters beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def json_text(text: str) -> str:
+    r"""JSON text safe to print on a terminal: every character :func:`term` would escape, but
+    newlines and tabs (JSON's own whitespace), spelled as a JSON ``\uXXXX`` escape. Outside
+    strings JSON holds no such character, so the result parses to the same document.
+    """
+    return _UNSAFE.sub(lambda m: m.group() if m.group() in "\t\n" else _json_escape(m), text)

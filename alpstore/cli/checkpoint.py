@@ -13,7 +13,15 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import echo, options, print_json, read_store, store, warn
+from alpstore.cli._common import (
+    echo,
+    options,
+    print_json,
+    read_store,
+    store,
+    warn,
+    write_json_text,
+)
 from alpstore.cli._terminal import term
 from alpstore.errors import NotFoundError, UsageError
 
@@ -118,14 +126,15 @@ def list_(
 def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
     """Pretty-print a checkpoint's JSON (an archive checkpoint is hydrated first)."""
     from alpstore.portable.deep import build_export, snapshot_of_checkpoint
-    from alpstore.portable.files import read_document
 
     kind, target = _resolve(ctx, ref, checkpoint_dir, read=True)
     if kind == "archive":
         st = read_store(ctx)
         print_json(build_export(st, snapshot_of_checkpoint(st, target)))
         return
-    print_json(read_document(target))
+    from alpstore.portable.reading import write_pretty
+
+    write_pretty(target, write_json_text)  # streamed: one message in memory at a time
 
 
 @app.command("validate")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from alpstore.archive.base import summary_document
 from alpstore.codec import Digest, canonical_json, digest_bytes, digest_hex
@@ -115,11 +115,11 @@ def encode_entry(entry: Entry) -> dict[str, Any]:
     return {RESERVED: {"digest": hexd, "value": entry.value}}
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
     """A decoded entry of a deep file: kind, value as stored, digest re-derived.
 
-    ``raw`` is the canonical JSON the digest was computed from (what the archive stores).
+    ``raw`` is the canonical JSON the digest was computed from (what the archive stores). A
+    named tuple: one is made per message of an import.
     """
 
     kind: str
@@ -191,11 +191,15 @@ def _marker(obj: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     return str(kind), marker
 
 
-def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
+def decode_item(
+    obj: Any, where: str, *, require_digest: bool = False, parsed: bool = False
+) -> Item:
     """Decode a message object of a file, re-deriving its digest and checking a carried one.
 
     ``require_digest``: the file is an alpstore export, which carries a digest in every message,
     so a message without one was changed after export (a flipped byte in the marker's key).
+    ``parsed``: ``obj`` came from ``json`` (every key a string), so canonical JSON skips that
+    check.
 
     Raises:
         CheckpointFileError: a malformed marker, a marker beside keys it would hide, content
@@ -208,6 +212,8 @@ def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
     marker: dict[str, Any] | None = None
     if RESERVED not in obj:
         value: Any = obj
+    elif type(marker := obj[RESERVED]) is dict and len(marker) == 1 and "digest" in marker:
+        value = {k: v for k, v in obj.items() if k != RESERVED}  # an export's plain message
     else:
         kind, marker = _marker(obj, where)
         if kind == "summary":
@@ -228,7 +234,7 @@ def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
         else:
             value = {k: v for k, v in obj.items() if k != RESERVED}
     try:
-        canonical = canonical_bytes(value, where)
+        canonical = canonical_bytes(value, where, parsed=parsed)
     except CanonicalJSONError as exc:
         raise CheckpointFileError(f"{where}: {exc.message}") from exc
     digest = digest_bytes(canonical)
@@ -239,8 +245,7 @@ def decode_item(obj: Any, where: str, *, require_digest: bool = False) -> Item:
             "message",
             hint="the message was edited after export",
         )
-    if carried:
-        assert marker is not None
+    if marker is not None and carried and marker["digest"] != digest.hex():  # else: equal
         found = _hex_digest(marker["digest"], f"{where}.{RESERVED}.digest")
         if found != digest:
             raise CheckpointFileError(

@@ -105,6 +105,8 @@ class Importer:
     store: Store | None
     conn: Connection | None
     where: str
+    parsed: bool = False
+    """The messages come from ``json`` (a file streamed), not a caller's objects."""
     slots: list[int | _Pending | None] = field(default_factory=list)
     digests: list[Digest] = field(default_factory=list)
     known: set[bytes] = field(default_factory=set)
@@ -118,7 +120,7 @@ class Importer:
     def message(self, obj: Any, index: int) -> None:
         """One entry of the covering list."""
         where = f"{COMMITTED}[{index}]"
-        item = decode_item(obj, where)
+        item = decode_item(obj, where, parsed=self.parsed)
         self._note_carried(item, where)
         self.digests.append(item.digest)
         if item.kind == "summary":
@@ -130,7 +132,7 @@ class Importer:
     def covered_item(self, obj: Any, index: int) -> None:
         """One entry of the covered block (children before the summaries covering them)."""
         where = f"{COVERED}[{index}]"
-        item = decode_item(obj, where)
+        item = decode_item(obj, where, parsed=self.parsed)
         self._note_carried(item, where)
         self.covered += 1
         if item.kind == "summary":
@@ -170,10 +172,8 @@ class Importer:
             return
         assert self.store is not None
         archive = self.store.archive
-        items = [enc for _, enc in self._batch]
-        unique = list(dict.fromkeys(d for d, _, _ in items))
-        self.new_blobs += len(unique) - len(archive.ids_for(self.conn, unique))
-        ids = archive.store_encoded(self.conn, items)
+        ids, fresh = archive.store_encoded_counted(self.conn, [enc for _, enc in self._batch])
+        self.new_blobs += fresh
         for (slot, _), blob_id in zip(self._batch, ids, strict=True):
             if slot >= 0:
                 self.slots[slot] = blob_id
@@ -323,6 +323,7 @@ class Options:
     session_id: str | None = None
     name: str | None = None
     manifest: dict[str, Any] | None = None
+    manifest_hash: str | None = None
 
 
 def _state_ids(store: Store, conn: Connection, head: Header, where: str) -> list[int | None]:
@@ -410,6 +411,17 @@ def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Op
     return (Session(store, info), ck, name)
 
 
+def _require_manifest(doc: dict[str, Any], opts: Options, where: str) -> None:
+    if opts.manifest_hash is None:
+        return
+    found = doc.get("manifest")
+    if not isinstance(found, dict) or found.get("content_hash") != opts.manifest_hash:
+        raise CheckpointFileError(
+            f"{where}: does not embed the manifest it was chosen for (changed since?); "
+            "nothing imported"
+        )
+
+
 class _Unchanged(Exception):
     """Raised inside the import's transaction to roll it back: the archive already held it."""
 
@@ -419,14 +431,20 @@ class _Unchanged(Exception):
 
 
 def _run(
-    store: Store, feed: Callable[[Importer], dict[str, Any]], opts: Options, where: str
+    store: Store,
+    feed: Callable[[Importer], dict[str, Any]],
+    opts: Options,
+    where: str,
+    *,
+    parsed: bool,
 ) -> ImportResult:
-    imp = Importer(store, None, where)
+    imp = Importer(store, None, where, parsed)
     try:
         with store.db.atomic() as conn:
             imp.conn = conn
             doc = feed(imp)
             head = check_header(doc, where=where)
+            _require_manifest(doc, opts, where)
             check_covering_digest(doc, imp.digests, where)
             done = _write(store, conn, imp, head, opts)
             if isinstance(done, CheckpointInfo):  # already here: write nothing at all
@@ -455,6 +473,7 @@ def import_file(
     session_id: str | None = None,
     name: str | None = None,
     manifest: dict[str, Any] | None = None,
+    manifest_hash: str | None = None,
 ) -> ImportResult:
     """Import a deep file (``.json`` or ``.json.zst``), streaming it, in one transaction.
 
@@ -463,14 +482,15 @@ def import_file(
     carries travels with it; taken here, it is suffixed (``demo-2``). ``name`` overrides it and
     is refused when taken. When the archive already holds the session with this history and
     state, nothing is written (``existing``); with another state, the import is refused.
-    Version 1 needs ``manifest`` (LC-6).
+    Version 1 needs ``manifest`` (LC-6). ``manifest_hash``: the file must embed the manifest
+    of this hash (auto-resume chose it by its header; a file swapped since is refused).
 
     Raises:
         NotFoundError, CheckpointFileError, UsageError: nothing was written.
     """
-    opts = Options(path.name, fork, session_id, name, manifest)
+    opts = Options(path.name, fork, session_id, name, manifest, manifest_hash)
     with open_stream(path) as js:
-        return _run(store, lambda imp: stream_document(js, imp), opts, str(path))
+        return _run(store, lambda imp: stream_document(js, imp), opts, str(path), parsed=True)
 
 
 def import_document(
@@ -487,7 +507,7 @@ def import_document(
     opts = Options(source_name, fork, session_id, name, manifest)
     if not isinstance(doc, dict):
         raise CheckpointFileError(f"{source_name}: a checkpoint file must hold a JSON object")
-    return _run(store, lambda imp: feed_document(doc, imp), opts, source_name)
+    return _run(store, lambda imp: feed_document(doc, imp), opts, source_name, parsed=False)
 
 
 def check_document(doc: dict[str, Any], *, where: str) -> Header:
@@ -513,7 +533,7 @@ def check_file(path: Path) -> tuple[Header, int, int]:
         NotFoundError, CheckpointFileError.
     """
     with open_stream(path) as js:
-        imp = Importer(None, None, str(path))
+        imp = Importer(None, None, str(path), parsed=True)
         header_doc = stream_document(js, imp)
         head = check_header(header_doc, where=str(path))
         imp.finish_messages(head.is_export)

@@ -22,6 +22,9 @@ CHUNK: Final = 1024 * 1024
 """Bytes read at a time."""
 
 _WS: Final = re.compile(r"[ \t\n\r]*")
+_NUMBER_TAIL: Final = re.compile(r"[0-9.eE+-]*")
+"""What may follow a number's parsed part and still belong to it: when nothing else follows
+before the end of the buffer, the number may go on in the next chunk."""
 
 
 def _no_constants(name: str) -> Any:
@@ -58,7 +61,7 @@ class JsonStream:
         """``(start, end)`` in ``buf`` of the value :meth:`value` returned last."""
 
     # ---------------------------------------------------------------- input
-    def _more(self, at_least: int = CHUNK) -> bool:
+    def _more(self, at_least: int = 0) -> bool:
         """Read at least ``at_least`` more bytes (or to the end); False when nothing came."""
         if self.eof:
             return False
@@ -69,8 +72,8 @@ class JsonStream:
         want = max(CHUNK, at_least)
         got: list[str] = []
         total = 0
-        while total < want:
-            data = self._read(min(want - total, 16 * CHUNK))
+        while total < want or not any(got):  # a few bytes may end inside one character
+            data = self._read(max(4, min(want - total, 16 * CHUNK)))
             if not data:
                 try:
                     got.append(self._utf8.decode(b"", final=True))
@@ -144,8 +147,8 @@ class JsonStream:
                 raise self.error("nested too deeply") from None
             except ValueError as err:  # NaN/Infinity, an integer of more than 4,300 digits
                 raise self.error(str(err).splitlines()[0]) from None
-            if end >= len(self.buf) and not self.eof and first not in '"[{':
-                self._grow(start)  # a number or literal may go on in the next chunk
+            if not self.eof and first not in '"[{' and _NUMBER_TAIL.fullmatch(self.buf, end):
+                self._grow(start)  # a number or literal may go on in the next chunk ("12.|5")
                 continue
             if end - start > self.value_limit:
                 self._grow(start, force=True)

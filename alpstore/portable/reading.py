@@ -9,6 +9,7 @@ for :func:`check_header`.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,3 +252,128 @@ def open_stream(path: Path, *, limit: int | None = None) -> Iterator[JsonStream]
             raise CheckpointFileError(f"{path}: not a valid zstd file ({exc})") from exc
         except OSError as exc:
             raise CheckpointFileError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+# ---------------------------------------------------------------------- header only
+class _Skip:
+    """A sink that drops each message, checking (``strict``) that it is an object (the
+    schema's one demand of a message).
+    """
+
+    def __init__(self, where: str, *, strict: bool) -> None:
+        self.where = where
+        self.strict = strict
+
+    def message(self, obj: Any, index: int) -> None:
+        if self.strict and not isinstance(obj, dict):
+            raise CheckpointFileError(f"{self.where}: {COMMITTED}[{index}]: expected an object")
+
+    def covered_item(self, obj: Any, index: int) -> None:
+        if self.strict and not isinstance(obj, dict):
+            raise CheckpointFileError(f"{self.where}: {COVERED}[{index}]: expected an object")
+
+
+def read_header(path: Path, *, validate: bool = True) -> dict[str, Any]:
+    """A deep file's header — the document with the first agent's messages and the covered
+    block streamed past and left empty — checked (``validate``) against the schema and
+    (version 2) its manifest hash. Memory holds one message at a time, within the deep
+    importer's limits.
+
+    Raises:
+        NotFoundError, CheckpointFileError: as :func:`open_stream` and
+            :func:`~alpstore.portable.files.validate_document`.
+    """
+    with open_stream(path) as js:
+        doc = stream_document(js, _Skip(str(path), strict=validate))
+    return validate_document(doc, where=str(path)) if validate else doc
+
+
+# ---------------------------------------------------------------------- printing
+_WALKED: Final = frozenset(
+    {
+        (),
+        ("working_memory",),
+        ("working_memory", "*"),
+        ("working_memory", "*", "committed_messages"),
+        ("working_memory", "*", "working_messages"),
+        ("working_memory", "*", "conversation_chunks"),
+        ("working_memory", "*", "conversation_chunks", BLOCK),
+        ("working_memory", "*", "conversation_chunks", BLOCK, "covered"),
+    }
+)
+"""The containers :func:`write_pretty` walks itself (the way to the message arrays); every
+other value is parsed whole by ``json`` (bounded like one message)."""
+
+_FLUSH_CHARS: Final = 1024 * 1024
+
+
+class _Out:
+    def __init__(self, write: Callable[[str], object] | None) -> None:
+        self._write = write
+        self._parts: list[str] = []
+        self._size = 0
+
+    @property
+    def active(self) -> bool:
+        """False on the checking pass (nothing is written)."""
+        return self._write is not None
+
+    def __call__(self, text: str) -> None:
+        if self._write is None:
+            return
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size >= _FLUSH_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._write is not None and self._parts:
+            self._write("".join(self._parts))
+        self._parts, self._size = [], 0
+
+
+def _pretty(js: JsonStream, out: _Out, path: tuple[str, ...], level: int) -> None:
+    first = js.peek()
+    if path not in _WALKED or first not in ("{", "["):
+        value = js.value()
+        js.release()
+        if out.active:
+            text = json.dumps(value, indent=2, ensure_ascii=False)
+            out(text.replace("\n", "\n" + "  " * level) if level and "\n" in text else text)
+        return
+    inner = "\n" + "  " * (level + 1)
+    opened = False
+    if first == "{":
+        for key in js.members():
+            out(("{" if not opened else ",") + inner + json.dumps(key, ensure_ascii=False) + ": ")
+            opened = True
+            _pretty(js, out, (*path, key), level + 1)
+        close = "}"
+    else:
+        for _ in js.elements():
+            out(("[" if not opened else ",") + inner)
+            opened = True
+            _pretty(js, out, (*path, "*"), level + 1)
+        close = "]"
+    out("\n" + "  " * level + close if opened else ("{}" if close == "}" else "[]"))
+
+
+def write_pretty(path: Path, write: Callable[[str], object]) -> None:
+    """Write a checkpoint file's JSON as ``json.dumps(doc, indent=2, ensure_ascii=False)`` and a
+    newline would, streamed: memory holds one message at a time, within the deep importer's
+    limits. The whole file is read once before anything is written, so a bad file prints
+    nothing.
+
+    Raises:
+        NotFoundError, CheckpointFileError: not JSON, not an object, a duplicate key on the way
+            to the messages, too large.
+    """
+    for sink in (None, write):
+        out = _Out(sink)
+        with open_stream(path) as js:
+            if js.peek() != "{":
+                raise CheckpointFileError(f"{path}: a checkpoint file must hold a JSON object")
+            _pretty(js, out, (), 0)
+            js.end()
+        out("\n")
+        out.flush()

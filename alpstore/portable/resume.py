@@ -1,4 +1,9 @@
-"""``auto_resume_latest`` (CK-9): pick the newest version 2 file whose manifest hash matches."""
+"""``auto_resume_latest`` (CK-9): pick the newest version 2 file whose manifest hash matches.
+
+Each file's header is read streamed (its messages are parsed one at a time and dropped), so
+choosing among large files holds one message in memory, not a file; the chosen file is then
+imported streamed (:func:`alpstore.portable.importing.import_file`).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from alpstore.errors import CheckpointFileError, NotFoundError
-from alpstore.portable.files import list_checkpoint_files, load_checkpoint_file
+from alpstore.portable.files import list_checkpoint_files
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """The file auto-resume chose, with its document."""
+    """The file auto-resume chose, with its header (the document without its messages)."""
 
     path: Path
-    doc: dict[str, Any]
+    header: dict[str, Any]
 
 
 @dataclass
@@ -43,11 +48,13 @@ def select_latest(directory: Path, content_hash: str) -> Selection:
         files = list_checkpoint_files(directory)
     except NotFoundError:
         return out
+    from alpstore.portable.reading import read_header
+
     best: tuple[int, int, str] | None = None
     for path in files:
         out.considered += 1
         try:
-            doc = load_checkpoint_file(path)
+            doc = read_header(path)
         except (CheckpointFileError, NotFoundError) as exc:
             out.skipped.append((path.name, exc.message))
             continue

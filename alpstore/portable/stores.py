@@ -24,7 +24,6 @@ from alpstore.portable.files import (
     contained_path,
     list_checkpoint_files,
     load_checkpoint_file,
-    read_document,
     validate_document,
     write_checkpoint_file,
 )
@@ -204,10 +203,12 @@ class DiskCheckpointStore(_PlannedPrune):
         """See :class:`CheckpointStore`."""
         if not self.directory.is_dir():
             return []
+        from alpstore.portable.reading import read_header
+
         out = []
         for path in list_checkpoint_files(self.directory):
             try:
-                doc = read_document(path)
+                doc = read_header(path, validate=False)  # streamed: its messages are dropped
             except (CheckpointFileError, NotFoundError):
                 owner, turn = None, 0
             else:

@@ -231,3 +231,28 @@ def test_fit_widths(cols: list[tuple[int, int, Kind]], room: int) -> None:
     # WRAP columns give way before CUT ones
     if any(w < n for w, n, k in zip(widths, natural, kinds, strict=True) if k is Kind.CUT):
         assert all(w == f for w, f, k in zip(widths, floors, kinds, strict=True) if k is Kind.WRAP)
+
+
+def test_json_on_a_terminal_escapes_bidi_and_c1_and_stays_the_same_document(
+    tmp_path: Path,
+) -> None:
+    """`--json` and `checkpoint show FILE` on a terminal: a bidi override or C1 control from a
+    message reaches the screen as a JSON escape, and the text parses to the piped document."""
+    import json
+
+    root = tmp_path / "run"
+    root.mkdir()
+    text = "left \u202eevil\u202c \x85 \x9b31m \U000e0041 done"
+    with Store.open(root) as store:
+        store.create_session(name="bidi").commit_turn([{"role": "user", "content": text}])
+    h = Hostile(root, {}, [], 0)
+    exported = tmp_path / "bidi.json"
+    assert h.cli("checkpoint", "export", "bidi", "-o", str(exported)).code == 0
+    for args in (("session", "show", "bidi", "--json"), ("checkpoint", "show", str(exported))):
+        piped = h.cli(*args)
+        assert piped.code == 0 and text in piped.out  # a pipe gets the exact bytes
+        shown = on_terminal(h, *args, columns=120)
+        for raw in ("\u202e", "\u202c", "\x85", "\x9b", "\U000e0041"):
+            assert raw not in shown, (args, shown)
+        assert "\\u202e" in shown and "\\udb40\\udc41" in shown
+        assert json.loads(shown) == json.loads(piped.out)

@@ -102,3 +102,23 @@ def test_parse_digest_and_json_errors() -> None:
         parse_json(b"{nope", where="stdin")
     with pytest.raises(CanonicalJSONError):
         parse_json(b"[NaN]", where="x")
+
+
+@given(json_values)
+def test_canonical_json_of_a_parsed_value_is_canonical_json(value: object) -> None:
+    """The import's fast path (issue 14): the C encoder made once, keys not walked."""
+    from alpstore.codec import canonical_json_parsed
+
+    parsed = json.loads(json.dumps(value))
+    assert canonical_json_parsed(parsed) == canonical_json(parsed)
+
+
+@pytest.mark.parametrize("text", ['{"a": 1e999}', '["\\ud800"]', '{"b": [-1e400]}'])
+def test_canonical_json_of_a_parsed_value_refuses_what_canonical_json_refuses(text: str) -> None:
+    from alpstore.codec import canonical_json_parsed
+
+    with pytest.raises(CanonicalJSONError) as fast:
+        canonical_json_parsed(json.loads(text))
+    with pytest.raises(CanonicalJSONError) as slow:
+        canonical_json(json.loads(text))
+    assert fast.value.message == slow.value.message
