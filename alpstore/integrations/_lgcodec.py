@@ -109,6 +109,89 @@ def message_from_doc(doc: dict[str, Any]) -> BaseMessage:
     return cls(**fields)
 
 
+_new = object.__new__
+_set = object.__setattr__
+_SHAPES: dict[type[BaseMessage], tuple[tuple[tuple[str, Any, Any], ...], frozenset[str], bool]] = {}
+
+
+def _shape(cls: type[BaseMessage]) -> tuple[tuple[tuple[str, Any, Any], ...], frozenset[str], bool]:
+    """Per class: ``(name, default, default factory)`` of every field, the field names, and
+    whether extra fields are allowed.
+    """
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        fields = tuple(
+            (name, info.default, info.default_factory) for name, info in cls.model_fields.items()
+        )
+        shape = (fields, frozenset(cls.model_fields), cls.model_config.get("extra") == "allow")
+        _SHAPES[cls] = shape
+    return shape
+
+
+def copy_json(value: Any) -> Any:
+    """A fresh copy of every list and dict inside ``value`` (strings and numbers are shared:
+    they are immutable).
+    """
+    kind = type(value)
+    if kind is dict:
+        return {k: copy_json(v) for k, v in value.items()} if value else {}
+    if kind is list:
+        return [copy_json(v) for v in value] if value else []
+    return value
+
+
+def build_message(doc: dict[str, Any]) -> BaseMessage:
+    """Rebuild a message from a document this module wrote, without pydantic validation.
+
+    The document came from a validated message (``message_doc``), so the fields are already in
+    their validated form; defaults are filled in as validation would, and the result compares
+    equal to :func:`message_from_doc` of the same document (tested). ``doc`` is consumed: its
+    lists and dicts become the message's.
+
+    Raises:
+        IntegrityError: the document names no known message type.
+    """
+    kind = doc.get("lc")
+    cls = MESSAGE_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise IntegrityError(f"message document of unknown type {kind!r}")
+    fields, names, allow_extra = _shape(cls)
+    values: dict[str, Any] = {}
+    given: set[str] = set()
+    for name, default, factory in fields:
+        if name in doc:
+            values[name] = doc[name]
+            given.add(name)
+        elif factory is not None:
+            values[name] = factory()
+        else:
+            values[name] = default
+    skip = ("lc",) if kind == "chat" else ("lc", "role")
+    extra = {k: v for k, v in doc.items() if k not in names and k not in skip}
+    if extra and not allow_extra:
+        return message_from_doc(doc)
+    given.update(extra)
+    message = _new(cls)
+    _set(message, "__dict__", values)
+    _set(message, "__pydantic_fields_set__", given)
+    _set(message, "__pydantic_extra__", extra if allow_extra else None)
+    _set(message, "__pydantic_private__", None)
+    return message
+
+
+def fresh_message(message: BaseMessage) -> BaseMessage:
+    """An independent copy of a message built by :func:`build_message`: changing the copy in
+    place (even inside its tool calls) never reaches the original.
+    """
+    copy = _new(type(message))
+    _set(copy, "__dict__", {k: copy_json(v) for k, v in message.__dict__.items()})
+    _set(copy, "__pydantic_fields_set__", set(message.__pydantic_fields_set__))
+    extra = message.__pydantic_extra__
+    _set(copy, "__pydantic_extra__", None if extra is None else copy_json(extra))
+    _set(copy, "__pydantic_private__", None)
+    return copy
+
+
 def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:
     """Documents for every message, or None when any one cannot be split."""
     docs = []
