@@ -181,10 +181,17 @@ def build_message(doc: dict[str, Any]) -> BaseMessage:
 
 def fresh_message(message: BaseMessage) -> BaseMessage:
     """An independent copy of a message built by :func:`build_message`: changing the copy in
-    place (even inside its tool calls) never reaches the original.
+    place (even inside its tool calls) never reaches the original. Only lists and dicts are
+    copied; strings, numbers and None are immutable and shared.
     """
+    source = message.__dict__
+    fields = source.copy()
+    for name, value in source.items():
+        kind = type(value)
+        if kind is list or kind is dict:
+            fields[name] = copy_json(value) if value else kind()
     copy = _new(type(message))
-    _set(copy, "__dict__", {k: copy_json(v) for k, v in message.__dict__.items()})
+    _set(copy, "__dict__", fields)
     _set(copy, "__pydantic_fields_set__", set(message.__pydantic_fields_set__))
     extra = message.__pydantic_extra__
     _set(copy, "__pydantic_extra__", None if extra is None else copy_json(extra))

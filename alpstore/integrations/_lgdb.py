@@ -256,19 +256,35 @@ def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | 
     return None if row is None else (int(row[0]), int(row[1]))
 
 
+class _Raced(Exception):
+    """Another transaction mapped the thread first (rolls back our savepoint)."""
+
+
 def create_thread(store: Store, conn: Connection, thread_id: str, ns: str) -> tuple[int, int]:
-    """Create the session for a thread + namespace and map it; returns ``(ref, session_id)``."""
-    session = store.create_session(
-        name=session_name(thread_id, ns),
-        origin={"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}},
-    )
-    ref = rsql.fetchone(
-        conn,
-        "INSERT INTO lg_threads (thread_id, checkpoint_ns, session_id) VALUES (?, ?, ?) "
-        "RETURNING id",
-        (thread_id, ns, session.id),
-    )[0]
-    return int(ref), session.id
+    """Create the session for a thread + namespace and map it; returns ``(ref, session_id)``.
+
+    Safe against another process doing the same at once: the loser's session is rolled back
+    (a savepoint) and the winner's mapping returned.
+    """
+    try:
+        with store.db.atomic():
+            session = store.create_session(
+                name=session_name(thread_id, ns),
+                origin={"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}},
+            )
+            row = rsql.fetchone(
+                conn,
+                "INSERT INTO lg_threads (thread_id, checkpoint_ns, session_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (thread_id, checkpoint_ns) DO NOTHING RETURNING id",
+                (thread_id, ns, session.id),
+            )
+            if row is None:
+                raise _Raced
+            return int(row[0]), session.id
+    except _Raced:
+        found = find_thread(conn, thread_id, ns)
+        assert found is not None
+        return found
 
 
 def thread_rows(conn: Connection, thread_id: str) -> list[tuple[int, int]]:

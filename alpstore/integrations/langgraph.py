@@ -486,7 +486,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                     conn, thread_id, ns, checkpoint_id, task_id, task_path, entries, replace_all
                 )
 
-        store.db.retrying(attempt, what=f"pending writes of LangGraph thread {thread_id!r}")
+        with self._state(thread_id, ns).lock:
+            store.db.retrying(attempt, what=f"pending writes of LangGraph thread {thread_id!r}")
         store.archive.after_commit()
 
     def _plan_write(self, channel: str, value: Any) -> tuple[str, list[Any], list[Encoded]]:
