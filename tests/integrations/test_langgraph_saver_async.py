@@ -1,0 +1,227 @@
+"""AlpstoreSaver's hot path: the async methods never block the event loop, the conformance suite
+passes driven through the sync and the async methods, a turn encodes only its new messages, reads
+hand out new objects, and two savers on one archive take turns on a thread without losing a
+message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpstore[langgraph])")
+conformance = pytest.importorskip(
+    "langgraph.checkpoint.conformance",
+    reason="langgraph-checkpoint-conformance is not installed (alpstore[dev])",
+)
+
+from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.conformance.capabilities import (  # noqa: E402
+    BASE_CAPABILITIES,
+    EXTENDED_CAPABILITIES,
+)
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+
+import alpstore.integrations._lgcodec as lgcodec  # noqa: E402
+import alpstore.integrations.langgraph as lg  # noqa: E402
+from alpstore.integrations.langgraph import AlpstoreSaver  # noqa: E402
+from alpstore.store import Store  # noqa: E402
+
+
+class SyncDriven(AlpstoreSaver):
+    """The saver with its ``a*`` methods calling the sync ones inline, so the conformance suite
+    (which speaks only async) exercises the sync methods.
+    """
+
+    async def _off_loop(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_conformance_suite_through_the_sync_and_the_async_methods(
+    tmp_path: Path, kind: str
+) -> None:
+    roots = iter(range(100))
+    cls = AlpstoreSaver if kind == "async" else SyncDriven
+
+    @conformance.checkpointer_test(name=f"AlpstoreSaver ({kind})")
+    async def factory() -> AsyncIterator[AlpstoreSaver]:
+        saver = cls(Store.open(tmp_path / f"run-{next(roots)}"), owns_store=True)
+        yield saver
+        await saver.__aexit__()
+
+    report = asyncio.run(conformance.validate(factory))
+    for cap in BASE_CAPABILITIES | EXTENDED_CAPABILITIES:
+        result = report.results[cap.value]
+        assert result.detected, f"{cap.value} not detected"
+        assert result.passed is True, f"{cap.value}: {result.failures}"
+
+
+# ---------------------------------------------------------------- the event loop
+HOLD_S = 0.6
+MAX_STALL_S = 0.05
+
+
+def config(thread: str, checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def checkpoint_with(messages: Sequence[Any], version: int) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"messages": list(messages)}
+    cp["channel_versions"] = {"messages": version}
+    return cp
+
+
+def hold_the_database(root: Path, holding: threading.Event, release_after: float) -> None:
+    """Another connection takes the write lock (SQLite) / the tables' locks (PostgreSQL)."""
+    with Store.open(root) as other, other.db.atomic() as conn:
+        other.db.exclude_writers(conn)
+        holding.set()
+        time.sleep(release_after)
+
+
+def test_async_methods_never_block_the_loop_while_the_database_is_slow(run_root: Path) -> None:
+    saver = AlpstoreSaver.open(run_root)
+    first = [HumanMessage(content="hello", id="u1")]
+    stored = saver.put(config("slow"), checkpoint_with(first, 1), {"step": 0}, {"messages": 1})
+
+    async def main() -> tuple[float, float]:
+        holding = threading.Event()
+        holder = threading.Thread(target=hold_the_database, args=(run_root, holding, HOLD_S))
+        holder.start()
+        await asyncio.get_running_loop().run_in_executor(None, holding.wait)
+        stalls: list[float] = []
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            last = time.perf_counter()
+            while not stop.is_set():
+                await asyncio.sleep(0.005)
+                now = time.perf_counter()
+                stalls.append(now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.02)
+        start = time.perf_counter()
+        more = [*first, AIMessage(content="hi there", id="a1")]
+        new = await saver.aput(stored, checkpoint_with(more, 2), {"step": 1}, {"messages": 2})
+        await saver.aput_writes(new, [("messages", [AIMessage(content="x", id="a2")])], "task-1")
+        took = time.perf_counter() - start
+        got = await saver.aget_tuple(config("slow"))
+        assert got is not None and [m.id for m in got.checkpoint["channel_values"]["messages"]] == [
+            "u1",
+            "a1",
+        ]
+        assert [c async for c in saver.alist(config("slow"))]
+        stop.set()
+        await tick
+        await asyncio.get_running_loop().run_in_executor(None, holder.join)
+        return took, max(stalls)
+
+    try:
+        took, worst = asyncio.run(main())
+    finally:
+        saver.close()
+    assert took >= HOLD_S / 2, f"the database was not slow ({took:.3f} s): the test proves nothing"
+    assert worst < MAX_STALL_S, f"the event loop stalled {worst * 1000:.0f} ms"
+
+
+# ---------------------------------------------------------------- the hot path
+def agent_graph(saver: AlpstoreSaver) -> Any:
+    def agent(state: MessagesState) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_turn_is_o_delta_in_one_transaction_per_call(
+    run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[int] = []
+    scanned: list[int] = []
+    transactions: list[int] = []
+    real_doc, real_scan = lgcodec.message_doc, lg.is_message_list
+
+    def counting_doc(message: Any) -> Any:
+        encoded.append(1)
+        return real_doc(message)
+
+    def counting_scan(value: Any) -> bool:
+        scanned.append(len(value) if isinstance(value, list) else 0)
+        return real_scan(value)
+
+    monkeypatch.setattr(lgcodec, "message_doc", counting_doc)
+    monkeypatch.setattr(lg, "is_message_list", counting_scan)
+    cfg = {"configurable": {"thread_id": "delta"}}
+    with AlpstoreSaver.open(run_root) as saver:
+        real_atomic = saver.store.db.atomic
+
+        def counting_atomic() -> Any:
+            transactions.append(1)
+            return real_atomic()
+
+        monkeypatch.setattr(saver.store.db, "atomic", counting_atomic)
+        graph = agent_graph(saver)
+        for turn in range(40):
+            for seen in (encoded, scanned, transactions):
+                seen.clear()
+            graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+        # the last turn (80 messages in the thread): its 2 new messages encoded, each at most
+        # twice (pending write, then checkpoint); no scan of the whole list; one transaction
+        # for each of the 3 puts and 2 put_writes LangGraph makes
+        assert sum(encoded) <= 4, encoded
+        assert max(scanned) <= 2, scanned
+        assert len(transactions) == 5, transactions
+        assert len(graph.get_state(cfg).values["messages"]) == 80
+
+
+def test_reads_hand_out_new_objects_and_an_edit_in_place_is_stored(run_root: Path) -> None:
+    cfg = {"configurable": {"thread_id": "edit"}}
+    with AlpstoreSaver.open(run_root) as saver:
+        graph = agent_graph(saver)
+        graph.invoke({"messages": [HumanMessage(content="q", id="u0")]}, cfg)
+        graph.invoke({"messages": [HumanMessage(content="q", id="u1")]}, cfg)
+        one = graph.get_state(cfg).values["messages"]
+        two = graph.get_state(cfg).values["messages"]
+        assert one == two and all(a is not b for a, b in zip(one, two, strict=True))
+        one[1].content = "changed behind the saver's back"
+        assert graph.get_state(cfg).values["messages"][1].content == "reply 1"
+        # the human-in-the-loop edit: change a message in place, write it back
+        edited = graph.get_state(cfg).values["messages"][1]
+        edited.content = "edited reply"
+        graph.update_state(cfg, {"messages": [edited]})
+        assert graph.get_state(cfg).values["messages"][1].content == "edited reply"
+    with AlpstoreSaver.open(run_root) as saver:  # a new process reads what was stored
+        assert agent_graph(saver).get_state(cfg).values["messages"][1].content == "edited reply"
+
+
+def test_two_savers_on_one_archive_take_turns_on_a_thread(run_root: Path) -> None:
+    cfg = {"configurable": {"thread_id": "shared"}}
+    with AlpstoreSaver.open(run_root) as a, AlpstoreSaver.open(run_root) as b:
+        graphs = [agent_graph(a), agent_graph(b)]
+        for turn in range(12):
+            graph = graphs[turn % 3 % 2]
+            graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+        for graph in graphs:
+            messages = graph.get_state(cfg).values["messages"]
+            assert [m.id for m in messages[::2]] == [f"u{t}" for t in range(12)]
+            assert len(messages) == 24
+        history = a.store.get_session("langgraph:shared").history()
+        assert [e.value["content"] for e in history] == [m.content for m in messages]
