@@ -9,9 +9,11 @@ rebuilds it). Only the standard message classes are split; a subclass goes throu
 from __future__ import annotations
 
 import base64
+import gc
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 from langchain_core.messages import (
     AIMessage,
@@ -109,21 +111,39 @@ def message_from_doc(doc: dict[str, Any]) -> BaseMessage:
     return cls(**fields)
 
 
+_SKIP = {False: frozenset(("lc", "role")), True: frozenset(("lc",))}
+"""Document keys that are not fields: ``lc`` always, ``role`` except for chat messages."""
 _new = object.__new__
 _set = object.__setattr__
-_SHAPES: dict[type[BaseMessage], tuple[tuple[tuple[str, Any, Any], ...], frozenset[str], bool]] = {}
 
 
-def _shape(cls: type[BaseMessage]) -> tuple[tuple[tuple[str, Any, Any], ...], frozenset[str], bool]:
-    """Per class: ``(name, default, default factory)`` of every field, the field names, and
-    whether extra fields are allowed.
-    """
+class _Shape(NamedTuple):
+    template: dict[str, Any]
+    """Every field with its default (immutable defaults only: the others are made per call)."""
+    factories: tuple[tuple[str, Any], ...]
+    """``(name, default factory)`` of the fields whose default is a new list or dict."""
+    names: frozenset[str]
+    allow_extra: bool
+
+
+_SHAPES: dict[type[BaseMessage], _Shape] = {}
+
+
+def _shape(cls: type[BaseMessage]) -> _Shape:
     shape = _SHAPES.get(cls)
     if shape is None:
-        fields = tuple(
-            (name, info.default, info.default_factory) for name, info in cls.model_fields.items()
+        template: dict[str, Any] = {}
+        factories = []
+        for name, info in cls.model_fields.items():
+            template[name] = None if info.default_factory is not None else info.default
+            if info.default_factory is not None:
+                factories.append((name, info.default_factory))
+        shape = _Shape(
+            template,
+            tuple(factories),
+            frozenset(cls.model_fields),
+            cls.model_config.get("extra") == "allow",
         )
-        shape = (fields, frozenset(cls.model_fields), cls.model_config.get("extra") == "allow")
         _SHAPES[cls] = shape
     return shape
 
@@ -155,28 +175,44 @@ def build_message(doc: dict[str, Any]) -> BaseMessage:
     cls = MESSAGE_CLASSES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise IntegrityError(f"message document of unknown type {kind!r}")
-    fields, names, allow_extra = _shape(cls)
-    values: dict[str, Any] = {}
-    given: set[str] = set()
-    for name, default, factory in fields:
-        if name in doc:
-            values[name] = doc[name]
-            given.add(name)
-        elif factory is not None:
+    shape = _shape(cls)
+    values = shape.template.copy()
+    for name, factory in shape.factories:
+        if name not in doc:
             values[name] = factory()
-        else:
-            values[name] = default
-    skip = ("lc",) if kind == "chat" else ("lc", "role")
-    extra = {k: v for k, v in doc.items() if k not in names and k not in skip}
-    if extra and not allow_extra:
-        return message_from_doc(doc)
-    given.update(extra)
+    given = doc.keys() - _SKIP[kind == "chat"]
+    extra_names = given - shape.names
+    if extra_names:
+        if not shape.allow_extra:
+            return message_from_doc(doc)
+        extra = {k: doc[k] for k in extra_names}
+        values.update({k: v for k, v in doc.items() if k in shape.names})
+    else:
+        extra = {}
+        values.update(doc)
+        for name in _SKIP[kind == "chat"]:
+            values.pop(name, None)
     message = _new(cls)
     _set(message, "__dict__", values)
-    _set(message, "__pydantic_fields_set__", given)
-    _set(message, "__pydantic_extra__", extra if allow_extra else None)
+    _set(message, "__pydantic_fields_set__", set(given))
+    _set(message, "__pydantic_extra__", extra if shape.allow_extra else None)
     _set(message, "__pydantic_private__", None)
     return message
+
+
+@contextmanager
+def no_gc_pause() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while thousands of acyclic objects (messages and
+    their dicts) are built: each would otherwise trigger collections that walk the whole heap.
+    Re-enabled after, unless it was off before.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def fresh_message(message: BaseMessage) -> BaseMessage:

@@ -50,6 +50,7 @@ from alpstore.integrations._lgcodec import (
     fresh_message,
     is_message_list,
     message_docs,
+    no_gc_pause,
     unwrap,
     value_from_doc,
     wrap,
@@ -607,18 +608,19 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         (a prefix of) the head it knows, else rebuilt from the archive.
         """
         private = th.private
-        if (
-            private is not None
-            and th.key == head.key
-            and view.segment_id == head.view.segment_id
-            and view.length <= len(private)
-        ):
-            out = [fresh_message(m) for m in private[: view.length]]
-        else:
-            out = lgdb.load_messages(self.store, conn, view)
-            if view == head.view and th.key == head.key:
-                th.private = [fresh_message(m) for m in out]
-                th.digests = None
+        with no_gc_pause():
+            if (
+                private is not None
+                and th.key == head.key
+                and view.segment_id == head.view.segment_id
+                and view.length <= len(private)
+            ):
+                out = [fresh_message(m) for m in private[: view.length]]
+            else:
+                out = lgdb.load_messages(self.store, conn, view)
+                if view == head.view and th.key == head.key:
+                    th.private = [fresh_message(m) for m in out]
+                    th.digests = None
         if view == head.view:
             th.seen.append(out)
         return out
