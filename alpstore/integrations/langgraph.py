@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -77,6 +78,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         serde: LangGraph serializer for values that are not plain JSON (default: JsonPlus).
         workers: threads the ``a*`` methods run the database work in, so the event loop never
             waits for the database (at most this many calls are in flight at once).
+        max_threads: thread namespaces whose messages this process keeps ready (a copy of each
+            head) for fast reads; others are read from the archive when next used.
     """
 
     def __init__(
@@ -87,13 +90,15 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         serde: SerializerProtocol | None = None,
         owns_store: bool = False,
         workers: int = 8,
+        max_threads: int = 256,
     ) -> None:
         super().__init__(serde=serde)
         self.store = store
         self.messages_key = messages_key
         self._owns_store = owns_store
         self._lock = threading.Lock()  # guards the dictionaries below, never held over I/O
-        self._threads: dict[tuple[str, str], lgdb.ThreadState] = {}
+        self._threads: OrderedDict[tuple[str, str], lgdb.ThreadState] = OrderedDict()
+        self._max_threads = max_threads
         self._infos: dict[str, SessionInfo] = {}  # by session uuid (never reused)
         self._runs: dict[str, None] = {}  # run ids known to have their lg_runs row
         self._packer = Packer()
@@ -139,11 +144,18 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
 
     # ---------------------------------------------------------------- threads
     def _state(self, thread_id: str, ns: str) -> lgdb.ThreadState:
+        """This process's state of a thread namespace (the ``max_threads`` most recently used
+        are kept; an evicted one is rebuilt from the archive when next used).
+        """
         key = (thread_id, ns)
         with self._lock:
             th = self._threads.get(key)
             if th is None:
                 th = self._threads[key] = lgdb.ThreadState()
+                while len(self._threads) > self._max_threads:
+                    self._threads.popitem(last=False)
+            else:
+                self._threads.move_to_end(key)
             return th
 
     def _forget(self, thread_id: str | None = None) -> None:

@@ -225,3 +225,18 @@ def test_two_savers_on_one_archive_take_turns_on_a_thread(run_root: Path) -> Non
             assert len(messages) == 24
         history = a.store.get_session("langgraph:shared").history()
         assert [e.value["content"] for e in history] == [m.content for m in messages]
+
+
+def test_threads_evicted_from_memory_are_read_back_from_the_archive(run_root: Path) -> None:
+    with AlpstoreSaver(Store.open(run_root), owns_store=True, max_threads=1) as saver:
+        graph = agent_graph(saver)
+        for turn in range(6):
+            for thread in ("x", "y", "z"):
+                cfg = {"configurable": {"thread_id": thread}}
+                graph.invoke({"messages": [HumanMessage(content=f"{thread}{turn}")]}, cfg)
+        assert len(saver._threads) == 1
+        for thread in ("x", "y", "z"):
+            messages = graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
+            assert [m.content for m in messages[::2]] == [f"{thread}{t}" for t in range(6)]
+            history = saver.store.get_session(f"langgraph:{thread}").history()
+            assert [e.value["content"] for e in history] == [m.content for m in messages]
