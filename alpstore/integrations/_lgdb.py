@@ -215,6 +215,16 @@ def identity_prefix(a: list[Any], b: list[Any]) -> int:
     return next(compress(count(), map(is_not, a, b)), min(len(a), len(b)))
 
 
+def first_difference(private: list[Any], messages: list[Any]) -> int:
+    """The first position where ``messages`` differs from this process's own copies (type or
+    fields; a deep comparison, in C), or their length when none does.
+    """
+    for i, (mine, theirs) in enumerate(zip(private, messages, strict=True)):
+        if type(mine) is not type(theirs) or mine.__dict__ != theirs.__dict__:
+            return i
+    return len(private)
+
+
 def head_digests(store: Store, conn: Connection, view: View) -> tuple[list[int], list[bytes]]:
     """The blob ids and digests of a head (O(n): only when this process does not know it)."""
     if view.length == 0:

@@ -240,3 +240,39 @@ def test_threads_evicted_from_memory_are_read_back_from_the_archive(run_root: Pa
             assert [m.content for m in messages[::2]] == [f"{thread}{t}" for t in range(6)]
             history = saver.store.get_session(f"langgraph:{thread}").history()
             assert [e.value["content"] for e in history] == [m.content for m in messages]
+
+
+def test_an_empty_update_does_not_re_encode_the_thread(
+    run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node returning no message bumps the channel's version with the same objects: the
+    saver compares fields with its own copies instead of encoding the whole list again."""
+    encoded: list[int] = []
+    real_doc = lgcodec.message_doc
+
+    def counting_doc(message: Any) -> Any:
+        encoded.append(1)
+        return real_doc(message)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
+
+    def quiet(state: MessagesState) -> dict[str, Any]:
+        return {"messages": []}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("quiet", quiet)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "quiet")
+    builder.add_edge("quiet", END)
+    monkeypatch.setattr(lgcodec, "message_doc", counting_doc)
+    cfg = {"configurable": {"thread_id": "quiet"}}
+    with AlpstoreSaver.open(run_root) as saver:
+        graph = builder.compile(checkpointer=saver)
+        for turn in range(30):
+            encoded.clear()
+            graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+        assert sum(encoded) <= 4, encoded
+        assert len(graph.get_state(cfg).values["messages"]) == 60
