@@ -246,7 +246,16 @@ def main(argv: list[str]) -> int:
     ]
     lines += core_section(b)
     lines += curves_section(HERE / "results" / "curves.json")
-    for name in ("langgraph.md", "backends.md", "postgres.md", "portable.md", "debug.md"):
+    for name in (
+        "langgraph.md",
+        "saver.md",
+        "saver_async.md",
+        "startup.md",
+        "backends.md",
+        "postgres.md",
+        "portable.md",
+        "debug.md",
+    ):
         extra = HERE / "results" / name
         if extra.exists():
             text = extra.read_text().strip().splitlines()
