@@ -420,6 +420,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 kept_digests.extend(new_digests)
             else:
                 th.digests = kept_digests + new_digests
+            if not appended:  # lists held for the old head no longer match it past k
+                th.seen.clear()
             th.seen.append(held)
             return new_digests[-1] if new_digests else None
 

@@ -276,3 +276,19 @@ def test_an_empty_update_does_not_re_encode_the_thread(
             graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
         assert sum(encoded) <= 4, encoded
         assert len(graph.get_state(cfg).values["messages"]) == 60
+
+
+def test_a_cut_head_is_not_matched_against_lists_held_for_the_old_one(run_root: Path) -> None:
+    a, b, c = (HumanMessage(content=t, id=t) for t in "abc")
+    x, y = AIMessage(content="x", id="x"), AIMessage(content="y", id="y")
+    with AlpstoreSaver.open(run_root) as saver:
+        cfg = config("cut")
+        for version, messages in enumerate(([a, b, c], [a, x], [a, b, y]), start=1):
+            cfg = saver.put(
+                cfg, checkpoint_with(messages, version), {"step": version}, {"messages": version}
+            )
+        got = saver.get_tuple(config("cut"))
+        assert got is not None
+        assert [m.id for m in got.checkpoint["channel_values"]["messages"]] == ["a", "b", "y"]
+        history = saver.store.get_session("langgraph:cut").history()
+        assert [e.value["content"] for e in history] == ["a", "b", "y"]
