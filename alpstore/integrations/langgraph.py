@@ -640,7 +640,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                     th.private = [fresh_message(m) for m in out]
                     th.digests = None
         if view == head.view:
-            th.seen.append(out)
+            th.seen.append(list(out))  # our own list: the caller may change theirs in place
         return out
 
     def _values(
