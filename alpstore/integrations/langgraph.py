@@ -264,7 +264,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             }
             if head is not None:
                 state["s"] = key
-            status = "active" if row.status == "created" and head is not None else row.status
+            status = "active" if row.status == "created" and view != row.view else row.status
             if view != row.view or turn != row.turn or status != row.status:
                 lgdb.move_head(conn, row.session_id, view, turn, status)
             source = str(md.get("source", "put"))
