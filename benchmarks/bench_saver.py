@@ -197,6 +197,32 @@ def sqlite_saver_cold(inputs: Any, replies: Any, turns: int) -> float:
     return 1000 * statistics.median(colds)
 
 
+def goals(results: dict[str, Any]) -> str:
+    """One line: the issue's goals against this run (met / not met)."""
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    sq = results["SQLite"]["marks"]
+    last, first = sq[max(sq)], sq[min(sq)]
+    flat = last["own_ms"] / first["own_ms"]
+    out = (
+        f"Goals (issue 16): own cost at {max(sq):,} turns on SQLite ≤ 3 ms — "
+        f"{last['own_ms']:.1f} ms wall, {last['own_cpu_ms']:.1f} ms CPU, "
+        f"{verdict(last['own_cpu_ms'] <= 3)}; last ÷ first ≤ 1.15 — {flat:.2f}, "
+        f"{verdict(flat <= 1.15)}"
+    )
+    pg = results.get("PostgreSQL", {}).get("marks")
+    if pg:
+        top = pg[max(pg)]
+        out += (
+            f"; PostgreSQL at {max(pg):,} turns ≤ 6 ms — {top['own_ms']:.1f} ms wall, "
+            f"{top['own_cpu_ms']:.1f} ms CPU, {verdict(top['own_cpu_ms'] <= 6)}"
+        )
+    cold = results["SQLite"]["cold_ms"] / results["SQLite"]["sqlite_cold_ms"]
+    return out + f"; cold `get_state` ≤ 0.5 of SqliteSaver's — {cold:.2f}, {verdict(cold <= 0.5)}."
+
+
 NOTES = [
     "Reading it:",
     "",
@@ -277,6 +303,7 @@ def run_all(turns: int, pg_turns: int) -> str:
         f"LangGraph SqliteSaver {sq['sqlite_cold_ms']:.1f} ms "
         f"(ratio {sq['cold_ms'] / sq['sqlite_cold_ms']:.2f}; goal ≤ 0.5).",
     ]
+    lines += ["", goals(results)]
     if skipped:
         lines += ["", skipped]
     lines += ["", *NOTES]

@@ -4,7 +4,7 @@ Run: ``python benchmarks/bench_startup.py [--repeat 15]``, or collected by pytes
 ``--benchmark-only``. Writes ``benchmarks/results/startup.md``.
 
 Runs the ``alpstore`` executable on PATH (the installed console script, in a fresh process each
-time) for ``--help``, ``--version`` and ``db info`` on an empty run root, interleaved with the
+time) for ``--help``, ``--version`` and ``db info`` on an empty archive, interleaved with the
 baseline of the same interpreter starting and exiting (``python -c pass``); medians of the
 repeats, wall time from spawn to exit.
 """
@@ -42,11 +42,14 @@ def run_all(repeat: int) -> str:
         raise SystemExit("the alpstore command is not on PATH (pip install -e . first)")
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as root:
+        from alpstore.store import Store
+
+        Store.open(Path(root)).close()  # an empty archive for `db info`
         cases = {
             "`python -c pass` (baseline: the interpreter alone)": [sys.executable, "-c", "pass"],
             "`alpstore --version`": [exe, "--version"],
             "`alpstore --help`": [exe, "--help"],
-            "`alpstore db info` (empty run root)": [exe, "--root", root, "db", "info"],
+            "`alpstore db info` (empty archive)": [exe, "--root", root, "db", "info"],
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(repeat):  # interleaved: a busy spell hits every row alike
