@@ -7,6 +7,7 @@ message.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -292,3 +293,36 @@ def test_a_cut_head_is_not_matched_against_lists_held_for_the_old_one(run_root: 
         assert [m.id for m in got.checkpoint["channel_values"]["messages"]] == ["a", "b", "y"]
         history = saver.store.get_session("langgraph:cut").history()
         assert [e.value["content"] for e in history] == ["a", "b", "y"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        HumanMessage(content="hi", id="1"),
+        HumanMessage(content=[{"type": "text", "text": "blocks"}], name="ann"),
+        HumanMessage(content="extra field", foo={"a": [1]}),
+        AIMessage(content="", tool_calls=[{"name": "f", "args": {"x": [1, 2.5]}, "id": "c"}]),
+        AIMessage(content="x", response_metadata={"model": "m"}, additional_kwargs={"k": [1]}),
+        lgcodec.ToolMessage(content="out", tool_call_id="c", status="error", artifact={"k": 1}),
+        lgcodec.SystemMessage(content="be brief"),
+        lgcodec.ChatMessage(content="x", role="bob"),
+    ],
+)
+def test_built_messages_equal_validated_ones_and_copies_are_independent(message: Any) -> None:
+    doc = lgcodec.message_doc(message)
+    assert doc is not None
+    validated = lgcodec.message_from_doc(json.loads(json.dumps(doc)))
+    built = lgcodec.build_message(json.loads(json.dumps(doc)))
+    assert built == validated == message
+    assert built.__dict__ == validated.__dict__
+    assert built.__pydantic_fields_set__ == validated.__pydantic_fields_set__
+    assert built.__pydantic_extra__ == validated.__pydantic_extra__
+    assert built.model_dump() == validated.model_dump()
+    copy = lgcodec.fresh_message(built)
+    assert copy == built and copy is not built
+    for value in copy.__dict__.values():  # change every list and dict of the copy in place
+        if isinstance(value, list):
+            value.append("changed")
+        elif isinstance(value, dict):
+            value["changed"] = True
+    assert built == validated
