@@ -248,6 +248,9 @@ def main(argv: list[str]) -> int:
     lines += curves_section(HERE / "results" / "curves.json")
     for name in (
         "langgraph.md",
+        "saver.md",
+        "saver_async.md",
+        "startup.md",
         "backends.md",
         "postgres.md",
         "portable.md",

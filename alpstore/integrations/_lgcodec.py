@@ -9,9 +9,11 @@ rebuilds it). Only the standard message classes are split; a subclass goes throu
 from __future__ import annotations
 
 import base64
+import gc
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 from langchain_core.messages import (
     AIMessage,
@@ -107,6 +109,130 @@ def message_from_doc(doc: dict[str, Any]) -> BaseMessage:
     if kind != "chat":
         fields.pop("role", None)
     return cls(**fields)
+
+
+_SKIP = {False: frozenset(("lc", "role")), True: frozenset(("lc",))}
+"""Document keys that are not fields: ``lc`` always, ``role`` except for chat messages."""
+_new = object.__new__
+_set = object.__setattr__
+
+
+class _Shape(NamedTuple):
+    template: dict[str, Any]
+    """Every field with its default (immutable defaults only: the others are made per call)."""
+    factories: tuple[tuple[str, Any], ...]
+    """``(name, default factory)`` of the fields whose default is a new list or dict."""
+    names: frozenset[str]
+    allow_extra: bool
+
+
+_SHAPES: dict[type[BaseMessage], _Shape] = {}
+
+
+def _shape(cls: type[BaseMessage]) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        template: dict[str, Any] = {}
+        factories = []
+        for name, info in cls.model_fields.items():
+            template[name] = None if info.default_factory is not None else info.default
+            if info.default_factory is not None:
+                factories.append((name, info.default_factory))
+        shape = _Shape(
+            template,
+            tuple(factories),
+            frozenset(cls.model_fields),
+            cls.model_config.get("extra") == "allow",
+        )
+        _SHAPES[cls] = shape
+    return shape
+
+
+def copy_json(value: Any) -> Any:
+    """A fresh copy of every list and dict inside ``value`` (strings and numbers are shared:
+    they are immutable).
+    """
+    kind = type(value)
+    if kind is dict:
+        return {k: copy_json(v) for k, v in value.items()} if value else {}
+    if kind is list:
+        return [copy_json(v) for v in value] if value else []
+    return value
+
+
+def build_message(doc: dict[str, Any]) -> BaseMessage:
+    """Rebuild a message from a document this module wrote, without pydantic validation.
+
+    The document came from a validated message (``message_doc``), so the fields are already in
+    their validated form; defaults are filled in as validation would, and the result compares
+    equal to :func:`message_from_doc` of the same document (tested). ``doc`` is consumed: its
+    lists and dicts become the message's.
+
+    Raises:
+        IntegrityError: the document names no known message type.
+    """
+    kind = doc.get("lc")
+    cls = MESSAGE_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise IntegrityError(f"message document of unknown type {kind!r}")
+    shape = _shape(cls)
+    values = shape.template.copy()
+    for name, factory in shape.factories:
+        if name not in doc:
+            values[name] = factory()
+    given = doc.keys() - _SKIP[kind == "chat"]
+    extra_names = given - shape.names
+    if extra_names:
+        if not shape.allow_extra:
+            return message_from_doc(doc)
+        extra = {k: doc[k] for k in extra_names}
+        values.update({k: v for k, v in doc.items() if k in shape.names})
+    else:
+        extra = {}
+        values.update(doc)
+        for name in _SKIP[kind == "chat"]:
+            values.pop(name, None)
+    message = _new(cls)
+    _set(message, "__dict__", values)
+    _set(message, "__pydantic_fields_set__", set(given))
+    _set(message, "__pydantic_extra__", extra if shape.allow_extra else None)
+    _set(message, "__pydantic_private__", None)
+    return message
+
+
+@contextmanager
+def no_gc_pause() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while thousands of acyclic objects (messages and
+    their dicts) are built: each would otherwise trigger collections that walk the whole heap.
+    Re-enabled after, unless it was off before.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def fresh_message(message: BaseMessage) -> BaseMessage:
+    """An independent copy of a message built by :func:`build_message`: changing the copy in
+    place (even inside its tool calls) never reaches the original. Only lists and dicts are
+    copied; strings, numbers and None are immutable and shared.
+    """
+    source = message.__dict__
+    fields = source.copy()
+    for name, value in source.items():
+        kind = type(value)
+        if kind is list or kind is dict:
+            fields[name] = copy_json(value) if value else kind()
+    copy = _new(type(message))
+    _set(copy, "__dict__", fields)
+    _set(copy, "__pydantic_fields_set__", set(message.__pydantic_fields_set__))
+    extra = message.__pydantic_extra__
+    _set(copy, "__pydantic_extra__", None if extra is None else copy_json(extra))
+    _set(copy, "__pydantic_private__", None)
+    return copy
 
 
 def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:

@@ -1,11 +1,13 @@
-"""AlpstoreSaver's async methods: they never block the event loop (the database work runs in the
-saver's worker thread), and the conformance suite passes driven through the sync and the async
-methods.
+"""AlpstoreSaver's hot path: the async methods never block the event loop, the conformance suite
+passes driven through the sync and the async methods, a turn encodes only its new messages, reads
+hand out new objects, and two savers on one archive take turns on a thread without losing a
+message.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -20,15 +22,21 @@ conformance = pytest.importorskip(
     reason="langgraph-checkpoint-conformance is not installed (alpstore[dev])",
 )
 
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage  # noqa: E402
 from langgraph.checkpoint.base import empty_checkpoint  # noqa: E402
 from langgraph.checkpoint.conformance.capabilities import (  # noqa: E402
     BASE_CAPABILITIES,
     EXTENDED_CAPABILITIES,
 )
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
+import alpstore.integrations._lgcodec as lgcodec  # noqa: E402
+import alpstore.integrations.langgraph as lg  # noqa: E402
 from alpstore.integrations.langgraph import AlpstoreSaver  # noqa: E402
+from alpstore.maintenance import verify  # noqa: E402
 from alpstore.store import Store  # noqa: E402
+from alpstore.views import cover_bytes, cover_of  # noqa: E402
+from tests.conftest import Backend  # noqa: E402
 
 
 class SyncDriven(AlpstoreSaver):
@@ -132,3 +140,221 @@ def test_async_methods_never_block_the_loop_while_the_database_is_slow(run_root:
         saver.close()
     assert took >= HOLD_S / 2, f"the database was not slow ({took:.3f} s): the test proves nothing"
     assert worst < MAX_STALL_S, f"the event loop stalled {worst * 1000:.0f} ms"
+
+
+# ---------------------------------------------------------------- the hot path
+def agent_graph(saver: AlpstoreSaver) -> Any:
+    def agent(state: MessagesState) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", END)
+    return builder.compile(checkpointer=saver)
+
+
+def test_a_turn_is_o_delta_in_one_transaction_per_call(
+    run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[int] = []
+    scanned: list[int] = []
+    transactions: list[int] = []
+    real_doc, real_scan = lgcodec.message_doc, lg.is_message_list
+
+    def counting_doc(message: Any) -> Any:
+        encoded.append(1)
+        return real_doc(message)
+
+    def counting_scan(value: Any) -> bool:
+        scanned.append(len(value) if isinstance(value, list) else 0)
+        return real_scan(value)
+
+    monkeypatch.setattr(lgcodec, "message_doc", counting_doc)
+    monkeypatch.setattr(lg, "is_message_list", counting_scan)
+    cfg = {"configurable": {"thread_id": "delta"}}
+    with AlpstoreSaver.open(run_root) as saver:
+        real_atomic = saver.store.db.atomic
+
+        def counting_atomic() -> Any:
+            transactions.append(1)
+            return real_atomic()
+
+        monkeypatch.setattr(saver.store.db, "atomic", counting_atomic)
+        graph = agent_graph(saver)
+        for turn in range(40):
+            for seen in (encoded, scanned, transactions):
+                seen.clear()
+            graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+        # the last turn (80 messages in the thread): its 2 new messages encoded, each at most
+        # twice (pending write, then checkpoint); no scan of the whole list; one transaction
+        # for each of the 3 puts and 2 put_writes LangGraph makes
+        assert sum(encoded) <= 4, encoded
+        assert max(scanned) <= 2, scanned
+        assert len(transactions) == 5, transactions
+        assert len(graph.get_state(cfg).values["messages"]) == 80
+
+
+def test_reads_hand_out_new_objects_and_an_edit_in_place_is_stored(run_root: Path) -> None:
+    cfg = {"configurable": {"thread_id": "edit"}}
+    with AlpstoreSaver.open(run_root) as saver:
+        graph = agent_graph(saver)
+        graph.invoke({"messages": [HumanMessage(content="q", id="u0")]}, cfg)
+        graph.invoke({"messages": [HumanMessage(content="q", id="u1")]}, cfg)
+        one = graph.get_state(cfg).values["messages"]
+        two = graph.get_state(cfg).values["messages"]
+        assert one == two and all(a is not b for a, b in zip(one, two, strict=True))
+        one[1].content = "changed behind the saver's back"
+        assert graph.get_state(cfg).values["messages"][1].content == "reply 1"
+        # the human-in-the-loop edit: change a message in place, write it back
+        edited = graph.get_state(cfg).values["messages"][1]
+        edited.content = "edited reply"
+        graph.update_state(cfg, {"messages": [edited]})
+        assert graph.get_state(cfg).values["messages"][1].content == "edited reply"
+    with AlpstoreSaver.open(run_root) as saver:  # a new process reads what was stored
+        assert agent_graph(saver).get_state(cfg).values["messages"][1].content == "edited reply"
+
+
+def test_two_savers_on_one_archive_take_turns_on_a_thread(run_root: Path) -> None:
+    cfg = {"configurable": {"thread_id": "shared"}}
+    with AlpstoreSaver.open(run_root) as a, AlpstoreSaver.open(run_root) as b:
+        graphs = [agent_graph(a), agent_graph(b)]
+        for turn in range(12):
+            graph = graphs[turn % 3 % 2]
+            graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+        for graph in graphs:
+            messages = graph.get_state(cfg).values["messages"]
+            assert [m.id for m in messages[::2]] == [f"u{t}" for t in range(12)]
+            assert len(messages) == 24
+        history = a.store.get_session("langgraph:shared").history()
+        assert [e.value["content"] for e in history] == [m.content for m in messages]
+
+
+def test_threads_evicted_from_memory_are_read_back_from_the_archive(run_root: Path) -> None:
+    with AlpstoreSaver(Store.open(run_root), owns_store=True, max_threads=1) as saver:
+        graph = agent_graph(saver)
+        for turn in range(6):
+            for thread in ("x", "y", "z"):
+                cfg = {"configurable": {"thread_id": thread}}
+                graph.invoke({"messages": [HumanMessage(content=f"{thread}{turn}")]}, cfg)
+        assert len(saver._threads) == 1
+        for thread in ("x", "y", "z"):
+            messages = graph.get_state({"configurable": {"thread_id": thread}}).values["messages"]
+            assert [m.content for m in messages[::2]] == [f"{thread}{t}" for t in range(6)]
+            history = saver.store.get_session(f"langgraph:{thread}").history()
+            assert [e.value["content"] for e in history] == [m.content for m in messages]
+
+
+def test_an_empty_update_does_not_re_encode_the_thread(
+    run_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node returning no message bumps the channel's version with the same objects: the
+    saver compares fields with its own copies instead of encoding the whole list again."""
+    encoded: list[int] = []
+    real_doc = lgcodec.message_doc
+
+    def counting_doc(message: Any) -> Any:
+        encoded.append(1)
+        return real_doc(message)
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        n = len(state["messages"])
+        return {"messages": [AIMessage(content=f"reply {n}", id=f"ai-{n}")]}
+
+    def quiet(state: MessagesState) -> dict[str, Any]:
+        return {"messages": []}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("quiet", quiet)
+    builder.add_edge(START, "agent")
+    builder.add_edge("agent", "quiet")
+    builder.add_edge("quiet", END)
+    monkeypatch.setattr(lgcodec, "message_doc", counting_doc)
+    cfg = {"configurable": {"thread_id": "quiet"}}
+    with AlpstoreSaver.open(run_root) as saver:
+        graph = builder.compile(checkpointer=saver)
+        for turn in range(30):
+            encoded.clear()
+            graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+        assert sum(encoded) <= 4, encoded
+        assert len(graph.get_state(cfg).values["messages"]) == 60
+
+
+def test_a_cut_head_is_not_matched_against_lists_held_for_the_old_one(run_root: Path) -> None:
+    a, b, c = (HumanMessage(content=t, id=t) for t in "abc")
+    x, y = AIMessage(content="x", id="x"), AIMessage(content="y", id="y")
+    with AlpstoreSaver.open(run_root) as saver:
+        cfg = config("cut")
+        for version, messages in enumerate(([a, b, c], [a, x], [a, b, y]), start=1):
+            cfg = saver.put(
+                cfg, checkpoint_with(messages, version), {"step": version}, {"messages": version}
+            )
+        got = saver.get_tuple(config("cut"))
+        assert got is not None
+        assert [m.id for m in got.checkpoint["channel_values"]["messages"]] == ["a", "b", "y"]
+        history = saver.store.get_session("langgraph:cut").history()
+        assert [e.value["content"] for e in history] == ["a", "b", "y"]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        HumanMessage(content="hi", id="1"),
+        HumanMessage(content=[{"type": "text", "text": "blocks"}], name="ann"),
+        HumanMessage(content="extra field", foo={"a": [1]}),
+        AIMessage(content="", tool_calls=[{"name": "f", "args": {"x": [1, 2.5]}, "id": "c"}]),
+        AIMessage(content="x", response_metadata={"model": "m"}, additional_kwargs={"k": [1]}),
+        lgcodec.ToolMessage(content="out", tool_call_id="c", status="error", artifact={"k": 1}),
+        lgcodec.SystemMessage(content="be brief"),
+        lgcodec.ChatMessage(content="x", role="bob"),
+    ],
+)
+def test_built_messages_equal_validated_ones_and_copies_are_independent(message: Any) -> None:
+    doc = lgcodec.message_doc(message)
+    assert doc is not None
+    validated = lgcodec.message_from_doc(json.loads(json.dumps(doc)))
+    built = lgcodec.build_message(json.loads(json.dumps(doc)))
+    assert built == validated == message
+    assert built.__dict__ == validated.__dict__
+    assert built.__pydantic_fields_set__ == validated.__pydantic_fields_set__
+    assert built.__pydantic_extra__ == validated.__pydantic_extra__
+    assert built.model_dump() == validated.model_dump()
+    copy = lgcodec.fresh_message(built)
+    assert copy == built and copy is not built
+    for value in copy.__dict__.values():  # change every list and dict of the copy in place
+        if isinstance(value, list):
+            value.append("changed")
+        elif isinstance(value, dict):
+            value["changed"] = True
+    assert built == validated
+
+
+def test_the_saver_keeps_the_covering_digests_true(backend: Backend) -> None:
+    """The saver moves session heads itself (O(delta)): the session's and every checkpoint's
+    covering digest must still be those of their lists, through appends, an edit in place
+    written back (a cut) and a removal, so `archive verify` finds nothing."""
+    cfg = {"configurable": {"thread_id": "covers"}}
+    store = backend.open_store()
+    saver = AlpstoreSaver(store)
+    graph = agent_graph(saver)
+    for turn in range(3):
+        graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
+    edited = graph.get_state(cfg).values["messages"][1]
+    edited.content = "edited reply"
+    graph.update_state(cfg, {"messages": [edited]})
+    graph.update_state(cfg, {"messages": [RemoveMessage(id="u2")]})
+    graph.invoke({"messages": [HumanMessage(content="q3", id="u3")]}, cfg)
+    session = store.get_session("langgraph:covers")
+    head = session.info().head
+    with store.db.read() as conn:
+        stored = conn.exec_driver_sql(
+            f"SELECT head_digest FROM sessions WHERE id = {session.id}"
+        ).scalar_one()
+        assert bytes(stored) == cover_bytes(store.views.cover(conn, head))
+    checkpoints = session.checkpoints()
+    assert len(checkpoints) >= 12
+    for ck in checkpoints:
+        assert ck.covering_digest == cover_of([e.digest for e in store.hydrate(ck)]), ck.id
+    assert verify(store).ok

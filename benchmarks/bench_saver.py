@@ -1,0 +1,336 @@
+"""AlpstoreSaver's own cost per turn over LangGraph's own work, SQLite and PostgreSQL (issue 16).
+
+Run: ``python benchmarks/bench_saver.py [--turns 1000] [--pg-turns 400]`` (PostgreSQL from
+$ALPSTORE_BENCH_POSTGRES_URL or $ALPSTORE_TEST_POSTGRES_URL; its rows are skipped, with the
+reason, without one). Also collected by pytest with ``--benchmark-only``
+($ALPSTORE_BENCH_SAVER_TURNS, $ALPSTORE_BENCH_SAVER_PG_TURNS). Writes
+``benchmarks/results/saver.md``.
+
+The conversation and graph are bench_langgraph's (agent ⇄ tools, every step checkpointed: three
+checkpoints and two pending-write calls a turn). Two graphs run in lockstep in one process: the
+*floor* (LangGraph's ``InMemorySaver`` with an identity serializer: LangGraph's own work, no
+storage) and the same graph on ``AlpstoreSaver``; each turn runs on both, in alternating order,
+so both see the same machine load. Own cost at turn N = the median, over turns N-49 … N, of
+(AlpstoreSaver's turn − the floor's turn).
+
+Part of the own cost is the copy every read hands out (``get_tuple`` returns new message objects,
+so changing them never changes what the saver holds — LangGraph's own savers behave so): it is
+O(messages), and it is measured on its own at each mark ("copy on read").
+
+Cold ``get_state`` at the last mark: a new saver on the archive (no in-process state) loads the
+latest state; against LangGraph's ``SqliteSaver`` holding the same messages in its latest
+checkpoint, opened fresh likewise. Medians of 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.bench_langgraph import build, conversation  # noqa: E402
+
+RESULTS = HERE / "results" / "saver.md"
+WINDOW = 50
+COLD_REPEAT = 5
+URL_ENV = ("ALPSTORE_BENCH_POSTGRES_URL", "ALPSTORE_TEST_POSTGRES_URL")
+
+
+class IdentitySerde:
+    """A LangGraph serializer that stores the object itself (the floor: no storage work)."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, Any]:
+        return "identity", obj
+
+    def loads_typed(self, data: tuple[str, Any]) -> Any:
+        return data[1]
+
+
+def marks_for(turns: int) -> list[int]:
+    return [m for m in (100, 400, 1000, 2000) if m < turns] + [turns]
+
+
+@contextmanager
+def alpstore_saver(url: str | None) -> Iterator[tuple[Any, Path]]:
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if url is None:
+            saver = AlpstoreSaver.open(Path(tmp))
+            try:
+                yield saver, Path(tmp)
+            finally:
+                saver.close()
+            return
+        from sqlalchemy import create_engine
+
+        from alpstore.testing.postgres import fresh_schema
+
+        admin = create_engine(url)
+        try:
+            with fresh_schema(admin, url, "bench_saver_") as schema_url:
+                saver = AlpstoreSaver.open(Path(tmp), url=schema_url)
+                try:
+                    yield saver, Path(tmp)
+                finally:
+                    saver.close()
+        finally:
+            admin.dispose()
+
+
+def copy_cost_ms(saver: Any) -> float:
+    """What one read's copy of the head's messages costs now (median of 3)."""
+    from alpstore.integrations._lgcodec import fresh_message
+
+    private = next(iter(saver._threads.values())).private or []
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        [fresh_message(m) for m in private]
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def lockstep(url: str | None, turns: int, data: Any) -> dict[str, Any]:
+    """Floor and AlpstoreSaver turn by turn; own cost and copy cost at each mark."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import MessagesState
+
+    inputs, replies, _raw = data
+    marks = marks_for(turns)
+    out: dict[str, Any] = {"marks": {}}
+    with alpstore_saver(url) as (saver, root):
+        scripts: list[deque[Any]] = [deque(), deque()]
+        graphs = [
+            build(InMemorySaver(serde=IdentitySerde()), MessagesState, scripts[0]),
+            build(saver, MessagesState, scripts[1]),
+        ]
+        config = {"configurable": {"thread_id": "bench"}}
+        floor: list[float] = []
+        ours: list[float] = []
+        floor_cpu: list[float] = []
+        ours_cpu: list[float] = []
+        for turn in range(1, turns + 1):
+            took = [0.0, 0.0]
+            cpu = [0.0, 0.0]
+            for which in (0, 1) if turn % 2 else (1, 0):
+                scripts[which].extend(replies[turn - 1])
+                start, start_cpu = time.perf_counter(), time.process_time()
+                graphs[which].invoke({"messages": inputs[turn - 1]}, config)
+                took[which] = time.perf_counter() - start
+                cpu[which] = time.process_time() - start_cpu
+            floor.append(took[0])
+            ours.append(took[1])
+            floor_cpu.append(cpu[0])
+            ours_cpu.append(cpu[1])
+            if turn in marks:
+                lo = max(0, turn - WINDOW)
+                own = [a - f for a, f in zip(ours[lo:turn], floor[lo:turn], strict=True)]
+                own_cpu = [
+                    a - f for a, f in zip(ours_cpu[lo:turn], floor_cpu[lo:turn], strict=True)
+                ]
+                out["marks"][turn] = {
+                    "floor_ms": 1000 * statistics.median(floor[lo:turn]),
+                    "ours_ms": 1000 * statistics.median(ours[lo:turn]),
+                    "own_ms": 1000 * statistics.median(own),
+                    "own_cpu_ms": 1000 * statistics.median(own_cpu),
+                    "copy_ms": copy_cost_ms(saver),
+                    "messages": len(graphs[1].get_state(config).values["messages"]),
+                }
+        if url is None:
+            from alpstore.integrations.langgraph import AlpstoreSaver
+
+            colds = []
+            for _ in range(COLD_REPEAT):
+                fresh = AlpstoreSaver.open(root)
+                try:
+                    graph = build(fresh, MessagesState, deque())
+                    start = time.perf_counter()
+                    state = graph.get_state(config)
+                    colds.append(time.perf_counter() - start)
+                finally:
+                    fresh.close()
+            out["cold_ms"] = 1000 * statistics.median(colds)
+            out["cold_messages"] = len(state.values["messages"])
+            out["sqlite_cold_ms"] = sqlite_saver_cold(inputs, replies, turns)
+    return out
+
+
+def sqlite_saver_cold(inputs: Any, replies: Any, turns: int) -> float:
+    """Cold ``get_state`` of LangGraph's SqliteSaver holding the same messages (latest
+    checkpoint written by ``update_state``, then read by a saver on a new connection).
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.graph import MessagesState
+
+    messages = [m for i, r in zip(inputs[:turns], replies[:turns], strict=True) for m in (*i, *r)]
+    config = {"configurable": {"thread_id": "bench"}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "lg.sqlite"
+        conn = sqlite3.connect(path, check_same_thread=False)
+        saver = SqliteSaver(conn)
+        saver.setup()
+        build(saver, MessagesState, deque()).update_state(config, {"messages": messages})
+        conn.close()
+        colds = []
+        for _ in range(COLD_REPEAT):
+            conn = sqlite3.connect(path, check_same_thread=False)
+            graph = build(SqliteSaver(conn), MessagesState, deque())
+            start = time.perf_counter()
+            state = graph.get_state(config)
+            colds.append(time.perf_counter() - start)
+            conn.close()
+        assert len(state.values["messages"]) == len(messages)
+    return 1000 * statistics.median(colds)
+
+
+def goals(results: dict[str, Any]) -> str:
+    """One line: the issue's goals against this run (met / not met)."""
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    sq = results["SQLite"]["marks"]
+    last, first = sq[max(sq)], sq[min(sq)]
+    flat = last["own_ms"] / first["own_ms"]
+    out = (
+        f"Goals (issue 16): own cost at {max(sq):,} turns on SQLite ≤ 3 ms — "
+        f"{last['own_ms']:.1f} ms wall, {last['own_cpu_ms']:.1f} ms CPU, "
+        f"{verdict(last['own_cpu_ms'] <= 3)}; last ÷ first ≤ 1.15 — {flat:.2f}, "
+        f"{verdict(flat <= 1.15)}"
+    )
+    pg = results.get("PostgreSQL", {}).get("marks")
+    if pg:
+        top = pg[max(pg)]
+        out += (
+            f"; PostgreSQL at {max(pg):,} turns ≤ 6 ms — {top['own_ms']:.1f} ms wall, "
+            f"{top['own_cpu_ms']:.1f} ms CPU, {verdict(top['own_cpu_ms'] <= 6)}"
+        )
+    cold = results["SQLite"]["cold_ms"] / results["SQLite"]["sqlite_cold_ms"]
+    return out + f"; cold `get_state` ≤ 0.5 of SqliteSaver's — {cold:.2f}, {verdict(cold <= 0.5)}."
+
+
+NOTES = [
+    "Reading it:",
+    "",
+    "- The saver's write path is O(delta): a turn encodes and stores only its new messages, in "
+    "one transaction per LangGraph call (tests/integrations/test_langgraph_saver_async.py "
+    "checks both). What grows with the thread is the read: every `get_tuple` hands out new "
+    "message objects (a message changed in place by the caller never changes what the saver "
+    "or a later read sees — LangGraph's own savers behave so), one copy per message, and "
+    "LangGraph then works on objects that are new to the CPU caches where the floor reuses "
+    "the same ones. The floor shares its objects (identity serializer), so all of that counts "
+    "as own cost here; the O(n) part is why the own cost is not flat.",
+    "- Wall time on a shared 2-core machine includes waiting for the CPU; the process-CPU "
+    "column is the steadier figure. The floor keeps every checkpoint's list alive (identity "
+    "serializer), which makes each full garbage collection walk a large heap; the saver's "
+    "copies trigger collections that the floor alone would not.",
+]
+
+
+def postgres_url() -> str | None:
+    return next((os.environ[k] for k in URL_ENV if os.environ.get(k)), None)
+
+
+def table(name: str, result: dict[str, Any]) -> list[str]:
+    marks = sorted(result["marks"])
+    first = result["marks"][marks[0]]["own_ms"]
+    lines = []
+    for m in marks:
+        r = result["marks"][m]
+        lines.append(
+            f"| {name} | {m:,} | {r['messages']:,} | {r['floor_ms']:.1f} | {r['ours_ms']:.1f} | "
+            f"**{r['own_ms']:.2f}** | {r['own_cpu_ms']:.2f} | {r['copy_ms']:.2f} | "
+            f"{r['own_ms'] / first:.2f} |"
+        )
+    return lines
+
+
+def run_all(turns: int, pg_turns: int) -> str:
+    load = os.getloadavg()[0]
+    data = conversation(max(turns, pg_turns))
+    results = {"SQLite": lockstep(None, turns, data)}
+    url = postgres_url()
+    skipped = None
+    if url and pg_turns:
+        try:
+            results["PostgreSQL"] = lockstep(url, pg_turns, data)
+        except Exception as err:  # no server: say so in the table
+            skipped = f"PostgreSQL rows not run: {str(err).splitlines()[0]}"
+    elif not url:
+        skipped = f"PostgreSQL rows not run: set {URL_ENV[0]} (or {URL_ENV[1]})"
+    lines = [
+        "# AlpstoreSaver's own cost per turn (issue 16)",
+        "",
+        "Command: `python benchmarks/bench_saver.py --turns "
+        f"{turns} --pg-turns {pg_turns}` (1-minute load average {load:.1f} at the start, "
+        f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} shared cores: absolute "
+        "times are noisy, the in-process differences less so).",
+        "",
+        "bench_langgraph's conversation and graph (three checkpoints and two pending-write calls "
+        "a turn), run turn by turn in lockstep with the floor: LangGraph's `InMemorySaver` "
+        "with an identity serializer (LangGraph's own work, no storage). Per mark, medians "
+        f"over the last {WINDOW} turns: floor and AlpstoreSaver turn times, own cost = "
+        "AlpstoreSaver − floor (median of the per-turn differences), in wall time and in this "
+        "process's CPU time (all threads; less sensitive to other jobs on the machine); one "
+        "read's copy = the O(messages) copy `get_tuple` hands out (new objects on every read), "
+        "timed on its own.",
+        "",
+        "| backend | turns | messages | floor ms / turn | AlpstoreSaver ms / turn | own cost ms | "
+        "own cost, process CPU ms | one read's copy ms | own ÷ at first mark |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, result in results.items():
+        lines += table(name, result)
+    sq = results["SQLite"]
+    lines += [
+        "",
+        f"Cold `get_state` at {turns:,} turns ({sq['cold_messages']:,} messages), a new saver "
+        f"each time, median of {COLD_REPEAT}: AlpstoreSaver **{sq['cold_ms']:.1f} ms**, "
+        f"LangGraph SqliteSaver {sq['sqlite_cold_ms']:.1f} ms "
+        f"(ratio {sq['cold_ms'] / sq['sqlite_cold_ms']:.2f}; goal ≤ 0.5).",
+    ]
+    lines += ["", goals(results)]
+    if skipped:
+        lines += ["", skipped]
+    lines += ["", *NOTES]
+    text = "\n".join(lines) + "\n"
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(text, encoding="utf-8")
+    return text
+
+
+def test_saver_own_cost(benchmark: Any) -> None:
+    import pytest
+
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    turns = int(os.environ.get("ALPSTORE_BENCH_SAVER_TURNS", "1000"))
+    pg_turns = int(os.environ.get("ALPSTORE_BENCH_SAVER_PG_TURNS", "400"))
+    text = benchmark.pedantic(run_all, args=(turns, pg_turns), rounds=1, iterations=1)
+    print("\n" + text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=1000)
+    parser.add_argument("--pg-turns", type=int, default=400)
+    args = parser.parse_args(argv)
+    print(run_all(args.turns, args.pg_turns))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
