@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import compress, count
 from operator import is_not
 from typing import Any, NamedTuple
@@ -23,11 +23,22 @@ from alpstore.archive.sql import parse_documents
 from alpstore.db import raw as rsql
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY, checkpoints, sessions
 from alpstore.errors import UsageError
-from alpstore.integrations._lgcodec import KIND_MESSAGE, build_message, copy_json
+from alpstore.integrations._lgcodec import (
+    KIND_MESSAGE,
+    FrozenMessages,
+    State,
+    doc_state,
+    message_state,
+)
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.sessions import Session
 from alpstore.store import Store
 from alpstore.views import View, cover_bytes, cover_int
+
+try:  # LangChain's own dependency (through langsmith); json is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson comes with langchain-core
+    _orjson = None  # type: ignore[assignment]
 
 SESSION_NAME_PREFIX = "langgraph:"
 CHUNK = 500
@@ -166,7 +177,8 @@ class ThreadState:
     The key (thread row, session row and uuid, head view and covering digest) is
     checked in the statement every put and read makes anyway; a mismatch forgets it all:
 
-    - ``private``: the head's messages as objects nobody else holds (reads hand out copies);
+    - ``private``: the head's messages as this process keeps them (marshalled states: reads
+      build new objects from them at C speed, see ``FrozenMessages``);
     - ``digests``: the head entries' digests, when known;
     - ``seen``: lists of message objects the caller holds for the head (what this saver last
       stored or handed out), compared by identity so a put finds the new tail in O(delta);
@@ -178,7 +190,7 @@ class ThreadState:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.key: tuple[int, int, str, View, bytes | None] | None = None
-        self.private: list[BaseMessage] | None = None
+        self.private: FrozenMessages | None = None
         self.digests: list[bytes] | None = None
         self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
         self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
@@ -212,14 +224,23 @@ def identity_prefix(a: list[Any], b: list[Any]) -> int:
     return next(compress(count(), map(is_not, a, b)), min(len(a), len(b)))
 
 
-def first_difference(private: list[Any], messages: list[Any]) -> int:
-    """The first position where ``messages`` differs from this process's own copies (type or
-    fields; a deep comparison, in C), or their length when none does.
+def held_prefix(held: Iterable[list[Any]], messages: list[Any]) -> int:
+    """How many leading messages are those of a list the caller held (the longest match).
+
+    The common case — ``messages`` is a held list plus new ones — is decided by list equality,
+    a C loop that takes an identical pair at pointer speed (a pair that is not identical is
+    compared by value: equal fields, the same document); only when no held list is a whole
+    prefix is the identity scan run.
     """
-    for i, (mine, theirs) in enumerate(zip(private, messages, strict=True)):
-        if type(mine) is not type(theirs) or mine.__dict__ != theirs.__dict__:
-            return i
-    return len(private)
+    n = len(messages)
+    whole = [
+        len(h)
+        for h in held
+        if len(h) <= n and (not h or h[-1] is messages[len(h) - 1]) and h == messages[: len(h)]
+    ]
+    if whole:
+        return max(whole)
+    return max((identity_prefix(h, messages) for h in held), default=0)
 
 
 def head_digests(store: Store, conn: Connection, view: View) -> tuple[list[int], list[bytes]]:
@@ -230,27 +251,56 @@ def head_digests(store: Store, conn: Connection, view: View) -> tuple[list[int],
     return ids, list(store.digests_for_ids(conn, ids))
 
 
-def load_messages(store: Store, conn: Connection, view: View) -> list[BaseMessage]:
-    """The messages of a view, rebuilt from the archive (new objects)."""
+def load_head(
+    store: Store, conn: Connection, view: View
+) -> tuple[list[tuple[type[BaseMessage], State]], FrozenMessages]:
+    """The classes and states of a view's messages, rebuilt from the archive (new objects),
+    and the same messages to keep: their documents' bytes, made states on first use.
+    """
     if view.length == 0:
-        return []
+        return [], FrozenMessages()
     rows = store.views.read_blob_rows(conn, view)
     raws = store.archive.decode_rows(conn, rows, verify=False)
-    docs = parse_documents([(bytes(r[1]), raw) for r, raw in zip(rows, raws, strict=True)])
-    # each document was parsed on its own: it can become its message's fields
-    return [entry_message(r[2], doc, reuse=True) for r, doc in zip(rows, docs, strict=True)]
+    kinds = [int(r[2]) for r in rows]
+    digests = [bytes(r[1]) for r in rows]
+
+    def states() -> list[tuple[type[BaseMessage], State]]:
+        docs = fast_parse(raws)
+        if docs is None:
+            docs = parse_documents(list(zip(digests, raws, strict=True)))
+        # each document was parsed on its own: it can become its message's fields
+        return [entry_state(kind, doc) for kind, doc in zip(kinds, docs, strict=True)]
+
+    return states(), FrozenMessages.deferred(len(rows), states)
 
 
-def entry_message(kind: int, doc: Any, *, reuse: bool = False) -> BaseMessage:
-    """A covering-list entry as a LangChain message: our documents, OpenAI-format messages
-    appended by other tools, and summaries (folds) as system messages. ``doc`` may be shared
-    (the archive's parsed documents are): it is copied unless ``reuse``.
+def fast_parse(raws: Sequence[bytes]) -> list[Any] | None:
+    """Canonical JSON documents parsed by orjson (a dependency of LangChain's, so present
+    wherever this module runs; about twice as fast as ``json``); None when it is missing or
+    refuses a document (an integer beyond 64 bits, say): then ``json`` parses them, and
+    names a damaged one.
+    """
+    if _orjson is None:
+        return None
+    try:
+        docs = _orjson.loads(b"[" + b",".join(raws) + b"]")
+    except ValueError:
+        return None
+    return docs if isinstance(docs, list) and len(docs) == len(raws) else None
+
+
+def entry_state(kind: int, doc: Any) -> tuple[type[BaseMessage], State]:
+    """A covering-list entry as a LangChain message's class and state: our documents,
+    OpenAI-format messages appended by other tools, and summaries (folds) as system messages.
+    ``doc``'s lists and dicts become the state's.
     """
     if kind == BLOB_SUMMARY:
-        return SystemMessage(content=str(doc.get("summary", "")))
-    if isinstance(doc, dict) and "lc" in doc:
-        return build_message(doc if reuse else copy_json(doc))
-    return convert_to_messages([doc])[0]
+        message: BaseMessage = SystemMessage(content=str(doc.get("summary", "")))
+    elif isinstance(doc, dict) and "lc" in doc:
+        return doc_state(doc)
+    else:
+        message = convert_to_messages([doc])[0]
+    return type(message), message_state(message)
 
 
 def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | None:

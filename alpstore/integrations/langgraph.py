@@ -50,9 +50,12 @@ from alpstore.db.tables import BLOB_MESSAGE
 from alpstore.errors import SessionStateError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgcodec import (
+    FrozenMessages,
+    assemble,
     build_message,
     copy_json,
-    fresh_message,
+    doc_state,
+    freeze,
     is_message_list,
     message_docs,
     no_gc_pause,
@@ -403,8 +406,9 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         once committed (True: this process's picture of the thread is kept); None when the
         list cannot be split (not all standard messages, or not plain JSON).
 
-        The common prefix is found by identity against the lists this saver last stored or
-        handed out (a C-speed scan), so a growing conversation costs O(delta); only when that
+        The common prefix is found against the lists this saver last stored or handed out
+        (``held_prefix``: a C loop at pointer speed), so a growing conversation costs O(delta)
+        in Python and a few nanoseconds a message in C; only when that
         is inconclusive — another process moved the head, or the channel changed but no new
         message is found by identity (a message edited in place and written back) — are the
         messages compared by digest, which costs O(n).
@@ -413,12 +417,12 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         n_old = row.view.length
         k = -1
         if th.private is not None and len(th.private) == n_old:
-            k = max((lgdb.identity_prefix(seen, messages) for seen in th.seen), default=0)
+            k = lgdb.held_prefix(th.seen, messages)
             k = min(k, n_old)
             if k == n_old == len(messages) and changed:
                 # written back without a new object: an edit in place? Compare the fields
                 # with this process's own copies (C-speed), encode from the first difference
-                k = lgdb.first_difference(th.private, messages)
+                k = th.private.first_difference(messages)
                 if k == n_old:
                     return row.view, row.turn, cover, lambda: True
             elif k == n_old and not is_message_list(messages[k:]):
@@ -438,11 +442,13 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             while start + j < n_old and j < len(items) and items[j][0] == digests[start + j]:
                 j += 1
             k = start + j
+            prefix: FrozenMessages | None = None
             if start == 0 and (th.private is None or len(th.private) != n_old):
-                # learn the head: copies of our own
-                prefix: list[BaseMessage] | None = [build_message(copy_json(d)) for d in docs[:j]]
-            else:
-                prefix = None if th.private is None else th.private[:k]
+                # learn the head: copies of our own (marshalled now)
+                prefix = FrozenMessages()
+                prefix.extend(freeze(doc_state(d) for d in docs[:j]))
+            elif th.private is not None:
+                prefix = th.private.prefix(k)
             docs, items = docs[j:], items[j:]
             kept_digests: list[bytes] | None = digests[:k]
             if k < n_old:  # O(dropped): the cut entries leave the covering digest
@@ -462,21 +468,20 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             base = store.views.cut(conn, row.view, k)
             view = store.views.append(conn, base, row.session_id, ids) if ids else base
         turn = row.turn + count_user_turns(docs)
-        fresh = [build_message(copy_json(d)) for d in docs]
+        # copied now (marshalled): the caller's objects may change once put returns
+        fresh = freeze(doc_state(d) for d in docs)
         held = list(messages)
         new_digests = [d for d, _, _ in items]
         cover = cover_add(cover, k, new_digests)
         appended = k == n_old
 
         def commit() -> bool:
-            if prefix is None:
-                th.private = None
-            elif appended and prefix is th.private:
-                prefix.extend(fresh)  # O(delta): the common case
-            else:
-                th.private = prefix + fresh
-            if th.private is not None and len(th.private) != view.length:
-                th.private = None
+            kept = prefix
+            if kept is not None:
+                kept.extend(fresh)  # O(delta); in place when nothing was cut (the common case)
+                if len(kept) != view.length:
+                    kept = None
+            th.private = kept
             if kept_digests is None:
                 th.digests = None
             elif appended and kept_digests is th.digests:
@@ -702,8 +707,9 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
     def _messages(
         self, conn: Any, th: lgdb.ThreadState, head: lgdb.HeadRow, view: View
     ) -> list[BaseMessage]:
-        """New message objects for ``view``: copies of this process's own when the view is
-        (a prefix of) the head it knows, else rebuilt from the archive.
+        """New message objects for ``view``: built from this process's kept states when the
+        view is (a prefix of) the head it knows, else rebuilt from the archive (and kept, when
+        it is the head).
         """
         private = th.private
         with no_gc_pause():
@@ -713,12 +719,13 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 and view.segment_id == head.view.segment_id
                 and view.length <= len(private)
             ):
-                out = [fresh_message(m) for m in private[: view.length]]
+                out = private.thaw(view.length)
             else:
-                out = lgdb.load_messages(self.store, conn, view)
+                states, kept = lgdb.load_head(self.store, conn, view)
                 if view == head.view and th.key == head.key:
-                    th.private = [fresh_message(m) for m in out]
+                    th.private = kept  # from the documents' bytes: nothing handed out
                     th.digests = None
+                out = assemble([c for c, _ in states], [st for _, st in states])
         if view == head.view:
             th.seen.append(list(out))  # our own list: the caller may change theirs in place
         return out

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpstore[langgraph])")
 conformance = pytest.importorskip(
@@ -321,14 +323,99 @@ def test_built_messages_equal_validated_ones_and_copies_are_independent(message:
     assert built.__pydantic_fields_set__ == validated.__pydantic_fields_set__
     assert built.__pydantic_extra__ == validated.__pydantic_extra__
     assert built.model_dump() == validated.model_dump()
-    copy = lgcodec.fresh_message(built)
-    assert copy == built and copy is not built
-    for value in copy.__dict__.values():  # change every list and dict of the copy in place
-        if isinstance(value, list):
-            value.append("changed")
-        elif isinstance(value, dict):
-            value["changed"] = True
-    assert built == validated
+    kept = lgcodec.FrozenMessages()
+    kept.extend(lgcodec.freeze([lgcodec.doc_state(json.loads(json.dumps(doc)))]))
+    one, two = kept.thaw()[0], kept.thaw()[0]
+    assert one == two == validated and one is not two
+    change_in_place(one)
+    assert one != validated
+    assert two == validated == kept.thaw()[0]
+    assert kept.first_difference([validated]) == 1 and kept.first_difference([one]) == 0
+
+
+def change_in_place(value: Any) -> None:
+    """Change every list and dict inside a message (or value), however deep."""
+    if isinstance(value, list):
+        for item in value:
+            change_in_place(item)
+        value.append("changed")
+    elif isinstance(value, dict):
+        for item in value.values():
+            change_in_place(item)
+        value["changed"] = True
+    elif hasattr(value, "__dict__"):
+        for item in value.__dict__.values():
+            change_in_place(item)
+
+
+class Opaque:
+    """A value marshal cannot hold (the kept head falls back to deep copies)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = [n]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.n == self.n
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def sample(i: int) -> Any:
+    if i % 7 == 3:  # not plain data: deep-copied on read instead
+        return AIMessage(content=f"odd {i}", id=f"m{i}", additional_kwargs={"o": Opaque(i)})
+    if i % 2:
+        return AIMessage(
+            content="", id=f"m{i}", tool_calls=[{"name": "f", "args": {"x": [i]}, "id": f"c{i}"}]
+        )
+    return HumanMessage(content=[{"type": "text", "text": f"q{i}"}], id=f"m{i}")
+
+
+def loaded(n: int) -> list[Any]:
+    return [(type(m), lgcodec.message_state(m)) for m in (sample(i) for i in range(n))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 13), st.integers(0, 40)), min_size=1, max_size=8))
+def test_the_kept_head_thaws_fresh_equal_copies_through_appends_and_cuts(
+    ops: list[tuple[int, int]],
+) -> None:
+    """FrozenMessages against a plain list: appends across chunk boundaries, cuts (prefix)
+    anywhere, every read equal to the model and sharing nothing mutable with another read."""
+    chunk = lgcodec.FROZEN_CHUNK
+    lgcodec.FROZEN_CHUNK = 4
+    try:
+        kept, model, made = lgcodec.FrozenMessages(), [], 0
+        first = ops[0][0]
+        if first % 3 == 0:  # a head read from the archive: made states on first use
+            kept = lgcodec.FrozenMessages.deferred(first, lambda: loaded(first))
+            model, made = [sample(i) for i in range(first)], first
+            assert len(kept) == first
+            ops = [(0, 99), *ops[1:]]
+        for add, cut in ops:
+            kept = kept.prefix(min(cut, len(model))) if cut < len(model) else kept
+            model = model[: min(cut, len(model))]
+            new = [sample(made + i) for i in range(add)]
+            made += add
+            states = [(type(m), lgcodec.message_state(m)) for m in new]
+            if add % 2:  # one by one, or whole chunks at once (a head read from the archive)
+                kept.extend(lgcodec.freeze(states))
+            else:
+                kept.extend_states(states)
+            model += [m.model_copy(deep=True) for m in new]
+            for m in new:  # the caller changes what it passed: nothing kept changes
+                change_in_place(m)
+            assert len(kept) == len(model)
+            one = kept.thaw()
+            assert one == model
+            change_in_place(one)
+            assert kept.thaw() == model
+            for n in (0, len(model) // 2):
+                assert kept.thaw(n) == model[:n]
+            assert kept.first_difference(model) == len(model)
+            if model:
+                assert kept.first_difference([*model[:-1], HumanMessage("x")]) == len(model) - 1
+    finally:
+        lgcodec.FROZEN_CHUNK = chunk
 
 
 def test_the_saver_keeps_the_covering_digests_true(backend: Backend) -> None:
