@@ -25,6 +25,7 @@ checkpoint, opened fresh likewise. Medians of 5.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sqlite3
 import statistics
@@ -92,21 +93,48 @@ def alpstore_saver(url: str | None) -> Iterator[tuple[Any, Path]]:
             admin.dispose()
 
 
-def copy_cost_ms(saver: Any) -> float:
+def copy_cost_ms(saver: Any) -> tuple[float, float]:
     """What one read's fresh copy of the head's messages costs now, in CPU time: the saver's
-    own ``FrozenMessages.thaw`` of the head it keeps, as ``get_tuple`` runs it (median of 3).
+    own ``FrozenMessages.thaw`` of the head it keeps, as ``get_tuple`` runs it, and freeing
+    those objects once nobody holds them (medians of 3).
     """
     from alpstore.integrations._lgcodec import no_gc_pause
 
     kept = next(iter(saver._threads.values())).private
     assert kept is not None, "the saver keeps no head for the thread"
-    times = []
+    made, freed = [], []
     for _ in range(3):
         with no_gc_pause():
             start = time.thread_time()
-            kept.thaw()
-            times.append(time.thread_time() - start)
-    return 1000 * statistics.median(times)
+            out = kept.thaw()
+            made.append(time.thread_time() - start)
+            start = time.thread_time()
+            del out
+            freed.append(time.thread_time() - start)
+    return 1000 * statistics.median(made), 1000 * statistics.median(freed)
+
+
+class GCTimer:
+    """Wall time the cyclic garbage collector runs, per graph (whichever is running)."""
+
+    def __init__(self) -> None:
+        self.which = 0
+        self.spent = [0.0, 0.0]
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.spent[self.which] += time.perf_counter() - self._start
+
+    def take(self) -> list[float]:
+        spent, self.spent = self.spent, [0.0, 0.0]
+        return spent
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 class CallTimer:
@@ -154,6 +182,8 @@ def lockstep(url: str | None, turns: int, data: Any) -> dict[str, Any]:
         ]
         config = {"configurable": {"thread_id": "bench"}}
         timer = CallTimer(saver)
+        collector = GCTimer()
+        collected: list[list[float]] = []
         inside: list[float] = []
         floor: list[float] = []
         ours: list[float] = []
@@ -164,11 +194,13 @@ def lockstep(url: str | None, turns: int, data: Any) -> dict[str, Any]:
             cpu = [0.0, 0.0]
             for which in (0, 1) if turn % 2 else (1, 0):
                 scripts[which].extend(replies[turn - 1])
+                collector.which = which
                 start, start_cpu = time.perf_counter(), time.process_time()
                 graphs[which].invoke({"messages": inputs[turn - 1]}, config)
                 took[which] = time.perf_counter() - start
                 cpu[which] = time.process_time() - start_cpu
             inside.append(timer.take())
+            collected.append(collector.take())
             floor.append(took[0])
             ours.append(took[1])
             floor_cpu.append(cpu[0])
@@ -179,9 +211,14 @@ def lockstep(url: str | None, turns: int, data: Any) -> dict[str, Any]:
                 own_cpu = [
                     a - f for a, f in zip(ours_cpu[lo:turn], floor_cpu[lo:turn], strict=True)
                 ]
-                copy_ms = copy_cost_ms(saver)
+                copy_ms, free_ms = copy_cost_ms(saver)
                 inside_ms = 1000 * statistics.median(inside[lo:turn])
                 out["marks"][turn] = {
+                    "gc_floor_ms": 1000 * statistics.median(c[0] for c in collected[lo:turn]),
+                    "gc_ours_ms": 1000 * statistics.median(c[1] for c in collected[lo:turn]),
+                    "gc_floor_mean_ms": 1000 * statistics.fmean(c[0] for c in collected[lo:turn]),
+                    "gc_ours_mean_ms": 1000 * statistics.fmean(c[1] for c in collected[lo:turn]),
+                    "free_ms": free_ms,
                     "inside_ms": inside_ms,
                     "storage_ms": inside_ms - copy_ms,
                     "floor_ms": 1000 * statistics.median(floor[lo:turn]),
@@ -192,6 +229,7 @@ def lockstep(url: str | None, turns: int, data: Any) -> dict[str, Any]:
                     "messages": len(graphs[1].get_state(config).values["messages"]),
                 }
                 timer.take()
+        collector.close()
         if url is None:
             out.update(cold_reads(root, inputs, replies, turns))
     return out
@@ -315,7 +353,9 @@ def table(name: str, result: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {name} | {m:,} | {r['messages']:,} | {r['floor_ms']:.1f} | {r['ours_ms']:.1f} | "
             f"**{r['own_ms']:.2f}** | {r['own_cpu_ms']:.2f} | {r['inside_ms']:.2f} | "
-            f"{r['storage_ms']:.2f} | {r['copy_ms']:.2f} | {r['own_ms'] / first:.2f} |"
+            f"{r['storage_ms']:.2f} | {r['copy_ms']:.2f} | {r['free_ms']:.2f} | "
+            f"{r['gc_ours_mean_ms']:.1f} / {r['gc_floor_mean_ms']:.1f} | "
+            f"{r['own_ms'] / first:.2f} |"
         )
     return lines
 
@@ -351,13 +391,17 @@ def run_all(turns: int, pg_turns: int) -> str:
         "of every put, put_writes and get_tuple of the turn (each thread's own clock), split "
         "into the read's fresh copy (the saver's own `FrozenMessages.thaw` of the head, what "
         "`get_tuple` runs to hand out new objects, timed on its own) and the rest, the storage "
-        "work. What the own cost holds beyond the saver's calls is LangGraph working on new "
-        "objects (the floor reuses its own) and freeing them.",
+        "work; freeing one read's copy (CPU, timed on its own: it happens wherever the last "
+        "reference goes, often inside a later put, when the saver retires a list it held); the "
+        "cyclic garbage collector's time per turn while each graph runs (mean: collections are "
+        "sporadic). What the own cost holds beyond the saver's calls is LangGraph working on "
+        "new objects (the floor reuses its own), freeing them, and the collections they cause.",
         "",
         "| backend | turns | messages | floor ms / turn | AlpstoreSaver ms / turn | own cost ms | "
         "own cost, process CPU ms | CPU inside the saver's calls ms | of which storage work ms | "
-        "of which the read's fresh copy ms | own ÷ at first mark |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "of which the read's fresh copy ms | freeing one read's copy ms | garbage collector ms "
+        "/ turn, AlpstoreSaver / floor | own ÷ at first mark |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, result in results.items():
         lines += table(name, result)

@@ -22,6 +22,7 @@ import asyncio
 import functools
 import random
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -110,7 +111,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             ``after_tool_call``; the policy decides (and its retention prunes its own files,
             never LangGraph's checkpoints).
         workers: threads the ``a*`` methods run the database work in, so the event loop never
-            waits for the database (at most this many calls are in flight at once).
+            waits for the database (at most this many calls are in flight at once; one
+            LangGraph thread's calls always run in one of them, in order).
         max_threads: thread namespaces whose messages this process keeps ready (a copy of each
             head) for fast reads; others are read from the archive when next used.
     """
@@ -136,8 +138,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         self._infos: dict[str, SessionInfo] = {}  # by session uuid (never reused)
         self._runs: dict[str, None] = {}  # run ids known to have their lg_runs row
         self._packer = Packer()
-        self._workers = workers
-        self._executor: ThreadPoolExecutor | None = None
+        self._workers = max(1, workers)
+        self._executors: list[ThreadPoolExecutor] | None = None
         self._policy = _prepare_policy(manifest)
         self._live: dict[tuple[str, str], LiveSession] = {}
 
@@ -149,8 +151,8 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
     def close(self) -> None:
         """Stop the ``a*`` methods' threads; close the store if this saver opened it."""
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
+            executors, self._executors = self._executors, None
+        for executor in executors or ():
             executor.shutdown(wait=True)
         if self._owns_store:
             self.store.close()
@@ -180,13 +182,21 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         return 1 if current is None else int(current) + 1
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run ``fn`` in this saver's worker threads; the event loop goes on meanwhile."""
+        """Run ``fn`` in one of this saver's worker threads; the event loop goes on meanwhile.
+
+        ``workers`` lanes of one thread each: the calls of one LangGraph thread (named by the
+        first argument, a config or a thread id) always take the same lane, so they run in the
+        order they were made (a ``put`` before the ``put_writes`` that follows it); different
+        threads' calls run side by side.
+        """
         with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self._workers, thread_name_prefix="alpstore-saver"
-                )
-            executor = self._executor
+            if self._executors is None:
+                self._executors = [
+                    ThreadPoolExecutor(1, thread_name_prefix=f"alpstore-saver-{i}")
+                    for i in range(self._workers)
+                ]
+            executors = self._executors
+        executor = executors[_lane(args[0] if args else None, len(executors))]
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
 
@@ -978,6 +988,13 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         return await self._off_loop(
             self.get_delta_channel_history, config=config, channels=channels
         )
+
+
+def _lane(first: Any, lanes: int) -> int:
+    """The worker lane of a call: by its LangGraph thread id (a config's, or the id itself)."""
+    if isinstance(first, Mapping):
+        first = first.get("configurable", {}).get("thread_id")
+    return 0 if first is None else zlib.crc32(str(first).encode()) % lanes
 
 
 _WriteEntry = tuple[str, list[Any], list[int]]

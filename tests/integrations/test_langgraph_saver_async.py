@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -445,3 +446,33 @@ def test_the_saver_keeps_the_covering_digests_true(backend: Backend) -> None:
     for ck in checkpoints:
         assert ck.covering_digest == cover_of([e.digest for e in store.hydrate(ck)]), ck.id
     assert verify(store).ok
+
+
+def test_one_threads_async_calls_run_in_the_order_they_were_made(run_root: Path) -> None:
+    """Many workers, but one LangGraph thread's calls share one lane: a later call never
+    overtakes an earlier one (each call here takes a random moment, so a shared pool would
+    reorder them); another thread's calls run beside them."""
+    ran: list[tuple[str, int]] = []
+
+    class Recording(AlpstoreSaver):
+        def put_writes(self, config: Any, writes: Any, task_id: str, task_path: str = "") -> None:
+            time.sleep(random.uniform(0, 0.003))
+            ran.append((config["configurable"]["thread_id"], int(task_id)))
+
+    async def main(saver: AlpstoreSaver) -> None:
+        await asyncio.gather(
+            *(
+                saver.aput_writes(config(thread, "c1"), [("x", i)], str(i))
+                for i in range(40)
+                for thread in ("one", "two")
+            )
+        )
+
+    saver = Recording(Store.open(run_root), owns_store=True, workers=8)
+    try:
+        asyncio.run(main(saver))
+    finally:
+        saver.close()
+    for thread in ("one", "two"):
+        assert [i for t, i in ran if t == thread] == list(range(40))
+    assert len(ran) == 80
