@@ -81,14 +81,16 @@ def to_langchain(message: dict[str, Any], n: int) -> BaseMessage:
     return AIMessage(content=content, tool_calls=calls, id=mid)
 
 
-def conversation(turns: int) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]], list[int]]:
+def conversation(
+    turns: int, seed: int = 7
+) -> tuple[list[list[BaseMessage]], list[list[BaseMessage]], list[int]]:
     """Per turn: the input messages, the scripted replies, and the raw JSON bytes so far."""
     inputs: list[list[BaseMessage]] = []
     replies: list[list[BaseMessage]] = []
     raw: list[int] = []
     total = 0
     pending: list[BaseMessage] = []
-    for n, message in enumerate(generate(turns)):
+    for n, message in enumerate(generate(turns, seed=seed)):
         total += len(json.dumps(message, ensure_ascii=False).encode()) + 1
         lc = to_langchain(message, n)
         if message["role"] == "system":

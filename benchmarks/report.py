@@ -254,6 +254,8 @@ def main(argv: list[str]) -> int:
         "startup.md",
         "turn_latency.md",
         "bytes.md",
+        "saver.md",
+        "saver_async.md",
         "backends.md",
         "postgres.md",
         "portable.md",

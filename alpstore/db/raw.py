@@ -17,7 +17,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-ROW_LOCKS = (" FOR NO KEY UPDATE", " FOR UPDATE", " FOR KEY SHARE", " FOR SHARE")
+ROW_LOCKS = (
+    " FOR NO KEY UPDATE OF s",
+    " FOR NO KEY UPDATE",
+    " FOR UPDATE",
+    " FOR KEY SHARE",
+    " FOR SHARE",
+)
 """Row-lock clauses that only PostgreSQL needs; stripped from the end of SQLite statements."""
 
 

@@ -9,9 +9,16 @@ rebuilds it). Only the standard message classes are split; a subclass goes throu
 from __future__ import annotations
 
 import base64
+import copy
+import gc
+import marshal
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from itertools import compress, count, repeat
+from operator import attrgetter, is_not, itemgetter, ne, or_
+from typing import Any, NamedTuple
 
 from langchain_core.messages import (
     AIMessage,
@@ -107,6 +114,339 @@ def message_from_doc(doc: dict[str, Any]) -> BaseMessage:
     if kind != "chat":
         fields.pop("role", None)
     return cls(**fields)
+
+
+_SKIP = {False: frozenset(("lc", "role")), True: frozenset(("lc",))}
+"""Document keys that are not fields: ``lc`` always, ``role`` except for chat messages."""
+_new = object.__new__
+_set = object.__setattr__
+
+
+_dumps, _loads = marshal.dumps, marshal.loads
+
+
+class _Shape(NamedTuple):
+    template: dict[str, Any]
+    """Every field with its default (immutable defaults only: the others are made per call)."""
+    factories: tuple[tuple[str, Any], ...]
+    """``(name, default factory)`` of the fields whose default is a new list or dict."""
+    names: frozenset[str]
+    allow_extra: bool
+    skip: frozenset[str]
+    """Document keys that are not fields (``_SKIP``)."""
+    plain: frozenset[str]
+    """Document keys that need no validation: ``names`` and ``skip``."""
+    required: frozenset[str]
+    """The fields without a default (a document lacking one is validated)."""
+
+
+_SHAPES: dict[type[BaseMessage], _Shape] = {}
+
+
+def _shape(cls: type[BaseMessage]) -> _Shape:
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        template: dict[str, Any] = {}
+        factories: list[tuple[str, Any]] = []
+        for name, info in cls.model_fields.items():
+            template[name] = None if info.default_factory is not None else info.default
+            if info.default_factory is not None:
+                factories.append((name, info.default_factory))
+        skip = _SKIP[cls is ChatMessage]
+        required = frozenset(n for n, info in cls.model_fields.items() if info.is_required())
+        shape = _Shape(
+            template,
+            tuple(factories),
+            frozenset(cls.model_fields),
+            cls.model_config.get("extra") == "allow",
+            skip,
+            frozenset(cls.model_fields) | skip,
+            required,
+        )
+        _SHAPES[cls] = shape
+    return shape
+
+
+def copy_json(value: Any) -> Any:
+    """A fresh copy of every list and dict inside ``value`` (strings and numbers are shared:
+    they are immutable).
+    """
+    kind = type(value)
+    if kind is dict:
+        return {k: copy_json(v) for k, v in value.items()} if value else {}
+    if kind is list:
+        return [copy_json(v) for v in value] if value else []
+    return value
+
+
+State = tuple[dict[str, Any], set[str], dict[str, Any] | None]
+"""A message's state: its fields (``__dict__``), the fields set, the extra fields."""
+
+
+def doc_state(doc: dict[str, Any]) -> tuple[type[BaseMessage], State]:
+    """The class and state of the message a document rebuilds, without pydantic validation.
+
+    The document came from a validated message (``message_doc``), so the fields are already in
+    their validated form; defaults are filled in as validation would, and the message compares
+    equal to :func:`message_from_doc` of the same document (tested). ``doc``'s lists and dicts
+    become the state's. A document with fields its class does not allow is validated.
+
+    Raises:
+        IntegrityError: the document names no known message type.
+    """
+    kind = doc.get("lc")
+    cls = MESSAGE_CLASSES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise IntegrityError(f"message document of unknown type {kind!r}")
+    shape = _SHAPES.get(cls) or _shape(cls)
+    if not shape.required <= doc.keys():
+        return cls, message_state(message_from_doc(doc))  # pydantic names what is missing
+    values = shape.template.copy()
+    for name, factory in shape.factories:
+        if name not in doc:
+            values[name] = factory()
+    skip = shape.skip
+    if doc.keys() <= shape.plain:  # the common case: only fields (set operations in C)
+        values.update(doc)
+        fields_set = set(doc)
+        for name in skip:
+            values.pop(name, None)
+            fields_set.discard(name)
+        return cls, (values, fields_set, {} if shape.allow_extra else None)
+    given = doc.keys() - skip
+    extra_names = given - shape.names
+    if extra_names:
+        if not shape.allow_extra:
+            return cls, message_state(message_from_doc(doc))
+        extra = {k: doc[k] for k in extra_names}
+        values.update({k: v for k, v in doc.items() if k in shape.names})
+    else:
+        extra = {}
+        values.update(doc)
+        for name in skip:
+            values.pop(name, None)
+    return cls, (values, set(given), extra if shape.allow_extra else None)
+
+
+def message_state(message: BaseMessage) -> State:
+    """A message's state (shared with it, not copied)."""
+    return (message.__dict__, message.__pydantic_fields_set__, message.__pydantic_extra__)
+
+
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
+
+
+def assemble(classes: Sequence[type[BaseMessage]], states: Sequence[State]) -> list[BaseMessage]:
+    """Messages of the given classes whose slots are the given states (taken, not copied):
+    what pydantic's own copy and unpickling do, as C-level loops.
+    """
+    out: list[BaseMessage] = list(map(_new, classes))
+    if out:
+        fields, fields_set, extra = zip(*states, strict=True)
+        _consume(map(_set, out, repeat("__dict__"), fields))
+        _consume(map(_set, out, repeat("__pydantic_fields_set__"), fields_set))
+        _consume(map(_set, out, repeat("__pydantic_extra__"), extra))
+        _consume(map(_set, out, repeat("__pydantic_private__"), repeat(None)))
+    return out
+
+
+def build_message(doc: dict[str, Any]) -> BaseMessage:
+    """Rebuild a message from a document this module wrote, without pydantic validation
+    (:func:`doc_state`). ``doc`` is consumed: its lists and dicts become the message's.
+
+    Raises:
+        IntegrityError: the document names no known message type.
+    """
+    cls, state = doc_state(doc)
+    return assemble((cls,), (state,))[0]
+
+
+# ---------------------------------------------------------------- the kept head
+FROZEN_CHUNK = 256
+"""Message states per marshalled chunk of a kept head."""
+_NO_STATE = _dumps(None)
+_fields_of = itemgetter(0)
+_dict_of = attrgetter("__dict__")
+
+Frozen = tuple[type[BaseMessage], bytes, BaseMessage | None]
+"""A message ready to keep: its class, its state marshalled (or, when marshal cannot hold it,
+``_NO_STATE`` and a private copy of the message)."""
+
+
+def freeze(items: Iterable[tuple[type[BaseMessage], State]]) -> list[Frozen]:
+    """Messages ready to keep: their states are copied now (marshalled), so nothing the caller
+    does to the objects afterwards reaches them.
+    """
+    out: list[Frozen] = []
+    for cls, state in items:
+        try:
+            out.append((cls, _dumps(state), None))
+        except ValueError:  # not plain data (cannot happen for states built from documents)
+            out.append((cls, _NO_STATE, copy.deepcopy(assemble((cls,), (state,))[0])))
+    return out
+
+
+class FrozenMessages:
+    """A thread head's messages as this process keeps them: never handed out, so nothing a
+    caller does to what it read can change them.
+
+    Per message its class and its state in marshal's format: full chunks of
+    :data:`FROZEN_CHUNK` states as one blob each, the rest one blob per message (appending is
+    O(delta); a chunk is formed once per ``FROZEN_CHUNK`` messages). A read builds new objects
+    at C speed: ``marshal.loads`` makes every string, list and dict of a chunk anew, then
+    :func:`assemble` gives each object its slots. A state marshal cannot hold is kept as a
+    private object and deep-copied on read.
+
+    A head read from the archive may be kept as its documents' canonical bytes (immutable)
+    and turned into states on first use (:meth:`deferred`): a process that reads a thread
+    once pays for one rebuild, not two.
+    """
+
+    __slots__ = ("chunks", "classes", "deferred_length", "deferred_load", "odd", "tail")
+
+    def __init__(self) -> None:
+        self.classes: list[type[BaseMessage]] = []
+        self.chunks: list[bytes] = []
+        self.tail: list[bytes] = []
+        self.odd: dict[int, BaseMessage] = {}
+        self.deferred_load: Callable[[], Sequence[tuple[type[BaseMessage], State]]] | None = None
+        self.deferred_length = 0
+
+    @classmethod
+    def deferred(
+        cls, length: int, load: Callable[[], Sequence[tuple[type[BaseMessage], State]]]
+    ) -> FrozenMessages:
+        """``length`` messages whose states ``load`` makes (new objects each call, from
+        immutable sources), on first use.
+        """
+        out = cls()
+        out.deferred_load, out.deferred_length = load, length
+        return out
+
+    def _ready(self) -> None:
+        load = self.deferred_load
+        if load is not None:
+            self.deferred_load = None
+            items = load()
+            if len(items) != self.deferred_length:
+                raise IntegrityError(
+                    f"a kept head of {self.deferred_length} messages rebuilt {len(items)}"
+                )
+            self.extend_states(items)
+
+    def __len__(self) -> int:
+        return self.deferred_length if self.deferred_load is not None else len(self.classes)
+
+    def extend(self, items: Iterable[Frozen]) -> None:
+        """Append messages made ready by :func:`freeze`."""
+        self._ready()
+        for cls, blob, odd in items:
+            if odd is not None:
+                self.odd[len(self.classes)] = odd
+            self.classes.append(cls)
+            self.tail.append(blob)
+            if len(self.tail) == FROZEN_CHUNK:
+                self.chunks.append(_dumps(list(map(_loads, self.tail))))
+                self.tail = []
+
+    def extend_states(self, items: Sequence[tuple[type[BaseMessage], State]]) -> None:
+        """Append many messages at once (a head read from the archive): whole chunks are
+        marshalled in one call each. The states are copied now, as by :func:`freeze`.
+        """
+        self._ready()
+        chunk = FROZEN_CHUNK
+        for start in range(0, len(items), chunk):
+            part = items[start : start + chunk]
+            if self.tail or len(part) < chunk:
+                self.extend(freeze(part))
+                continue
+            try:
+                blob = _dumps([state for _, state in part])
+            except ValueError:  # a state marshal cannot hold: one by one
+                self.extend(freeze(part))
+                continue
+            self.classes += [cls for cls, _ in part]
+            self.chunks.append(blob)
+
+    def prefix(self, n: int) -> FrozenMessages:
+        """The first ``n`` messages (a new object; the blobs, immutable, are shared)."""
+        self._ready()
+        out = FrozenMessages()
+        full = min(n // FROZEN_CHUNK, len(self.chunks))
+        out.classes = self.classes[:n]
+        out.chunks = self.chunks[:full]
+        rest = n - full * FROZEN_CHUNK
+        if full < len(self.chunks):
+            out.tail = [_dumps(s) for s in _loads(self.chunks[full])[:rest]]
+        else:
+            out.tail = self.tail[:rest]
+        out.odd = {p: m for p, m in self.odd.items() if p < n}
+        return out
+
+    def _states(self, n: int) -> list[Any]:
+        """New copies of the first ``n`` states (placeholders where ``odd`` holds the object)."""
+        self._ready()
+        full = min(n // FROZEN_CHUNK, len(self.chunks))
+        out: list[Any] = []
+        for chunk in self.chunks[:full]:
+            out += _loads(chunk)
+        rest = n - full * FROZEN_CHUNK
+        if rest:
+            if full < len(self.chunks):
+                out += _loads(self.chunks[full])[:rest]
+            else:
+                out += map(_loads, self.tail[:rest])
+        for p, m in self.odd.items():
+            if p < n:
+                out[p] = message_state(m)
+        return out
+
+    def thaw(self, n: int | None = None) -> list[BaseMessage]:
+        """New objects for the first ``n`` messages (all by default), equal to the kept ones
+        and sharing nothing mutable with them or with any earlier read.
+        """
+        self._ready()
+        n = len(self.classes) if n is None else min(n, len(self.classes))
+        out = assemble(self.classes[:n], self._states(n))
+        for p, m in self.odd.items():
+            if p < n:
+                out[p] = copy.deepcopy(m)
+        return out
+
+    def first_difference(self, messages: Sequence[Any]) -> int:
+        """The first position where ``messages`` (as long as this) differs from the kept ones
+        in class or fields (compared in C), or their length when none does.
+        """
+        self._ready()
+        n = len(self.classes)
+        states = self._states(n)
+        if not _SPLITTABLE.keys() >= set(map(type, messages)):  # not all messages: slow path
+            pairs = zip(self.classes, states, messages, strict=True)
+            for i, (cls, state, theirs) in enumerate(pairs):
+                if cls is not type(theirs) or state[0] != theirs.__dict__:
+                    return i
+            return n
+        differs = map(
+            or_,
+            map(is_not, self.classes, map(type, messages)),
+            map(ne, map(_fields_of, states), map(_dict_of, messages)),
+        )
+        return next(compress(count(), differs), n)
+
+
+@contextmanager
+def no_gc_pause() -> Iterator[None]:
+    """Hold off the cyclic garbage collector while thousands of acyclic objects (messages and
+    their dicts) are built: each would otherwise trigger collections that walk the whole heap.
+    Re-enabled after, unless it was off before.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:

@@ -8,21 +8,37 @@ forked from are never deleted, only marked abandoned (lineage keeps its source).
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Sequence
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from itertools import compress, count
+from operator import is_not
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
 from sqlalchemy import Connection, delete, select, update
 
+from alpstore.archive.sql import parse_documents
 from alpstore.db import raw as rsql
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY, checkpoints, sessions
 from alpstore.errors import UsageError
-from alpstore.integrations._lgcodec import KIND_MESSAGE, message_docs, message_from_doc
+from alpstore.integrations._lgcodec import (
+    KIND_MESSAGE,
+    FrozenMessages,
+    State,
+    doc_state,
+    message_state,
+)
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.sessions import Session
-from alpstore.store import Store, encode
-from alpstore.views import View, cover_int
+from alpstore.store import Store
+from alpstore.views import View, cover_bytes, cover_int
+
+try:  # LangChain's own dependency (through langsmith); json is the fallback
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson comes with langchain-core
+    _orjson = None  # type: ignore[assignment]
 
 SESSION_NAME_PREFIX = "langgraph:"
 CHUNK = 500
@@ -69,107 +85,222 @@ def session_name(thread_id: str, ns: str) -> str:
 
 
 # ---------------------------------------------------------------- threads
-class ThreadState:
-    """What this process knows of one thread + namespace: its session, and the message objects
-    of the session head (so a put compares by identity and appends only what is new).
-    """
+class HeadRow(NamedTuple):
+    """A thread namespace's row with its session's head, read in one statement."""
 
-    def __init__(self, store: Store, conn: Connection, ref: int, session_id: int) -> None:
-        self.store = store
-        self.ref = ref
-        self.session = Session(store, store.session_info(session_id, conn=conn))
-        self.head_view: View | None = None
-        self.head_ids: list[int] = []
-        self.head_objs: list[Any] = []
-        self.head_digests: list[bytes] | None = None
-        self.objs: dict[int, BaseMessage] = {}
-
-    def _load_head(self, conn: Connection) -> None:
-        row = rsql.fetchone(
-            conn, "SELECT head_segment_id, head_length FROM sessions WHERE id = ?", (self.ref_sid,)
-        )
-        view = View(row[0], int(row[1]))
-        if view != self.head_view:
-            self.head_ids = self.store.views.read_ids(conn, view) if view.length else []
-            self.head_objs = [self.objs.get(i) for i in self.head_ids]
-            self.head_digests = None
-            self.head_view = view
+    ref: int
+    session_id: int
+    uuid: str
+    status: str
+    view: View
+    turn: int
+    retention: tuple[str, int]
+    cover: bytes | None
+    """The session's covering digest of its head (None only in an archive not yet upgraded
+    to revision 0004)."""
 
     @property
-    def ref_sid(self) -> int:
-        """The session's row id."""
-        return self.session.id
-
-    def sync_head(self, conn: Connection, messages: list[BaseMessage]) -> bool:
-        """Make the session head equal ``messages``: append the new tail, or cut back to the
-        common prefix first (edits, removals). False when a message cannot be split (JSON).
+    def key(self) -> tuple[int, int, str, View, bytes | None]:
+        """What identifies this head: rows, session uuid (never reused), view, covering
+        digest (any entry changed, moved or lost changes it).
         """
-        self._load_head(conn)
-        old = self.head_objs
-        n = min(len(old), len(messages))
-        k = 0
-        while k < n and (old[k] is messages[k] or self._unchanged(k, messages[k])):
-            k += 1
-        if k == len(old) == len(messages):
+        return (self.ref, self.session_id, self.uuid, self.view, self.cover)
+
+
+_HEAD_COLUMNS = (
+    "t.id, t.session_id, s.uuid, s.status, s.head_segment_id, s.head_length, s.turn, "
+    "s.retention_mode, s.retention_n, s.head_digest"
+)
+
+
+def _head_row(r: Any) -> HeadRow:
+    return HeadRow(
+        int(r[0]),
+        int(r[1]),
+        str(r[2]),
+        str(r[3]),
+        View(r[4], int(r[5])),
+        int(r[6]),
+        (str(r[7]), int(r[8])),
+        None if r[9] is None else bytes(r[9]),
+    )
+
+
+def lock_thread(conn: Connection, thread_id: str, ns: str) -> HeadRow | None:
+    """A thread namespace and its session head, the session row locked until commit (on
+    PostgreSQL; SQLite's write transaction holds the whole database).
+    """
+    row = rsql.fetchone(
+        conn,
+        f"SELECT {_HEAD_COLUMNS} FROM lg_threads t JOIN sessions s ON s.id = t.session_id "
+        "WHERE t.thread_id = ? AND t.checkpoint_ns = ? FOR NO KEY UPDATE OF s",
+        (thread_id, ns),
+    )
+    return None if row is None else _head_row(row)
+
+
+def find_latest(
+    conn: Connection, thread_id: str, ns: str, checkpoint_id: str | None
+) -> tuple[HeadRow, CheckpointRow] | None:
+    """A checkpoint (the newest without an id) with its thread's head, in one statement."""
+    sql = (
+        f"SELECT {_HEAD_COLUMNS}, {_CK_COLUMNS} {_CK_FROM} "
+        "JOIN lg_threads t ON t.id = lc.thread_ref JOIN sessions s ON s.id = t.session_id "
+        "WHERE t.thread_id = ? AND t.checkpoint_ns = ?"
+    )
+    params: list[Any] = [thread_id, ns]
+    if checkpoint_id is None:
+        sql += " ORDER BY lc.checkpoint_id DESC LIMIT 1"
+    else:
+        sql += " AND lc.checkpoint_id = ?"
+        params.append(id_bytes(str(checkpoint_id)))
+    row = rsql.fetchone(conn, sql, params)
+    if row is None:
+        return None
+    return _head_row(row[:10]), _ck_row(row[10:])
+
+
+def read_head(conn: Connection, thread_id: str, ns: str) -> HeadRow | None:
+    """A thread namespace and its session head (no lock)."""
+    row = rsql.fetchone(
+        conn,
+        f"SELECT {_HEAD_COLUMNS} FROM lg_threads t JOIN sessions s ON s.id = t.session_id "
+        "WHERE t.thread_id = ? AND t.checkpoint_ns = ?",
+        (thread_id, ns),
+    )
+    return None if row is None else _head_row(row)
+
+
+class ThreadState:
+    """What this process knows of one thread + namespace, while its key matches the database.
+
+    The key (thread row, session row and uuid, head view and covering digest) is
+    checked in the statement every put and read makes anyway; a mismatch forgets it all:
+
+    - ``private``: the head's messages as this process keeps them (marshalled states: reads
+      build new objects from them at C speed, see ``FrozenMessages``);
+    - ``digests``: the head entries' digests, when known;
+    - ``seen``: lists of message objects the caller holds for the head (what this saver last
+      stored or handed out), compared by identity so a put finds the new tail in O(delta);
+    - ``last_put``: the last checkpoint stored (id, channel versions, refs).
+
+    Nothing here is keyed by a row id another transaction could delete and reuse.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.key: tuple[int, int, str, View, bytes | None] | None = None
+        self.private: FrozenMessages | None = None
+        self.digests: list[bytes] | None = None
+        self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
+        self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
+
+    def validate(self, row: HeadRow) -> bool:
+        """Forget everything unless ``row`` is the head this state describes; True if kept."""
+        if self.key == row.key:
             return True
-        docs = message_docs(messages[k:])
+        self.key = row.key
+        self.private = None
+        self.digests = None
+        self.seen.clear()
+        self.last_put = None
+        return False
+
+    def forget(self) -> None:
+        """Forget everything (after a failed write)."""
+        self.key = None
+        self.private = None
+        self.digests = None
+        self.seen.clear()
+        self.last_put = None
+
+
+SEEN_LISTS = 4
+"""How many caller-held message lists a thread remembers for identity comparison."""
+
+
+def identity_prefix(a: list[Any], b: list[Any]) -> int:
+    """How many leading items of ``a`` and ``b`` are the same objects (a C-speed scan)."""
+    return next(compress(count(), map(is_not, a, b)), min(len(a), len(b)))
+
+
+def held_prefix(held: Iterable[list[Any]], messages: list[Any]) -> int:
+    """How many leading messages are those of a list the caller held (the longest match).
+
+    The common case — ``messages`` is a held list plus new ones — is decided by list equality,
+    a C loop that takes an identical pair at pointer speed (a pair that is not identical is
+    compared by value: equal fields, the same document); only when no held list is a whole
+    prefix is the identity scan run.
+    """
+    n = len(messages)
+    whole = [
+        len(h)
+        for h in held
+        if len(h) <= n and (not h or h[-1] is messages[len(h) - 1]) and h == messages[: len(h)]
+    ]
+    if whole:
+        return max(whole)
+    return max((identity_prefix(h, messages) for h in held), default=0)
+
+
+def head_digests(store: Store, conn: Connection, view: View) -> tuple[list[int], list[bytes]]:
+    """The blob ids and digests of a head (O(n): only when this process does not know it)."""
+    if view.length == 0:
+        return [], []
+    ids = store.views.read_ids(conn, view)
+    return ids, list(store.digests_for_ids(conn, ids))
+
+
+def load_head(
+    store: Store, conn: Connection, view: View
+) -> tuple[list[tuple[type[BaseMessage], State]], FrozenMessages]:
+    """The classes and states of a view's messages, rebuilt from the archive (new objects),
+    and the same messages to keep: their documents' bytes, made states on first use.
+    """
+    if view.length == 0:
+        return [], FrozenMessages()
+    rows = store.views.read_blob_rows(conn, view)
+    raws = store.archive.decode_rows(conn, rows, verify=False)
+    kinds = [int(r[2]) for r in rows]
+    digests = [bytes(r[1]) for r in rows]
+
+    def states() -> list[tuple[type[BaseMessage], State]]:
+        docs = fast_parse(raws)
         if docs is None:
-            return False
-        items = [encode(d, BLOB_MESSAGE) for d in docs]
-        if k < len(old):
-            if self.head_digests is None:
-                self.head_digests = list(self.store.digests_for_ids(conn, self.head_ids))
-            digests = self.head_digests
-            j = 0
-            while k + j < len(old) and j < len(items) and items[j][0] == digests[k + j]:
-                j += 1
-            k, items, docs = k + j, items[j:], docs[j:]
-        if k == len(old):
-            if docs:
-                self.session.append(docs)
-        else:
-            self.session.truncate_and_append(k, docs)
-        ids = self.store.archive.ids_for(conn, [d for d, _, _ in items])
-        tail_ids = [ids[d] for d, _, _ in items]
-        self.head_ids = self.head_ids[:k] + tail_ids
-        if self.head_digests is not None:
-            self.head_digests = self.head_digests[:k] + [d for d, _, _ in items]
-        for blob_id, obj in zip(tail_ids, messages[k:], strict=True):
-            self.objs[blob_id] = copy.deepcopy(obj)  # kept private: reads hand out copies
-        self.head_objs = list(messages)
-        self.head_view = self.session.head
-        return True
+            docs = parse_documents(list(zip(digests, raws, strict=True)))
+        # each document was parsed on its own: it can become its message's fields
+        return [entry_state(kind, doc) for kind, doc in zip(kinds, docs, strict=True)]
 
-    def _unchanged(self, k: int, message: Any) -> bool:
-        """True when ``message`` equals the kept copy of head position ``k`` (a fresh object
-        from a read, not edited): cheaper than encoding it.
-        """
-        kept = self.objs.get(self.head_ids[k])
-        return kept is not None and type(kept) is type(message) and kept == message
-
-    def hydrate(self, conn: Connection, view: View) -> list[BaseMessage]:
-        """The messages of a view, reusing the objects this process already rebuilt."""
-        if view.length == 0:
-            return []
-        ids = self.store.views.read_ids(conn, view)
-        missing = [i for i in dict.fromkeys(ids) if i not in self.objs]
-        if missing:
-            loaded = self.store.archive.load_by_ids(conn, missing)
-            for i in missing:
-                _, kind, doc = loaded[i]
-                self.objs[i] = entry_message(kind, doc)
-        return [self.objs[i] for i in ids]
+    return states(), FrozenMessages.deferred(len(rows), states)
 
 
-def entry_message(kind: int, doc: Any) -> BaseMessage:
-    """A covering-list entry as a LangChain message: our documents, OpenAI-format messages
-    appended by other tools, and summaries (folds) as system messages.
+def fast_parse(raws: Sequence[bytes]) -> list[Any] | None:
+    """Canonical JSON documents parsed by orjson (a dependency of LangChain's, so present
+    wherever this module runs; about twice as fast as ``json``); None when it is missing or
+    refuses a document (an integer beyond 64 bits, say): then ``json`` parses them, and
+    names a damaged one.
+    """
+    if _orjson is None:
+        return None
+    try:
+        docs = _orjson.loads(b"[" + b",".join(raws) + b"]")
+    except ValueError:
+        return None
+    return docs if isinstance(docs, list) and len(docs) == len(raws) else None
+
+
+def entry_state(kind: int, doc: Any) -> tuple[type[BaseMessage], State]:
+    """A covering-list entry as a LangChain message's class and state: our documents,
+    OpenAI-format messages appended by other tools, and summaries (folds) as system messages.
+    ``doc``'s lists and dicts become the state's.
     """
     if kind == BLOB_SUMMARY:
-        return SystemMessage(content=str(doc.get("summary", "")))
-    if isinstance(doc, dict) and "lc" in doc:
-        return message_from_doc(doc)
-    return convert_to_messages([doc])[0]
+        message: BaseMessage = SystemMessage(content=str(doc.get("summary", "")))
+    elif isinstance(doc, dict) and "lc" in doc:
+        return doc_state(doc)
+    else:
+        message = convert_to_messages([doc])[0]
+    return type(message), message_state(message)
 
 
 def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | None:
@@ -182,19 +313,35 @@ def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | 
     return None if row is None else (int(row[0]), int(row[1]))
 
 
+class _Raced(Exception):
+    """Another transaction mapped the thread first (rolls back our savepoint)."""
+
+
 def create_thread(store: Store, conn: Connection, thread_id: str, ns: str) -> tuple[int, int]:
-    """Create the session for a thread + namespace and map it; returns ``(ref, session_id)``."""
-    session = store.create_session(
-        name=store.available_name(conn, session_name(thread_id, ns)),
-        origin={"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}},
-    )
-    ref = rsql.fetchone(
-        conn,
-        "INSERT INTO lg_threads (thread_id, checkpoint_ns, session_id) VALUES (?, ?, ?) "
-        "RETURNING id",
-        (thread_id, ns, session.id),
-    )[0]
-    return int(ref), session.id
+    """Create the session for a thread + namespace and map it; returns ``(ref, session_id)``.
+
+    Safe against another process doing the same at once: the loser's session is rolled back
+    (a savepoint) and the winner's mapping returned.
+    """
+    try:
+        with store.db.atomic():
+            session = store.create_session(
+                name=store.available_name(conn, session_name(thread_id, ns)),
+                origin={"langgraph": {"thread_id": thread_id, "checkpoint_ns": ns}},
+            )
+            row = rsql.fetchone(
+                conn,
+                "INSERT INTO lg_threads (thread_id, checkpoint_ns, session_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (thread_id, checkpoint_ns) DO NOTHING RETURNING id",
+                (thread_id, ns, session.id),
+            )
+            if row is None:
+                raise _Raced
+            return int(row[0]), session.id
+    except _Raced:
+        found = find_thread(conn, thread_id, ns)
+        assert found is not None
+        return found
 
 
 def thread_rows(conn: Connection, thread_id: str) -> list[tuple[int, int]]:
@@ -415,36 +562,28 @@ def drop_thread(store: Store, conn: Connection, ref: int, session_id: int) -> No
 def find_writes(
     conn: Connection, ref: int, checkpoint_id: str, task_id: str | None = None
 ) -> list[tuple[int, str, tuple[int, int | None, int, bytes], list[int]]]:
-    """``(write id, task id, packed doc, item blob ids)`` of a checkpoint (or one task)."""
+    """``(write id, task id, packed doc, item blob ids)`` of a checkpoint (or one task), in one
+    statement.
+    """
     sql = (
-        "SELECT id, task_id, codec, dict_id, raw_size, state FROM lg_writes "
-        "WHERE thread_ref = ? AND checkpoint_id = ?"
+        "SELECT w.id, w.task_id, w.codec, w.dict_id, w.raw_size, w.state, i.blob_id "
+        "FROM lg_writes w LEFT JOIN lg_write_items i ON i.write_id = w.id "
+        "WHERE w.thread_ref = ? AND w.checkpoint_id = ?"
     )
     params: list[Any] = [ref, id_bytes(checkpoint_id)]
     if task_id is not None:
-        sql += " AND task_id = ?"
+        sql += " AND w.task_id = ?"
         params.append(id_bytes(task_id))
-    rows = rsql.fetchall(conn, sql, params)
-    items: dict[int, list[int]] = {int(r[0]): [] for r in rows}
-    ids = list(items)
-    for start in range(0, len(ids), CHUNK):
-        part = ids[start : start + CHUNK]
-        for write_id, blob_id in rsql.fetchall(
-            conn,
-            "SELECT write_id, blob_id FROM lg_write_items "
-            f"WHERE write_id IN ({rsql.placeholders(len(part))}) ORDER BY write_id, position",
-            part,
-        ):
-            items[int(write_id)].append(int(blob_id))
-    return [
-        (
-            int(r[0]),
-            id_text(bytes(r[1])),
-            (int(r[2]), r[3], int(r[4]), bytes(r[5])),
-            items[int(r[0])],
-        )
-        for r in rows
-    ]
+    found: dict[int, tuple[int, str, tuple[int, int | None, int, bytes], list[int]]] = {}
+    for r in rsql.fetchall(conn, sql + " ORDER BY w.id, i.position", params):
+        write_id = int(r[0])
+        entry = found.get(write_id)
+        if entry is None:
+            entry = (write_id, id_text(bytes(r[1])), (int(r[2]), r[3], int(r[4]), bytes(r[5])), [])
+            found[write_id] = entry
+        if r[6] is not None:
+            entry[3].append(int(r[6]))
+    return list(found.values())
 
 
 def save_writes(
@@ -571,3 +710,94 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
                 "SELECT ?, position, blob_id FROM lg_write_items WHERE write_id = ?",
                 (new_wid, wid),
             )
+
+
+# ---------------------------------------------------------------- the hot path
+def insert_checkpoint_row(
+    conn: Connection,
+    ref: int,
+    checkpoint_id: str,
+    parent: str | None,
+    alp_id: int,
+    run_id: str | None,
+    packed: tuple[int, int | None, int, bytes],
+) -> int | None:
+    """Insert a LangGraph checkpoint row (its run interned by the caller); None when the
+    thread already holds that checkpoint id.
+    """
+    row = rsql.fetchone(
+        conn,
+        "INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, parent_checkpoint_id, "
+        "alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "
+        "VALUES (?, ?, ?, ?, (SELECT id FROM lg_runs WHERE run_id = ?), ?, ?, ?, ?) "
+        "ON CONFLICT (thread_ref, checkpoint_id) DO NOTHING RETURNING id",
+        (
+            ref,
+            id_bytes(checkpoint_id),
+            None if parent is None else id_bytes(parent),
+            alp_id,
+            run_id,
+            *packed,
+        ),
+    )
+    return None if row is None else int(row[0])
+
+
+def intern_run(conn: Connection, run_id: str) -> None:
+    """Make sure a run id has its row (rows of ``lg_runs`` are never deleted)."""
+    rsql.execute(
+        conn, "INSERT INTO lg_runs (run_id) VALUES (?) ON CONFLICT (run_id) DO NOTHING", (run_id,)
+    )
+
+
+def insert_checkpoint_blobs(conn: Connection, new: int, blob_ids: Sequence[int]) -> None:
+    """Record the blobs a checkpoint's channel values refer to."""
+    rsql.executemany(
+        conn,
+        "INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) VALUES (?, ?)",
+        [(new, b) for b in dict.fromkeys(blob_ids)],
+    )
+
+
+def insert_new_writes(
+    conn: Connection,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    packed: tuple[int, int | None, int, bytes],
+    blob_ids: Sequence[int],
+) -> bool:
+    """Insert a task's writes in one statement when the thread exists and the task has none
+    yet (the common case); False otherwise (nothing written: the caller merges).
+    """
+    row = rsql.fetchone(
+        conn,
+        "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
+        "state) SELECT t.id, ?, ?, ?, ?, ?, ? FROM lg_threads t "
+        "WHERE t.thread_id = ? AND t.checkpoint_ns = ? "
+        "ON CONFLICT (thread_ref, checkpoint_id, task_id) DO NOTHING RETURNING id",
+        (id_bytes(checkpoint_id), id_bytes(task_id), *packed, thread_id, ns),
+    )
+    if row is None:
+        return False
+    rsql.executemany(
+        conn,
+        "INSERT INTO lg_write_items (write_id, position, blob_id) VALUES (?, ?, ?)",
+        [(int(row[0]), i, b) for i, b in enumerate(blob_ids)],
+    )
+    return True
+
+
+def move_head(
+    conn: Connection, session_id: int, view: View, turn: int, status: str, cover: int
+) -> None:
+    """Point a session's head at ``view`` with its covering digest ``cover`` (the row is locked
+    by :func:`lock_thread`).
+    """
+    rsql.execute(
+        conn,
+        "UPDATE sessions SET head_segment_id = ?, head_length = ?, turn = ?, updated_at = ?, "
+        "status = ?, head_digest = ? WHERE id = ?",
+        (view.segment_id, view.length, turn, time.time(), status, cover_bytes(cover), session_id),
+    )
