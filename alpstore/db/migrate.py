@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from alembic import command
 from alpstore.db.engine import Database, translate_errors
 from alpstore.errors import NotFoundError, SchemaVersionError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic (about 0.2 s to import) is imported only where a migration or the revision list is
+# needed: opening an archive already at SCHEMA_HEAD reads alembic_version with plain SQL.
 
 SCHEMA_HEAD = "0005"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
@@ -27,6 +31,8 @@ def script_location() -> Path:
 
 def alembic_config(db: Database | None = None) -> Config:
     """An Alembic config pointing at our migrations (and at ``db`` when given)."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(script_location()))
     if db is not None:
@@ -36,6 +42,8 @@ def alembic_config(db: Database | None = None) -> Config:
 
 def known_revisions() -> set[str]:
     """Every schema revision this alpstore's migrations define."""
+    from alembic.script import ScriptDirectory
+
     return {s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()}
 
 
@@ -101,5 +109,7 @@ def require_current_schema(db: Database) -> None:
 
 def upgrade(db: Database, revision: str = "head") -> None:
     """Run the migrations up to ``revision`` in one transaction."""
+    from alembic import command
+
     with translate_errors(db.location):
         command.upgrade(alembic_config(db), revision)

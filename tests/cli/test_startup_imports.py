@@ -91,3 +91,22 @@ def test_the_help_only_listing_matches_the_modules_own_help() -> None:
         modules.stdout.decode()
     )
     assert set(SUMMARIES) == {*GROUPS, *COMMANDS}
+
+
+def test_commands_on_an_archive_at_head_do_not_import_alembic(tmp_path: Path) -> None:
+    """Alembic is for migrating: a command on an archive already at this alpstore's schema
+    revision reads the revision with plain SQL and never imports it (about 0.2 s)."""
+    from tests.backend_pass import database_env_for
+
+    root = tmp_path / "run"
+    env = database_env_for(root)
+    subprocess.run(
+        [ALPSTORE, "--root", str(root), "db", "upgrade"],
+        env={**os.environ, **env},
+        check=True,
+        capture_output=True,
+    )
+    for args in (("session", "list"), ("session", "new", "--name", "n")):
+        modules = imported("--root", str(root), *args, env=env)
+        assert "sqlalchemy" in modules  # it did open the archive
+        assert "alembic" not in modules, args
