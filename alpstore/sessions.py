@@ -393,7 +393,7 @@ class Session:
         store.archive.after_commit()
         if ck is not None and checkpoint is not None:
             checkpoint[4].append(ck)
-            self._emit_checkpoint(ck)
+            self.store.emit_checkpoint(ck)
         return [d for d, _, _ in items]
 
     def append_summary(self, text: str, covers: Sequence[Digest]) -> Digest:
@@ -465,7 +465,7 @@ class Session:
                 return self._checkpoint_in(conn, info, kernel, working_memory, label, trigger, turn)
 
         ck = self.store.db.retrying(attempt, what=f"checkpoint of session {self.uuid}")
-        self._emit_checkpoint(ck)
+        self.store.emit_checkpoint(ck)
         return ck
 
     def _checkpoint_in(
@@ -501,17 +501,6 @@ class Session:
         if info.retention.mode != "all":
             store.apply_retention(conn, info)
         return ck
-
-    def _emit_checkpoint(self, ck: CheckpointInfo) -> None:
-        self.store.emit(
-            "checkpoint",
-            session=ck.session,
-            checkpoint=ck.id,
-            turn=ck.turn,
-            label=ck.label,
-            trigger=ck.trigger,
-            view=ck.archive_view_id,
-        )
 
     def backtrack(
         self,

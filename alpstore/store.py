@@ -129,6 +129,18 @@ class Store:
         """Append an event to ``traces/events.jsonl``."""
         self.events.emit(kind, **fields)
 
+    def emit_checkpoint(self, ck: CheckpointInfo) -> None:
+        """Append the ``checkpoint`` event of a committed checkpoint."""
+        self.emit(
+            "checkpoint",
+            session=ck.session,
+            checkpoint=ck.id,
+            turn=ck.turn,
+            label=ck.label,
+            trigger=ck.trigger,
+            view=ck.archive_view_id,
+        )
+
     # ---------------------------------------------------------------- sessions
     def create_session(
         self,

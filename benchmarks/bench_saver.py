@@ -98,7 +98,7 @@ def copy_cost_ms(saver: Any) -> tuple[float, float]:
     own ``FrozenMessages.thaw`` of the head it keeps, as ``get_tuple`` runs it, and freeing
     those objects once nobody holds them (medians of 3).
     """
-    from alpstore.integrations._lgcodec import no_gc_pause
+    from alpstore.gcpause import no_gc_pause
 
     kept = next(iter(saver._threads.values())).private
     assert kept is not None, "the saver keeps no head for the thread"

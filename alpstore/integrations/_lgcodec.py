@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import base64
 import copy
-import gc
 import marshal
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count, repeat
 from operator import attrgetter, is_not, itemgetter, ne, or_
 from typing import Any, NamedTuple
@@ -432,21 +430,6 @@ class FrozenMessages:
             map(ne, map(_fields_of, states), map(_dict_of, messages)),
         )
         return next(compress(count(), differs), n)
-
-
-@contextmanager
-def no_gc_pause() -> Iterator[None]:
-    """Hold off the cyclic garbage collector while thousands of acyclic objects (messages and
-    their dicts) are built: each would otherwise trigger collections that walk the whole heap.
-    Re-enabled after, unless it was off before.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:

@@ -49,6 +49,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from alpstore.archive.sql import Encoded
 from alpstore.db.tables import BLOB_MESSAGE
 from alpstore.errors import SessionStateError
+from alpstore.gcpause import no_gc_pause
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgcodec import (
     FrozenMessages,
@@ -59,7 +60,6 @@ from alpstore.integrations._lgcodec import (
     freeze,
     is_message_list,
     message_docs,
-    no_gc_pause,
     unwrap,
     value_from_doc,
     wrap,
@@ -254,15 +254,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             if self._policy is not None and split:
                 messages = checkpoint["channel_values"][self.messages_key]
                 self._policy_events((thread_id, ns), session_id, messages)
-        store.emit(
-            "checkpoint",
-            session=ck.session,
-            checkpoint=ck.id,
-            turn=ck.turn,
-            label=ck.label,
-            trigger=ck.trigger,
-            view=ck.archive_view_id,
-        )
+        store.emit_checkpoint(ck)
         return {
             "configurable": {
                 "thread_id": thread_id,

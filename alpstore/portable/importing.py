@@ -455,10 +455,7 @@ def _run(
         session = store.get_session(ck.session)
         found = session.info().name
         return ImportResult(session, ck, len(imp.digests), imp.covered, 0, True, found)
-    store.emit(
-        "checkpoint", session=ck.session, checkpoint=ck.id, turn=ck.turn, label=ck.label,
-        trigger=ck.trigger, view=ck.archive_view_id,
-    )  # fmt: skip
+    store.emit_checkpoint(ck)
     renamed = head.name if opts.name is None and name != head.name else None
     return ImportResult(
         session, ck, len(imp.digests), imp.covered, imp.new_blobs, False, name, renamed
