@@ -216,22 +216,33 @@ class ViewStore:
         out.reverse()
         return out
 
+    def _read_ranges(
+        self, conn: Connection, view: View, sql: str, start: int = 0, verb: str = "resolves"
+    ) -> list[Any]:
+        """The rows ``sql`` gives for each segment range of ``view`` from position ``start``,
+        in order: one range scan per segment of the chain.
+
+        Raises:
+            IntegrityError: a range yields fewer rows than it spans (missing entries or blobs).
+        """
+        rows: list[Any] = []
+        for seg_id, lo, hi in clip(self.chain(conn, view), start):
+            part = rsql.fetchall(conn, sql, (seg_id, lo, hi))
+            if len(part) != hi - lo:
+                raise IntegrityError(
+                    f"view {view.archive_view_id}: segment {seg_id} {verb} {len(part)} of the "
+                    f"{hi - lo} entries in positions {lo}..{hi - 1}"
+                )
+            rows.extend(part)
+        return rows
+
     def read_ids(self, conn: Connection, view: View) -> list[int]:
-        """The blob ids of ``view`` in order: one range scan per segment of the chain.
+        """The blob ids of ``view`` in order.
 
         Raises:
             IntegrityError: entries are missing (a damaged or wrongly pruned view).
         """
-        ids: list[int] = []
-        for seg_id, lo, hi in self.chain(conn, view):
-            rows = [r[0] for r in rsql.fetchall(conn, READ_RANGE, (seg_id, lo, hi))]
-            if len(rows) != hi - lo:
-                raise IntegrityError(
-                    f"view {view.archive_view_id}: segment {seg_id} holds {len(rows)} of the "
-                    f"{hi - lo} entries in positions {lo}..{hi - 1}"
-                )
-            ids.extend(rows)
-        return ids
+        return [r[0] for r in self._read_ranges(conn, view, READ_RANGE, verb="holds")]
 
     def read_blob_rows(self, conn: Connection, view: View, start: int = 0) -> list[Any]:
         """The blob rows of ``view`` at positions ``start`` and after, in order, joined in the
@@ -241,16 +252,7 @@ class ViewStore:
         Raises:
             IntegrityError: entries or blobs are missing.
         """
-        rows: list[Any] = []
-        for seg_id, lo, hi in clip(self.chain(conn, view), start):
-            part = rsql.fetchall(conn, READ_RANGE_BLOBS, (seg_id, lo, hi))
-            if len(part) != hi - lo:
-                raise IntegrityError(
-                    f"view {view.archive_view_id}: segment {seg_id} resolves {len(part)} of the "
-                    f"{hi - lo} entries in positions {lo}..{hi - 1}"
-                )
-            rows.extend(part)
-        return rows
+        return self._read_ranges(conn, view, READ_RANGE_BLOBS, start)
 
     def cut(self, conn: Connection, view: View, keep: int) -> View:
         """The first ``keep`` entries of ``view``, named by the segment that holds the last of
@@ -271,16 +273,7 @@ class ViewStore:
         Raises:
             IntegrityError: entries or blobs are missing.
         """
-        out: list[bytes] = []
-        for seg_id, lo, hi in clip(self.chain(conn, view), start):
-            part = rsql.fetchall(conn, READ_RANGE_DIGESTS, (seg_id, lo, hi))
-            if len(part) != hi - lo:
-                raise IntegrityError(
-                    f"view {view.archive_view_id}: segment {seg_id} resolves {len(part)} of the "
-                    f"{hi - lo} entries in positions {lo}..{hi - 1}"
-                )
-            out.extend(bytes(r[0]) for r in part)
-        return out
+        return [bytes(r[0]) for r in self._read_ranges(conn, view, READ_RANGE_DIGESTS, start)]
 
     def cover(self, conn: Connection, view: View) -> int:
         """The covering digest of ``view`` computed from its entries (O(length))."""

@@ -53,7 +53,8 @@ def _json_escape(match: re.Match[str]) -> str:
 
 def json_text(text: str) -> str:
     r"""JSON text safe to print on a terminal: every character :func:`term` would escape, but
-    newlines and tabs (JSON's own whitespace), spelled as a JSON ``\uXXXX`` escape. Outside
-    strings JSON holds no such character, so the result parses to the same document.
+    newlines and tabs (JSON's own whitespace), spelled as a JSON ``\u`` escape (four hex
+    digits). Outside strings JSON holds no such character, so the result parses to the same
+    document.
     """
     return _UNSAFE.sub(lambda m: m.group() if m.group() in "\t\n" else _json_escape(m), text)

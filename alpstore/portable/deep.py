@@ -35,7 +35,6 @@ from alpstore.sessions import CheckpointInfo, Entry, Session, SessionInfo, defau
 from alpstore.views import cover_of
 
 if TYPE_CHECKING:
-    from alpstore.portable.importing import ImportResult
     from alpstore.store import Store
     from alpstore.views import View
 
@@ -574,49 +573,3 @@ def check_covering_digest(doc: dict[str, Any], digests: Sequence[bytes], where: 
             f"{where}: {path} {digest_hex(carried)[:12]}… does not match the committed messages "
             f"(re-derived {digest_hex(derived)[:12]}…): an entry was swapped, lost or reordered"
         )
-
-
-def import_plan(
-    store: Store,
-    plan: ImportPlan,
-    *,
-    source_name: str,
-    fork: bool = False,
-    session_id: str | None = None,
-    name: str | None = None,
-    manifest: dict[str, Any] | None = None,
-) -> ImportResult:
-    """Import a planned document (:func:`alpstore.portable.importing.import_document`)."""
-    return import_document(
-        store,
-        plan.doc,
-        source_name=source_name,
-        fork=fork,
-        session_id=session_id,
-        name=name,
-        manifest=manifest,
-    )
-
-
-def import_document(
-    store: Store,
-    doc: dict[str, Any],
-    *,
-    source_name: str,
-    fork: bool = False,
-    session_id: str | None = None,
-    name: str | None = None,
-    manifest: dict[str, Any] | None = None,
-) -> ImportResult:
-    """Import a document held in memory: see :func:`alpstore.portable.importing.import_file`."""
-    from alpstore.portable import importing
-
-    return importing.import_document(
-        store,
-        doc,
-        source_name=source_name,
-        fork=fork,
-        session_id=session_id,
-        name=name,
-        manifest=manifest,
-    )

@@ -11,7 +11,7 @@ import yaml
 
 from alpstore.errors import AlpstoreError, CheckpointFileError, NotFoundError, UsageError
 from alpstore.importers import parse_history
-from alpstore.portable.deep import import_document
+from alpstore.portable.importing import import_document
 from alpstore.store import Store
 from tests.conftest import run_cli
 from tests.imports._files import fingerprint, mas_doc, write

@@ -17,7 +17,8 @@ from alembic import command
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision, upgrade
 from alpstore.errors import IntegrityError, SessionStateError
 from alpstore.maintenance import gc, verify
-from alpstore.portable.deep import export_snapshot, import_document, snapshot_of_checkpoint
+from alpstore.portable.deep import export_snapshot, snapshot_of_checkpoint
+from alpstore.portable.importing import import_document
 from alpstore.sessions import Retention, Session
 from alpstore.store import Store
 from alpstore.views import cover_of

@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from alpstore.errors import CheckpointFileError, UsageError
 from alpstore.portable.deep import (
     export_snapshot,
-    import_document,
     plan_import,
     snapshot_of_checkpoint,
     snapshot_of_head,
 )
 from alpstore.portable.files import load_checkpoint_file
+from alpstore.portable.importing import import_document
 from alpstore.store import Store
 from tests.backend_pass import database_env_for, root_of_cli_args
 from tests.conftest import run_cli

@@ -378,7 +378,8 @@ def test_export_refuses_a_damaged_blob_and_writes_nothing(damaged: Path) -> None
 def test_a_flipped_byte_in_an_export_file_is_named_or_harmless(
     pristine: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory, data: Any
 ) -> None:
-    from alpstore.portable.deep import export_snapshot, import_document, snapshot_of_checkpoint
+    from alpstore.portable.deep import export_snapshot, snapshot_of_checkpoint
+    from alpstore.portable.importing import import_document
 
     with Store.open(pristine[0]) as store:
         ck_id = max(pristine[1]["expected"])
