@@ -118,6 +118,13 @@ def build(saver: Any, schema: Any, script: deque[BaseMessage]) -> Any:
             out.append(script.popleft())
         return {"messages": out}
 
+    return agent_tools_graph(saver, schema, agent, tools)
+
+
+def agent_tools_graph(saver: Any, schema: Any, agent: Any, tools: Any) -> Any:
+    """START → agent ⇄ tools (while the last message calls a tool) → END, compiled on
+    ``saver``; the nodes (sync or async) are the caller's."""
+
     def route(state: Any) -> str:
         last = state["messages"][-1]
         return "tools" if isinstance(last, AIMessage) and last.tool_calls else END

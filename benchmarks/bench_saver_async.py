@@ -34,7 +34,7 @@ if str(HERE.parent) not in sys.path:
 
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 
-from benchmarks.bench_langgraph import conversation  # noqa: E402
+from benchmarks.bench_langgraph import agent_tools_graph, conversation  # noqa: E402
 
 RESULTS = HERE / "results" / "saver_async.md"
 URL_ENV = ("ALPSTORE_BENCH_POSTGRES_URL", "ALPSTORE_TEST_POSTGRES_URL")
@@ -58,8 +58,8 @@ def postgres_url() -> str | None:
 
 def build_async(saver: Any, scripts: dict[str, deque[Any]]) -> Any:
     """agent ⇄ tools with async nodes; each thread replays its own scripted replies."""
-    from langchain_core.messages import AIMessage, ToolMessage
-    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langchain_core.messages import ToolMessage
+    from langgraph.graph import MessagesState
 
     async def agent(state: Any, config: RunnableConfig) -> dict[str, Any]:
         return {"messages": [scripts[str(config["configurable"]["thread_id"])].popleft()]}
@@ -71,17 +71,7 @@ def build_async(saver: Any, scripts: dict[str, deque[Any]]) -> Any:
             out.append(script.popleft())
         return {"messages": out}
 
-    def route(state: Any) -> str:
-        last = state["messages"][-1]
-        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", tools)
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", route, ["tools", END])
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=saver)
+    return agent_tools_graph(saver, MessagesState, agent, tools)
 
 
 async def drive(saver: Any, conversations: int, turns: int) -> dict[str, Any]:
