@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 
 import alpstore
-from alpstore.portable.deep import export_snapshot, import_document, snapshot_of_head
+from alpstore.portable.deep import export_snapshot, snapshot_of_head
 from alpstore.portable.files import encode_document, load_checkpoint_file, write_checkpoint_file
+from alpstore.portable.importing import import_document
 from alpstore.store import Store
 
 MESSAGES = 10_000

@@ -15,7 +15,8 @@ import alpstore.archive.sql
 import alpstore.sessions
 from alpstore.db.tables import sessions
 from alpstore.errors import AlpstoreError
-from alpstore.portable.deep import import_document, snapshot_of_head
+from alpstore.portable.deep import snapshot_of_head
+from alpstore.portable.importing import import_document
 from alpstore.store import Store
 from tests.conftest import run_cli
 from tests.imports._files import fingerprint, mas_doc, write

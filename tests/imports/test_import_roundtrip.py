@@ -15,9 +15,9 @@ from sqlalchemy import update
 
 from alpstore.db.tables import sessions
 from alpstore.errors import AlpstoreError
-from alpstore.portable.deep import build_export, import_document, snapshot_of_head
+from alpstore.portable.deep import build_export, snapshot_of_head
 from alpstore.portable.exporting import write_export
-from alpstore.portable.importing import import_file
+from alpstore.portable.importing import import_document, import_file
 from alpstore.sessions import Session
 from alpstore.store import Store
 from tests.conftest import run_cli
