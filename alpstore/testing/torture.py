@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
 from alpstore.continuity.checkpoint import read_checkpoint
 from alpstore.continuity.journal import replay
 from alpstore.continuity.paths import ExecutionPaths
@@ -45,6 +48,8 @@ from alpstore.testing.workload import EXECUTIONS, WorkerSpec, history_digest, wo
 
 READY_TIMEOUT = 60.0
 """Seconds a worker may take to open the archive and load its model."""
+BACKEND_TIMEOUT = 30.0
+"""Seconds the PostgreSQL server may take to end a killed worker's backends."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,7 @@ class Torture:
             worker=kill,
             log_path=str(log_path),
             url=self.model.url,
+            application_name=f"alpstore-torture-{os.getpid()}-{kill}" if self.model.url else None,
         )
         early = config.early_every > 0 and kill % config.early_every == config.early_every - 1
         if config.long_every > 0 and self.rng.randrange(config.long_every) == 0:
@@ -258,6 +264,38 @@ def _kill_one(
         raise TortureFailure(
             f"worker {spec.worker} ended with status {process.exitcode}: {_error(spec)}"
         )
+    if spec.url is not None and spec.application_name is not None:
+        _wait_for_backends(spec.url, spec.application_name)
+
+
+def _wait_for_backends(url: str, application_name: str) -> None:
+    """Wait until the PostgreSQL server has ended every backend of a killed worker.
+
+    A SIGKILL ends the client, not its server process: a COMMIT the worker sent just before it
+    died may still be carried out after the parent's check has begun, so the check would see the
+    archive before that commit and the next worker after it. Once the backends are gone, every
+    transaction of the worker has committed or rolled back.
+    """
+    engine = sa.create_engine(url, poolclass=NullPool)
+    deadline = time.monotonic() + BACKEND_TIMEOUT
+    try:
+        with engine.connect() as conn:
+            while True:
+                left = conn.execute(
+                    sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"),
+                    {"name": application_name},
+                ).scalar_one()
+                conn.rollback()  # a new snapshot of pg_stat_activity at the next poll
+                if not left:
+                    return
+                if time.monotonic() > deadline:
+                    raise TortureFailure(
+                        f"{application_name}: {left} server backends still running "
+                        f"{BACKEND_TIMEOUT:.0f} s after the kill"
+                    )
+                time.sleep(0.005)
+    finally:
+        engine.dispose()
 
 
 def _error(spec: WorkerSpec) -> str:

@@ -101,6 +101,7 @@ class WorkerSpec:
         log_path: where it appends its intent and ack lines.
         max_seconds: a worker nobody kills stops by itself after this long.
         url: the archive's database URL (None: the SQLite file of ``root``).
+        application_name: names the worker's PostgreSQL connections (``PGAPPNAME``).
     """
 
     root: str
@@ -110,6 +111,7 @@ class WorkerSpec:
     log_path: str
     max_seconds: float = 60.0
     url: str | None = None
+    application_name: str | None = None
 
 
 class AckLog:
@@ -461,6 +463,10 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
     An unexpected failure is logged as an ``error`` line and ends the process with status 3.
     """
     log = AckLog(spec.log_path)
+    # libpq names this process's PostgreSQL connections, so that the parent can wait, after the
+    # kill, until the server has finished with them (see torture._wait_for_backends).
+    if spec.application_name is not None:
+        os.environ["PGAPPNAME"] = spec.application_name
     try:
         store = Store.open(spec.root, url=spec.url)
         workload = Workload(spec, store, log)
@@ -475,4 +481,11 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
     os._exit(0)
 
 
-__all__ = ["EXECUTIONS", "AckLog", "WorkerSpec", "Workload", "history_digest", "worker_main"]
+__all__ = [
+    "EXECUTIONS",
+    "AckLog",
+    "WorkerSpec",
+    "Workload",
+    "history_digest",
+    "worker_main",
+]
