@@ -101,3 +101,30 @@ def test_a_damaged_blob_is_caught(short_run: Torture) -> None:
     db.close()
     with pytest.raises(TortureFailure, match="archive verify failed"):
         check_log(model, _forge(short_run), TortureReport())
+
+
+@pytest.mark.postgres
+def test_the_check_waits_for_a_killed_workers_server_backends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On PostgreSQL the parent checks only once the server has ended the worker's backends:
+    a COMMIT sent just before the SIGKILL may still be carried out after the kill."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from alpstore.testing import torture
+    from tests.conftest import _pg_admin, postgres_base_url
+
+    _pg_admin()  # skips without a server, fails when it cannot be reached
+    url = postgres_base_url()
+    assert url is not None
+    name = f"alpstore-torture-test-{os.getpid()}"
+    held = create_engine(url, poolclass=NullPool, connect_args={"application_name": name})
+    monkeypatch.setattr(torture, "BACKEND_TIMEOUT", 0.3)
+    with held.connect() as conn:
+        conn.exec_driver_sql("SELECT 1")
+        with pytest.raises(TortureFailure, match="1 server backends still running"):
+            torture._wait_for_backends(url, name)
+    held.dispose()
+    monkeypatch.setattr(torture, "BACKEND_TIMEOUT", 30.0)
+    torture._wait_for_backends(url, name)  # returns once the server has ended the backend
