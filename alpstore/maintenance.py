@@ -52,27 +52,30 @@ class _Views:
 
 def _all_views(conn: Connection) -> _Views:
     out = _Views()
-    uuids = dict(conn.execute(select(sessions.c.id, sessions.c.uuid)).all())
-    for sid, seg, length, digest in conn.execute(
+    for uuid, seg, length, digest in conn.execute(
         select(
-            sessions.c.id,
+            sessions.c.uuid,
             sessions.c.head_segment_id,
             sessions.c.head_length,
             sessions.c.head_digest,
         )
     ):
-        out.items.append((View(seg, int(length)), uuids[sid], None))
+        out.items.append((View(seg, int(length)), uuid, None))
         out.digests.append(None if digest is None else bytes(digest))
-    for ck_id, sid, seg, length, digest in conn.execute(
+    # each checkpoint with its session's uuid in the same statement (a row without its
+    # session, in a damaged file, is still a view to keep and to check)
+    for ck_id, sid, uuid, seg, length, digest in conn.execute(
         select(
             checkpoints.c.id,
             checkpoints.c.session_id,
+            sessions.c.uuid,
             checkpoints.c.segment_id,
             checkpoints.c.length,
             checkpoints.c.covering_digest,
-        )
+        ).outerjoin(sessions, sessions.c.id == checkpoints.c.session_id)
     ):
-        out.items.append((View(seg, int(length)), uuids[sid], int(ck_id)))
+        owner = uuid if uuid is not None else f"<missing session {sid}>"
+        out.items.append((View(seg, int(length)), owner, int(ck_id)))
         out.digests.append(None if digest is None else bytes(digest))
     return out
 
@@ -116,7 +119,7 @@ def blob_root_columns() -> list[tuple[str, str]]:
 def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     """Remove what no view and no row references, in one write transaction."""
     report = GcReport(dry_run=dry_run)
-    with store.db.atomic() as conn:
+    with store.db.atomic(snapshot=True) as conn:
         store.db.exclude_writers(conn)  # no blob may gain a reference between mark and sweep
         shapes = _shapes(conn)
         need: dict[int, int] = {}
@@ -526,7 +529,7 @@ def repair(store: Store) -> RepairReport:
     before = verify(store)
     report = RepairReport()
     bad = set(before.bad_blob_ids)
-    with store.db.atomic() as conn:
+    with store.db.atomic(snapshot=True) as conn:
         store.db.exclude_writers(conn)
         rows = {
             int(i): bytes(d)

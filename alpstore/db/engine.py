@@ -175,8 +175,13 @@ class Database:
         return self._current() is not None
 
     @contextmanager
-    def atomic(self) -> Iterator[Connection]:
+    def atomic(self, *, snapshot: bool = False) -> Iterator[Connection]:
         """One write transaction; nested calls become savepoints.
+
+        ``snapshot``: every statement sees the same snapshot (on PostgreSQL REPEATABLE READ,
+        taken at the first statement after ``exclude_writers``; SQLite's transactions always
+        do). For work that reads the whole archive in several statements and must see it
+        whole: GC's mark, repair.
 
         Raises:
             DatabaseError: the database refused the write (after bounded retries are exhausted
@@ -194,6 +199,8 @@ class Database:
                     with self._writer_queue(), translate_errors(self.location), conn.begin():
                         yield conn
                     return
+                if snapshot:
+                    conn.execution_options(isolation_level="REPEATABLE READ")
                 with translate_errors(self.location), conn.begin():
                     yield conn
         except BaseException:
@@ -248,13 +255,22 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read transaction: one consistent snapshot for the duration of the block."""
+        """A read transaction: one consistent snapshot for the duration of the block.
+
+        On PostgreSQL that takes REPEATABLE READ: under the default READ COMMITTED each
+        statement would see what was committed when it began, so a read in several statements
+        (the views, then their segments; every table, for ``verify``) could see a writer's
+        commit in some of them and not in others.
+        """
         current = self._current()
         if current is not None:
             yield current
             return
-        with self._checked_out() as conn, translate_errors(self.location), conn.begin():
-            yield conn
+        with self._checked_out() as conn, translate_errors(self.location):
+            if self.is_postgresql:
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
 
     def exclude_writers(self, conn: Connection) -> None:
         """Inside a write transaction: make every other writer wait until it ends.
@@ -266,6 +282,10 @@ class Database:
         """
         if self.is_postgresql:
             conn.exec_driver_sql("LOCK TABLE blobs, segments IN EXCLUSIVE MODE")
+            # A writer that only set NULL references (a new session, an empty checkpoint)
+            # took and released its share lock at once: it may still commit during our
+            # transaction. ``atomic(snapshot=True)`` keeps the reads that follow on one
+            # snapshot, taken now, with every writer that holds a reference committed.
 
     def retrying(self, fn: Callable[[], T], *, what: str) -> T:
         """Run ``fn`` (which opens its own transaction), retrying transient conflicts.
