@@ -557,6 +557,9 @@ def run_stress(
         if proc.returncode != 0:
             lines = (err or "").strip().splitlines()
             report.crashes.append(f"{name}: {lines[-1] if lines else proc.returncode}")
+            crash = workdir / f"crash-{name}.txt"
+            if crash.exists():  # where it happened: the pytest folder is gone by the next run
+                report.crashes.append("\n".join(crash.read_text().splitlines()[-16:]))
     for _, name in WRITERS:
         path = workdir / f"result-{name}.json"
         if path.exists():
