@@ -123,8 +123,10 @@ def test_commits_never_checkpoint_the_background_thread_does(store: Store, gate:
     assert wal_file.stat().st_size >= 2 * CHECKPOINT_FRAMES * FRAME_BYTES
     assert _wal(store).inline_checkpoints == 0
     gate.release.set()
-    _wait_until(lambda: _waiting(store) < CHECKPOINT_FRAMES, "the background checkpoint")
-    assert _wal(store).background_checkpoints >= 1
+    _wait_until(
+        lambda: _wal(store).background_checkpoints >= 1 and _waiting(store) < CHECKPOINT_FRAMES,
+        "the background checkpoint",
+    )
     assert gate.threads and set(gate.threads) == {THREAD}, gate.threads
     # the turns are all there, read back through the database
     assert session.info().turn == len(session.history())
@@ -140,14 +142,12 @@ def test_long_log_starts_over_under_continuous_writes(store: Store) -> None:
     rng = random.Random(2)
     largest = 0
     wal_file = Path(store.db.location + "-wal")
-    for _ in range(60):
+    for _ in range(100):
         _commit(session, rng, 5)
         largest = max(largest, wal_file.stat().st_size)
-    written = cp.wal_frames()
-    assert cp.exclusive_checkpoints >= 1
+    _wait_until(lambda: cp.exclusive_checkpoints >= 1, "a pass holding the writer queue")
     assert cp.inline_checkpoints == 0
-    assert written is not None
-    # about 10,000 frames were committed; the log never held much more than the restart size
+    # about 6,000 frames were committed; the log never held much more than the restart size
     assert largest <= 3 * cp.restart_frames * FRAME_BYTES, largest
 
 
@@ -234,7 +234,10 @@ def test_two_stores_on_one_archive(tmp_path: Path) -> None:
         for _ in range(60):
             _commit(sa, rng, 2)
             _commit(sb, rng, 2)
-        assert _wal(a).background_checkpoints + _wal(b).background_checkpoints >= 1
+        _wait_until(
+            lambda: _wal(a).background_checkpoints + _wal(b).background_checkpoints >= 1,
+            "a background checkpoint",
+        )
     finally:
         a.close()
         b.close()
