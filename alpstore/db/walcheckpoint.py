@@ -43,6 +43,7 @@ import struct
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 CHECKPOINT_FRAMES = 1000
 """Wake the background checkpoint when this many WAL frames wait (SQLite's own default)."""
@@ -77,8 +78,8 @@ class WalCheckpointer:
         restart_frames: int = RESTART_FRAMES,
         inline_frames: int = INLINE_FRAMES,
     ) -> None:
-        self.path = path
-        self.shm_path = path + "-shm"
+        self.path = os.path.abspath(path)  # the process may change directory meanwhile
+        self.shm_path = self.path + "-shm"
         self._exclusive = exclusive
         self.checkpoint_frames = checkpoint_frames
         self.restart_frames = restart_frames
@@ -195,10 +196,17 @@ class WalCheckpointer:
                 self._cond.notify()
 
     # ------------------------------------------------------------ the thread
+    def _connect(self, timeout: float = 5.0) -> sqlite3.Connection:
+        """A connection of the checkpointer's own to the archive (never creates the file)."""
+        uri = f"file:{quote(self.path)}?mode=rw"
+        return sqlite3.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=timeout
+        )
+
     def _run(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn = self._connect()
             conn.execute("PRAGMA wal_autocheckpoint=0").close()
             while True:
                 with self._cond:
@@ -261,7 +269,7 @@ class WalCheckpointer:
             thread.join()
         elif self._wrote and not self._failed:
             with contextlib.suppress(sqlite3.Error, OSError):
-                conn = sqlite3.connect(self.path, isolation_level=None, timeout=0)
+                conn = self._connect(timeout=0)
                 try:
                     self._fold_at_close(conn)
                 finally:

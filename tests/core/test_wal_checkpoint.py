@@ -262,3 +262,28 @@ def test_reading_opens_start_no_checkpointer(tmp_path: Path) -> None:
     finally:
         reader.close()
     assert not _checkpoint_threads()
+
+
+def test_relative_run_root_survives_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread starts at the first checkpoint, maybe after the process changed directory:
+    it must open the archive it was made for, never create one elsewhere."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    st = Store.open(Path("run"))
+    try:
+        monkeypatch.chdir(tmp_path / "b")
+        session = st.create_session(name="wal")
+        rng = random.Random(9)
+        for _ in range(100):
+            if _wal(st).background_checkpoints:
+                break
+            _commit(session, rng, 5)
+        _wait_until(lambda: _wal(st).background_checkpoints >= 1, "a background checkpoint")
+        assert _wal(st).error is None
+        assert not (tmp_path / "b" / "run" / "traces" / "archive").exists(), "no archive there"
+    finally:
+        st.close()
+    assert not (tmp_path / "a" / "run" / "traces" / "archive" / "archive.db-wal").exists()
