@@ -123,6 +123,8 @@ class WalCheckpointer:
         """``(frames in the WAL, frames not yet copied into the database)`` from the WAL-index
         header, or None when it cannot be read (no ``-shm`` file, another layout).
         """
+        if not hasattr(os, "pread"):  # pragma: no cover - Windows: SQLite's autocheckpoint
+            return None
         try:
             st = os.stat(self.shm_path)
         except OSError:
