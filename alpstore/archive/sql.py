@@ -461,6 +461,7 @@ class SqlArchive:
                 try:
                     with self.db.writer_queue():
                         driver.execute("VACUUM")  # type: ignore[union-attr]
+                    self.db.committed_outside(driver)  # the rewrite is in the WAL: fold it
                 finally:  # the connection goes back to the pool: restore its patience
                     driver.execute(  # type: ignore[union-attr]
                         f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"

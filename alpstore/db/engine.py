@@ -24,6 +24,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: SQLite's busy timeout alone serialises
     fcntl = None  # type: ignore[assignment]
 
+from alpstore.db.walcheckpoint import WalCheckpointer
 from alpstore.errors import CorruptArchiveError, DatabaseError, StorageError, UsageError
 
 T = TypeVar("T")
@@ -114,7 +115,9 @@ def _sqlite_on_begin(conn: Connection) -> None:
 class Database:
     """An engine plus the transaction helpers (``atomic`` for writes, ``read`` for reads)."""
 
-    def __init__(self, engine: Engine, *, location: str) -> None:
+    def __init__(
+        self, engine: Engine, *, location: str, background_checkpoints: bool = False
+    ) -> None:
         self.engine = engine
         self.location = location
         self.dialect = engine.dialect.name
@@ -122,6 +125,19 @@ class Database:
         self._queue_fds: list[int] = []
         self._queue_lock = threading.Lock()
         self._rollback_hooks: list[Callable[[], None]] = []
+        self.wal: WalCheckpointer | None = None
+        """SQLite file opened for writing: checkpoints the WAL off the committing transaction
+        (``background_checkpoints``; read-only opens leave it None)."""
+        database = engine.url.database
+        if (
+            background_checkpoints
+            and self.is_sqlite
+            and database
+            and database != ":memory:"
+            and not database.startswith("file:")
+        ):
+            self.wal = WalCheckpointer(database, exclusive=self._writer_queue)
+            event.listen(engine, "connect", self.wal.on_connect)
 
     def on_rollback(self, hook: Callable[[], None]) -> None:
         """Call ``hook`` whenever a write transaction (or savepoint) is rolled back.
@@ -198,6 +214,8 @@ class Database:
                     conn.execution_options(sqlite_begin="IMMEDIATE")
                     with self._writer_queue(), translate_errors(self.location), conn.begin():
                         yield conn
+                    if self.wal is not None:  # committed: checkpoint off this transaction
+                        self.wal.committed(conn.connection.driver_connection)  # type: ignore[arg-type]
                     return
                 if snapshot:
                     conn.execution_options(isolation_level="REPEATABLE READ")
@@ -314,8 +332,19 @@ class Database:
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def committed_outside(self, dbapi_conn: Any) -> None:
+        """After a write that did not go through ``atomic`` (a VACUUM) on ``dbapi_conn``: let
+        the WAL checkpointer see what it added.
+        """
+        if self.wal is not None:
+            self.wal.committed(dbapi_conn)
+
     def close(self) -> None:
-        """Dispose of the engine (every pooled connection) and the queue file descriptors."""
+        """Stop the WAL checkpointer (it folds the WAL in), then dispose of the engine (every
+        pooled connection) and the queue file descriptors.
+        """
+        if self.wal is not None:
+            self.wal.close()
         with self._queue_lock:
             fds, self._queue_fds = self._queue_fds, []
         for fd in fds:
@@ -497,7 +526,7 @@ def open_database(
             raise UsageError(f"{path} is a directory, expected an archive file")
         location = str(path)
         engine = _sqlite_engine(f"sqlite:///{path}")
-    db = Database(engine, location=location)
+    db = Database(engine, location=location, background_checkpoints=True)
     try:
         if migrate and url and not create and current_revision(db) is None:
             raise NotFoundError(
