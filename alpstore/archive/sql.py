@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 import zstandard
 from sqlalchemy import Connection, Integer, func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport, summary_document
 from alpstore.codec import (
@@ -475,6 +475,8 @@ class SqlArchive:
     def _insert(self, table: Any) -> Any:
         if self.db.is_sqlite:
             return sqlite.insert(table)
+        from sqlalchemy.dialects import postgresql  # imported by PostgreSQL archives only (~40 ms)
+
         return postgresql.insert(table)
 
     def compress(self, raw: bytes) -> tuple[int, int | None, bytes]:

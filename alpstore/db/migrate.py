@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import inspect, text
 
 from alpstore.db.engine import Database, translate_errors
+from alpstore.db.fresh import create_head_schema
 from alpstore.errors import NotFoundError, SchemaVersionError
 
 if TYPE_CHECKING:
@@ -57,13 +58,18 @@ def current_revision(db: Database) -> str | None:
 
 
 def ensure_schema(db: Database) -> None:
-    """Upgrade the archive to head (a fast no-op when it is there already).
+    """Upgrade the archive to head (a fast no-op when it is there already); a new SQLite
+    archive is created at head directly, without Alembic.
 
     Raises:
         SchemaVersionError: the archive's revision is unknown to this alpstore (newer).
     """
     with translate_errors(db.location):
         rev = current_revision(db)
+        if rev is None and create_head_schema(db, SCHEMA_HEAD):
+            return  # a new SQLite archive: the head schema directly (alpstore/db/fresh.py)
+        if rev is None:  # or created by another process meanwhile
+            rev = current_revision(db)
     if rev == SCHEMA_HEAD:
         return
     if rev is not None and rev not in known_revisions():

@@ -190,6 +190,15 @@ def _marker(obj: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     return str(kind), marker
 
 
+def _without_marker(obj: dict[str, Any]) -> dict[str, Any]:
+    """A message object without its ``_alpstore`` key: a plain dict (a copy made in C, then
+    one delete; the caller's object is left as it was).
+    """
+    value = dict(obj)
+    del value[RESERVED]
+    return value
+
+
 def decode_item(
     obj: Any, where: str, *, require_digest: bool = False, parsed: bool = False
 ) -> Item:
@@ -212,7 +221,7 @@ def decode_item(
     if RESERVED not in obj:
         value: Any = obj
     elif type(marker := obj[RESERVED]) is dict and len(marker) == 1 and "digest" in marker:
-        value = {k: v for k, v in obj.items() if k != RESERVED}  # an export's plain message
+        value = _without_marker(obj)  # an export's plain message
     else:
         kind, marker = _marker(obj, where)
         if kind == "summary":
@@ -231,7 +240,7 @@ def decode_item(
         elif "value" in marker:
             value = marker["value"]
         else:
-            value = {k: v for k, v in obj.items() if k != RESERVED}
+            value = _without_marker(obj)
     try:
         canonical = canonical_bytes(value, where, parsed=parsed)
     except CanonicalJSONError as exc:
@@ -552,9 +561,10 @@ def _covering_digest(store: Store, snap: Snapshot) -> str:
     return cover.hex()
 
 
-def check_covering_digest(doc: dict[str, Any], digests: Sequence[bytes], where: str) -> None:
-    """A carried covering digest must be the one the committed messages re-derive (files
-    without one — older exports, mas-lab's — carry none and are not checked).
+def check_covering_digest(doc: dict[str, Any], derived: bytes, where: str) -> None:
+    """A carried covering digest must be ``derived``, the one the committed messages re-derive
+    (:func:`~alpstore.views.cover_of`); files without one — older exports, mas-lab's — carry
+    none and are not checked.
 
     Raises:
         CheckpointFileError: the digest is malformed or does not match.
@@ -567,7 +577,6 @@ def check_covering_digest(doc: dict[str, Any], digests: Sequence[bytes], where: 
         return
     path = f"$.working_memory[0].conversation_chunks.{BLOCK}.covering_digest"
     carried = _hex_digest(block["covering_digest"], f"{where}: {path}")
-    derived = cover_of(digests)
     if carried != derived:
         raise CheckpointFileError(
             f"{where}: {path} {digest_hex(carried)[:12]}… does not match the committed messages "

@@ -25,6 +25,7 @@ from alpstore.archive.sql import Encoded
 from alpstore.codec import Digest, digest_bytes, digest_hex
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, checkpoints, sessions
 from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
+from alpstore.gcpause import no_gc_pause
 from alpstore.portable.deep import (
     IMPORT_TRIGGER,
     Item,
@@ -47,7 +48,7 @@ from alpstore.portable.reading import (
     stream_document,
 )
 from alpstore.sessions import CheckpointInfo, Session, default_label, new_session_uuid
-from alpstore.views import View, cover_add, cover_bytes
+from alpstore.views import View, cover_add, cover_bytes, cover_of
 
 if TYPE_CHECKING:
     from alpstore.store import Store
@@ -121,7 +122,8 @@ class Importer:
         """One entry of the covering list."""
         where = f"{COMMITTED}[{index}]"
         item = decode_item(obj, where, parsed=self.parsed)
-        self._note_carried(item, where)
+        if not item.carried and self.uncarried is None:
+            self.uncarried = where
         self.digests.append(item.digest)
         if item.kind == "summary":
             self.slots.append(_Pending(item, where))
@@ -341,8 +343,12 @@ def _state_ids(store: Store, conn: Connection, head: Header, where: str) -> list
     return out
 
 
-def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Options) -> Any:
-    """Create (or find) the session and its checkpoint, inside the import's transaction."""
+def _write(
+    store: Store, conn: Connection, imp: Importer, head: Header, opts: Options, cover: int
+) -> Any:
+    """Create (or find) the session and its checkpoint, inside the import's transaction;
+    ``cover`` is the covering digest of the file's messages (:func:`~alpstore.views.cover_add`).
+    """
     if head.version == 1 and opts.manifest is None:
         raise UsageError(
             f"{opts.source_name}: a version 1 checkpoint holds only a kernel; pass --manifest"
@@ -382,7 +388,6 @@ def _write(store: Store, conn: Connection, imp: Importer, head: Header, opts: Op
         origin=_origin(head, opts.source_name, opts.fork, opts.manifest is not None),
     )
     view = store.views.append(conn, View(None, 0), session.id, ids)
-    cover = cover_add(0, 0, imp.digests)  # the covering digest of the new head (issue 13)
     conn.execute(
         update(sessions)
         .where(sessions.c.id == session.id)
@@ -440,13 +445,14 @@ def _run(
 ) -> ImportResult:
     imp = Importer(store, None, where, parsed)
     try:
-        with store.db.atomic() as conn:
+        with no_gc_pause(), store.db.atomic() as conn:
             imp.conn = conn
             doc = feed(imp)
             head = check_header(doc, where=where)
             _require_manifest(doc, opts, where)
-            check_covering_digest(doc, imp.digests, where)
-            done = _write(store, conn, imp, head, opts)
+            cover = cover_add(0, 0, imp.digests)  # the new head's covering digest (issue 13)
+            check_covering_digest(doc, cover_bytes(cover), where)
+            done = _write(store, conn, imp, head, opts, cover)
             if isinstance(done, CheckpointInfo):  # already here: write nothing at all
                 raise _Unchanged(done)
             session, ck, name = done
@@ -519,7 +525,7 @@ def check_document(doc: dict[str, Any], *, where: str) -> Header:
     header_doc = feed_document(doc, imp)
     head = check_header(header_doc, where=where)
     imp.finish_messages(head.is_export)
-    check_covering_digest(header_doc, imp.digests, where)
+    check_covering_digest(header_doc, cover_of(imp.digests), where)
     return head
 
 
@@ -534,5 +540,5 @@ def check_file(path: Path) -> tuple[Header, int, int]:
         header_doc = stream_document(js, imp)
         head = check_header(header_doc, where=str(path))
         imp.finish_messages(head.is_export)
-        check_covering_digest(header_doc, imp.digests, str(path))
+        check_covering_digest(header_doc, cover_of(imp.digests), str(path))
     return head, len(imp.digests), imp.covered

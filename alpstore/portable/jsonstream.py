@@ -22,6 +22,7 @@ CHUNK: Final = 1024 * 1024
 """Bytes read at a time."""
 
 _WS: Final = re.compile(r"[ \t\n\r]*")
+_BLANKS: Final = " \t\n\r"
 _NUMBER_TAIL: Final = re.compile(r"[0-9.eE+-]*")
 """What may follow a number's parsed part and still belong to it: when nothing else follows
 before the end of the buffer, the number may go on in the next chunk."""
@@ -104,6 +105,9 @@ class JsonStream:
 
     def peek(self) -> str:
         """The next non-blank character ('' at the end), not consumed."""
+        pos = self.pos
+        if pos < len(self.buf) and (ch := self.buf[pos]) not in _BLANKS:
+            return ch  # compact JSON (what export writes): nothing to skip
         while True:
             m = _WS.match(self.buf, self.pos)
             assert m is not None
