@@ -83,7 +83,8 @@ class Store:
 
     def __init__(self, db: Database, root: Path) -> None:
         self.db = db
-        self.root = root
+        self.root = root.absolute()  # the event log and policy folders stay put on a chdir
+        root = self.root
         self.archive = SqlArchive(db)
         self.views = ViewStore()
         db.on_rollback(self.views.forget)  # segment ids of a failed write may be reused

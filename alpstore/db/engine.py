@@ -125,18 +125,21 @@ class Database:
         self._queue_fds: list[int] = []
         self._queue_lock = threading.Lock()
         self._rollback_hooks: list[Callable[[], None]] = []
-        self.wal: WalCheckpointer | None = None
-        """SQLite file opened for writing: checkpoints the WAL off the committing transaction
-        (``background_checkpoints``; read-only opens leave it None)."""
         database = engine.url.database
-        if (
-            background_checkpoints
-            and self.is_sqlite
+        path = (  # absolute now, as SQLAlchemy makes the file's: the process may change directory
+            os.path.abspath(database)
+            if self.is_sqlite
             and database
             and database != ":memory:"
             and not database.startswith("file:")
-        ):
-            self.wal = WalCheckpointer(database, exclusive=self._writer_queue)
+            else None
+        )
+        self._queue_path = None if path is None else path + SQLITE_QUEUE_SUFFIX
+        self.wal: WalCheckpointer | None = None
+        """SQLite file opened for writing: checkpoints the WAL off the committing transaction
+        (``background_checkpoints``; read-only opens leave it None)."""
+        if background_checkpoints and path is not None:
+            self.wal = WalCheckpointer(path, exclusive=self._writer_queue)
             event.listen(engine, "connect", self.wal.on_connect)
 
     def on_rollback(self, hook: Callable[[], None]) -> None:
@@ -263,11 +266,10 @@ class Database:
         with self._queue_lock:
             if self._queue_fds:
                 return self._queue_fds.pop()
-        database = self.engine.url.database
-        if fcntl is None or not database or database == ":memory:" or database.startswith("file:"):
+        if fcntl is None or self._queue_path is None:
             return None
         try:
-            return os.open(database + SQLITE_QUEUE_SUFFIX, os.O_RDWR | os.O_CREAT, 0o644)
+            return os.open(self._queue_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError:
             return None  # e.g. a read-only directory: the busy timeout alone serialises
 

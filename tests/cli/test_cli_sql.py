@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -139,6 +140,15 @@ def _running_queries(url: str) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
+def _open_files(pid: int) -> list[str]:
+    """What the process's descriptors name now (one closed meanwhile is skipped)."""
+    out = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            out.append(str(fd.readlink()))
+    return out
+
+
 def _wait_until_running(proc: subprocess.Popen[bytes], backend: Backend, before: set[int]) -> None:
     """Until the query runs (a Ctrl-C during start-up is plain Python's, before ours)."""
     deadline = time.monotonic() + 60
@@ -146,8 +156,7 @@ def _wait_until_running(proc: subprocess.Popen[bytes], backend: Backend, before:
         if backend.url:
             running = bool(_running_queries(backend.url) - before)
         else:
-            fds = Path(f"/proc/{proc.pid}/fd")
-            running = any(str(p.readlink()).endswith("archive.db") for p in fds.iterdir())
+            running = any(link.endswith("archive.db") for link in _open_files(proc.pid))
         if running:
             time.sleep(0.5)
             return
