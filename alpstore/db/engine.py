@@ -90,12 +90,30 @@ def _sqlite_on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cur.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
-    mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()
+    mode = _wal_mode(cur)
     if mode and str(mode[0]).lower() not in {"wal", "memory"}:
         cur.execute("PRAGMA journal_mode").fetchone()
     cur.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+def _wal_mode(cur: sqlite3.Cursor) -> Any:
+    """``PRAGMA journal_mode=WAL``, waiting like ``busy_timeout`` when another connection holds
+    a lock: switching a new file to WAL answers "database is locked" at once, without calling
+    the busy handler, while other processes open the same new archive (1 in 10 of four
+    threads opening one new file, measured).
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:
+        try:
+            return cur.execute("PRAGMA journal_mode=WAL").fetchone()
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
