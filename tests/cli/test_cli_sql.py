@@ -107,15 +107,18 @@ def test_ctrl_c_interrupts_a_runaway_query(backend: Backend) -> None:
         stderr=subprocess.PIPE,
         env=env,
     )
-    _wait_until_running(proc, backend, before)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        pytest.fail("Ctrl-C did not stop the query")
+        _wait_until_running(proc, backend, before)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, err = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("Ctrl-C did not stop the query")
+    finally:  # never leave a runaway query behind (it runs without a timeout)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     assert err.decode().startswith("alpstore: error: query interrupted (Ctrl-C)"), err
     if backend.url:  # and the server stopped it too
