@@ -80,6 +80,29 @@ def run_cli(
     )
 
 
+def run_on_tty(*args: str, env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
+    """Run the real `alpstore ARGS…` with its stdout on a pseudo-terminal (stderr dropped):
+    its exit code and what it printed (CR LF read as LF).
+    """
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([ALPSTORE, *args], stdout=follower, stderr=subprocess.DEVNULL, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the pty closes when the process ends
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    code = proc.wait(timeout=timeout)
+    os.close(leader)
+    return code, b"".join(chunks).decode().replace("\r\n", "\n")
+
+
 @pytest.fixture
 def run_root(tmp_path: Path) -> Path:
     """An empty run root."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ALPSTORE, Backend
+from tests.conftest import ALPSTORE, Backend, run_on_tty
 
 RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
 
@@ -199,8 +199,6 @@ def test_memory_is_bounded_by_bytes(backend: Backend) -> None:
 
 def test_long_cells_are_marked_on_a_terminal(backend: Backend) -> None:
     """On a terminal a cut cell ends in …; --wide shows it whole; a pipe gets it whole too."""
-    import pty
-
     _seed(backend)
     hexed = "encode(digest, 'hex')" if backend.is_postgresql else "digest_hex(digest)"
     query = f"select {hexed} || {hexed} as d from blobs"  # 128 characters
@@ -209,26 +207,7 @@ def test_long_cells_are_marked_on_a_terminal(backend: Backend) -> None:
         env["ALPSTORE_DATABASE_URL"] = backend.url
 
     def on_tty(*extra: str) -> str:
-        leader, follower = pty.openpty()
-        proc = subprocess.Popen(
-            [ALPSTORE, "--root", str(backend.root), "sql", query, *extra],
-            stdout=follower,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        proc.wait(timeout=60)
-        os.close(leader)
-        return b"".join(chunks).decode()
+        return run_on_tty("--root", str(backend.root), "sql", query, *extra, env=env)[1]
 
     cut = on_tty()
     assert "…" in cut

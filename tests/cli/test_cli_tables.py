@@ -8,9 +8,7 @@ steering message with a newline and a colour sequence.
 from __future__ import annotations
 
 import os
-import pty
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from alpstore.cli._table import Kind, fit_widths, plain_cell
 from alpstore.sessions import CheckpointInfo, SessionInfo
 from alpstore.store import Store
 from tests.backend_pass import database_env_for, suite_backend
-from tests.conftest import ALPSTORE, Result, run_cli
+from tests.conftest import Result, run_cli, run_on_tty
 
 LABEL = "evil\x1b[2J\u202eX"
 STEER = "Ask first.\nreally\x1b[31m"
@@ -68,26 +66,9 @@ def on_terminal(h: Hostile, *args: str, columns: int) -> str:
     root = h.root
     env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "xterm"}
     env.update(database_env_for(root))
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [ALPSTORE, "--root", str(root), *args],
-        stdout=follower,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the pty closes when the process ends
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    assert proc.wait(timeout=60) == 0
-    os.close(leader)
-    return b"".join(chunks).decode().replace("\r\n", "\n")
+    code, out = run_on_tty("--root", str(root), *args, env=env)
+    assert code == 0
+    return out
 
 
 def width(out: str) -> int:
