@@ -90,3 +90,9 @@ def checkpointed_bytes(path: Path) -> int:
     with sqlite3.connect(path) as con:
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+def write_results(path: Path, text: str) -> None:
+    """Write a benchmark's Markdown section (``benchmarks/results/…``), creating the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

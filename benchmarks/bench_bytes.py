@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 
 from alpstore.db import sqlite_path_for_root
 from alpstore.store import Store
-from benchmarks._util import checkpointed_bytes, conversation_turns
+from benchmarks._util import checkpointed_bytes, conversation_turns, write_results
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bytes.md"
@@ -206,14 +206,9 @@ def run_all(n_turns: int, postgres: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(text: str) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text, encoding="utf-8")
-
-
 def test_bytes(benchmark: Any) -> None:
     text = benchmark.pedantic(run_all, args=(1000, False), rounds=1, iterations=1)
-    write(text)
+    write_results(RESULTS, text)
     print("\n" + text)
 
 
@@ -223,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres", action="store_true", help="also measure on PostgreSQL")
     args = parser.parse_args(argv)
     text = run_all(args.turns, args.postgres)
-    write(text)
+    write_results(RESULTS, text)
     print(text)
     return 0
 

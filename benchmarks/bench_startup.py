@@ -29,6 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._util import write_results
+
 HERE = Path(__file__).parent
 RESULTS = HERE / "results" / "startup.md"
 GOAL_MS = 250
@@ -183,14 +188,9 @@ def run_all(repeat: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(text: str) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text, encoding="utf-8")
-
-
 def test_cli_startup(benchmark: Any) -> None:
     text = benchmark.pedantic(run_all, args=(15,), rounds=1, iterations=1)
-    write(text)
+    write_results(RESULTS, text)
     print("\n" + text)
 
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args(argv)
     text = run_all(args.repeat)
-    write(text)
+    write_results(RESULTS, text)
     print(text)
     return 0
 

@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 from sqlalchemy import event
 
 from alpstore.store import Store
-from benchmarks._util import conversation_turns
+from benchmarks._util import conversation_turns, write_results
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "turn_latency.md"
@@ -261,14 +261,9 @@ def run_all(n_turns: int, backends: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(text: str) -> None:
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(text, encoding="utf-8")
-
-
 def test_turn_latency(benchmark: Any) -> None:
     text = benchmark.pedantic(run_all, args=(2000, ["sqlite"]), rounds=1, iterations=1)
-    write(text)
+    write_results(RESULTS, text)
     print("\n" + text)
 
 
@@ -282,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.postgres and not args.postgres_only:
         backends.append("postgresql")
     text = run_all(args.turns, backends)
-    write(text)
+    write_results(RESULTS, text)
     print(text)
     return 0
 
