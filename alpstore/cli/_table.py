@@ -64,6 +64,16 @@ class Column:
     """Right-aligned on a terminal (numbers)."""
 
 
+CHECKPOINT_COLUMNS = (
+    Column("CKPT", Kind.KEY, right=True),
+    Column("TURN", Kind.KEY, right=True),
+    Column("LABEL"),
+    Column("TRIGGER"),
+    Column("HEAD", Kind.KEY, right=True),
+)
+"""The leading columns of a checkpoint log (`session log`, `debug log`)."""
+
+
 def plain_cell(text: str) -> str:
     r"""``text`` as one tab-separated value: backslash, tab, newline and CR as ``\\ \t \n \r``,
     any other control or bidi character as its :func:`term` escape. Reversible.

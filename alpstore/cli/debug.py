@@ -123,15 +123,11 @@ def log(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = False) -> No
                 docs.append({"type": it.kind, **it.detail, "at": _when(it.at)})
         print_json(docs)
         return
-    from alpstore.cli._table import Column, Kind, print_table
+    from alpstore.cli._table import CHECKPOINT_COLUMNS, Column, Kind, print_table
 
     print_table(
         [
-            Column("CKPT", Kind.KEY, right=True),
-            Column("TURN", Kind.KEY, right=True),
-            Column("LABEL"),
-            Column("TRIGGER"),
-            Column("HEAD", Kind.KEY, right=True),
+            *CHECKPOINT_COLUMNS,
             Column("CHANGE", Kind.WRAP),
         ],
         (_log_row(it) for it in items),

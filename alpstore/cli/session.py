@@ -533,15 +533,11 @@ def log(
     if as_json:
         print_json([r for _, r in rows])
         return
-    from alpstore.cli._table import Column, Kind, print_table
+    from alpstore.cli._table import CHECKPOINT_COLUMNS, Column, Kind, print_table
 
     print_table(
         [
-            Column("CKPT", Kind.KEY, right=True),
-            Column("TURN", Kind.KEY, right=True),
-            Column("LABEL"),
-            Column("TRIGGER"),
-            Column("HEAD", Kind.KEY, right=True),
+            *CHECKPOINT_COLUMNS,
             Column("+BYTES", Kind.KEY, right=True),
             Column("NOTE", Kind.WRAP),
         ],
