@@ -264,6 +264,42 @@ class Compressor:
             return CODEC_ZSTD, packed
         return CODEC_RAW, raw
 
+    def compress_many(
+        self, raws: Sequence[bytes], *, dictionary_max: int
+    ) -> list[tuple[int, bytes]]:
+        """:meth:`compress` of each of ``raws`` (the dictionary for those of at most
+        ``dictionary_max`` bytes), the same frames made by one call per context: zstd works
+        through the whole batch without the interpreter lock (on :data:`MANY_THREADS`
+        threads), where one call per blob would take the lock back thousands of times.
+        """
+        plain, with_dict = self._contexts()
+        out: list[tuple[int, bytes] | None] = [None] * len(raws)
+        if with_dict is not None:
+            small = [i for i, raw in enumerate(raws) if len(raw) <= dictionary_max]
+            for i, packed in zip(small, _many(with_dict, [raws[i] for i in small]), strict=True):
+                if len(packed) < len(raws[i]):
+                    out[i] = (CODEC_ZSTD_DICT, packed)
+        rest = [i for i, done in enumerate(out) if done is None]
+        for i, packed in zip(rest, _many(plain, [raws[i] for i in rest]), strict=True):
+            raw = raws[i]
+            out[i] = (CODEC_ZSTD, packed) if len(packed) < len(raw) else (CODEC_RAW, raw)
+        return [o for o in out if o is not None]
+
+
+MANY_THREADS = 2
+"""Threads zstd uses for a batch (:meth:`Compressor.compress_many`); its frames are the same
+whatever the count."""
+MANY_MIN = 16
+"""Smaller batches are compressed one call a blob (starting threads costs more)."""
+
+
+def _many(ctx: zstandard.ZstdCompressor, raws: list[bytes]) -> list[bytes]:
+    if len(raws) < MANY_MIN or not all(raws):  # zstd's batch call refuses an empty input
+        return [ctx.compress(raw) for raw in raws]
+    batch: list[bytes | bytearray | memoryview[int]] = list(raws)
+    packed = ctx.multi_compress_to_buffer(batch, threads=MANY_THREADS)
+    return [packed[i].tobytes() for i in range(len(packed))]
+
 
 class Decompressor:
     """Bounded zstd decompression: output may never exceed the recorded raw size.

@@ -17,7 +17,6 @@ from sqlalchemy import Connection, Integer, func, select
 from sqlalchemy.dialects import sqlite
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport, summary_document
-from alpstore.archive.deltas import DeltaCandidates
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
@@ -174,7 +173,7 @@ class SqlArchive:
         self.training_error: BaseException | None = None
         """Why the last background training failed (retried once as many small blobs again are
         stored)."""
-        self._bases = DeltaCandidates(DELTA_CANDIDATES)
+        self._bases: OrderedDict[bytes, tuple[bytes, frozenset[bytes]]] = OrderedDict()
         """Recent large non-delta blobs of this process, by digest: candidates to delta against.
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
@@ -492,10 +491,17 @@ class SqlArchive:
         The base must still be stored: the caller looks its id up in its transaction (see
         :meth:`_base_ids`) before it writes the delta.
         """
-        found = self._bases.best(lines)
-        if found is not None and found[2] >= DELTA_MIN_SHARED * len(lines):
-            best, base_raw, _ = found
-            payload = delta_compressor(base_raw, self.level).compress(raw)
+        best, score = None, 0
+        # a snapshot: another thread's rollback may clear the candidates meanwhile
+        for base_digest, (_, base_lines) in list(self._bases.items()):
+            shared = len(lines & base_lines)
+            if shared > score:
+                best, score = base_digest, shared
+        if best is not None and score >= DELTA_MIN_SHARED * len(lines):
+            candidate = self._bases.get(best)  # gone if another thread's rollback cleared it
+            if candidate is None:
+                return None
+            payload = delta_compressor(candidate[0], self.level).compress(raw)
             if len(payload) < DELTA_GAIN * plain:
                 return best, payload
         return None
@@ -517,11 +523,13 @@ class SqlArchive:
                     found[bytes(digest)] = int(blob_id)
         for digest in digests:
             if digest not in found:
-                self._bases.discard(digest)
+                self._bases.pop(digest, None)
         return found
 
     def _remember_base(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
-        self._bases.add(digest, raw, lines)
+        self._bases[digest] = (raw, lines)
+        while len(self._bases) > DELTA_CANDIDATES:
+            self._bases.popitem(last=False)
 
     def store_encoded(self, conn: Connection, items: Sequence[Encoded]) -> list[int]:
         """Insert what is missing (idempotent) and return every item's surrogate id, in order.
@@ -548,8 +556,14 @@ class SqlArchive:
             rows: list[tuple[Any, ...]] = []
             new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
             deltas: list[tuple[int, bytes, bytes, frozenset[bytes]]] = []
-            for digest, kind, raw_bytes in fresh.values():
-                codec, dict_id, payload = self.compress(raw_bytes)
+            dict_id_now, comp = self._codec
+            packed = comp.compress_many(
+                [raw for _, _, raw in fresh.values()], dictionary_max=SMALL_BLOB_MAX
+            )
+            for (digest, kind, raw_bytes), (codec, payload) in zip(
+                fresh.values(), packed, strict=True
+            ):
+                dict_id = dict_id_now if codec == CODEC_ZSTD_DICT else None
                 if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
                     lines = line_hashes(raw_bytes)
                     delta = self._delta(raw_bytes, lines, len(payload))

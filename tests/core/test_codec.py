@@ -5,7 +5,7 @@ import math
 
 import pytest
 import zstandard
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alpstore.codec import (
@@ -122,3 +122,54 @@ def test_canonical_json_of_a_parsed_value_refuses_what_canonical_json_refuses(te
     with pytest.raises(CanonicalJSONError) as slow:
         canonical_json(json.loads(text))
     assert fast.value.message == slow.value.message
+
+
+_BLOBS = st.lists(
+    st.one_of(
+        st.binary(max_size=300),  # incompressible, or empty: kept raw
+        st.text(alphabet='ab{}":,', max_size=3000).map(str.encode),  # compresses
+    ),
+    max_size=40,
+)
+
+
+def _trained() -> bytes:
+    samples = [
+        json.dumps({"role": "user", "content": f"message {i} " + "word " * (i % 17)}).encode()
+        for i in range(400)
+    ]
+    return zstandard.train_dictionary(4096, samples).as_bytes()
+
+
+_DICTIONARY = _trained()
+
+
+@settings(max_examples=60, deadline=None)
+@given(_BLOBS, st.booleans(), st.integers(0, 400))
+def test_compress_many_makes_what_one_call_a_blob_makes(
+    raws: list[bytes], with_dictionary: bool, dictionary_max: int
+) -> None:
+    """The batch call (zstd's threads, no interpreter lock) gives the same codec and frame as
+    :meth:`Compressor.compress` blob by blob, on both sides of the batch-size threshold."""
+    comp = Compressor(dictionary=_DICTIONARY if with_dictionary else None)
+    expected = [comp.compress(raw, use_dictionary=len(raw) <= dictionary_max) for raw in raws]
+    assert comp.compress_many(raws, dictionary_max=dictionary_max) == expected
+
+
+def test_compress_many_of_a_large_batch_uses_one_batch_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raws = [json.dumps({"n": i, "text": "abc " * (i % 50)}).encode() for i in range(300)]
+    raws.append(bytes(range(256)))  # incompressible: kept raw
+    comp = Compressor(dictionary=_DICTIONARY)
+    expected = [comp.compress(raw, use_dictionary=len(raw) <= 200) for raw in raws]
+    calls: list[int] = []
+    original = zstandard.ZstdCompressor.multi_compress_to_buffer
+
+    def counted(self: zstandard.ZstdCompressor, data: object, threads: int = 0) -> object:
+        calls.append(threads)
+        return original(self, data, threads=threads)
+
+    monkeypatch.setattr(zstandard.ZstdCompressor, "multi_compress_to_buffer", counted)
+    assert comp.compress_many(raws, dictionary_max=200) == expected
+    assert len(calls) == 2  # the dictionary's blobs, then the rest
