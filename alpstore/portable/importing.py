@@ -14,8 +14,7 @@ Dictionary training never runs here: it is left to the next ordinary write.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -117,9 +116,6 @@ class Importer:
     uncarried: str | None = None
     _batch: list[tuple[int, Encoded]] = field(default_factory=list)
     _batch_bytes: int = 0
-    _storing: tuple[Future[tuple[list[int], int]], list[int]] | None = None
-    """The batch being stored on :attr:`_writer` meanwhile: its result, and its slots."""
-    _writer: ThreadPoolExecutor | None = None
 
     # ---------------------------------------------------------------- messages
     def message(self, obj: Any, index: int) -> None:
@@ -144,7 +140,6 @@ class Importer:
         if item.kind == "summary":
             self._require_known(item, where, "a covered summary refers to")
             self.flush()
-            self.settle()
             if self.conn is not None:
                 assert self.store is not None
                 self.store.archive.store_summary(self.conn, item.text, item.covers)
@@ -174,50 +169,18 @@ class Importer:
             self.flush()
 
     def flush(self) -> None:
-        """Hand the batch of messages read so far to the storing thread.
-
-        Storing (zstd, the delta search, SQL) runs on one thread of its own while this one
-        reads and hashes the next batch; zstd and the database driver release the interpreter
-        lock, so on two cores the two overlap. One batch at a time is in flight (memory stays
-        bounded, and the delta search sees the batches in file order); the connection is used
-        by one thread at a time: every other use of it on this thread comes after
-        :meth:`settle`.
-        """
+        """Store the batch of messages read so far."""
         if not self._batch or self.conn is None:
             return
         assert self.store is not None
-        self.settle()
-        batch, self._batch, self._batch_bytes = self._batch, [], 0
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(1, thread_name_prefix="alpstore-import")
-        store = self.store.archive.store_encoded_counted
-        encoded: Sequence[Encoded] = [enc for _, enc in batch]
-        self._storing = (self._writer.submit(store, self.conn, encoded), [s for s, _ in batch])
-
-    def settle(self) -> None:
-        """Wait for the batch in flight and record its blob ids (its error is raised here)."""
-        if self._storing is None:
-            return
-        future, slots = self._storing
-        self._storing = None
-        ids, fresh = future.result()
+        archive = self.store.archive
+        ids, fresh = archive.store_encoded_counted(self.conn, [enc for _, enc in self._batch])
         self.new_blobs += fresh
-        for slot, blob_id in zip(slots, ids, strict=True):
+        for (slot, _), blob_id in zip(self._batch, ids, strict=True):
             if slot >= 0:
                 self.slots[slot] = blob_id
-
-    def close(self) -> None:
-        """Wait for the storing thread to finish whatever it holds (its error dropped: the
-        caller is already failing, and rolls back only once no thread uses the connection)
-        and stop it.
-        """
-        if self._storing is not None:
-            future, _ = self._storing
-            self._storing = None
-            future.exception()  # waits; the transaction is rolled back after
-        if self._writer is not None:
-            self._writer.shutdown(wait=True)
-            self._writer = None
+        self._batch = []
+        self._batch_bytes = 0
 
     def finish_messages(self, is_export: bool) -> list[int]:
         """Store what is pending (summaries last) and return the covering list's blob ids.
@@ -236,7 +199,6 @@ class Importer:
             if isinstance(slot, _Pending):
                 self._require_known(slot.item, slot.where, "summarises")
         self.flush()
-        self.settle()
         ids: list[int] = []
         for i, slot in enumerate(self.slots):
             if isinstance(slot, _Pending):
@@ -485,15 +447,12 @@ def _run(
     try:
         with no_gc_pause(), store.db.atomic() as conn:
             imp.conn = conn
-            try:
-                doc = feed(imp)
-                head = check_header(doc, where=where)
-                _require_manifest(doc, opts, where)
-                cover = cover_add(0, 0, imp.digests)  # the new head's covering digest (issue 13)
-                check_covering_digest(doc, cover_bytes(cover), where)
-                done = _write(store, conn, imp, head, opts, cover)
-            finally:
-                imp.close()  # before the transaction ends, however it ends
+            doc = feed(imp)
+            head = check_header(doc, where=where)
+            _require_manifest(doc, opts, where)
+            cover = cover_add(0, 0, imp.digests)  # the new head's covering digest (issue 13)
+            check_covering_digest(doc, cover_bytes(cover), where)
+            done = _write(store, conn, imp, head, opts, cover)
             if isinstance(done, CheckpointInfo):  # already here: write nothing at all
                 raise _Unchanged(done)
             session, ck, name = done
