@@ -305,8 +305,13 @@ def fast_parse(raws: Sequence[bytes]) -> list[Any] | None:
     """
     if _orjson is None:
         return None
+    if not raws:
+        return []
+    parts = list(raws)  # the brackets on the ends: one copy of the documents, not three
+    parts[0] = b"[" + parts[0]
+    parts[-1] += b"]"
     try:
-        docs = _orjson.loads(b"[" + b",".join(raws) + b"]")
+        docs = _orjson.loads(b",".join(parts))
     except ValueError:
         return None
     return docs if isinstance(docs, list) and len(docs) == len(raws) else None
