@@ -371,6 +371,14 @@ NOTES = [
     "one read's copy alone takes longer.",
     "- Wall time on a shared 2-core machine includes waiting for the CPU; the CPU columns are "
     "the steadier figures.",
+    "- Cold `get_state`: the new saver rebuilds the head in bulk — one range scan without the "
+    "digests, the blobs decoded per codec and dictionary in C-level loops "
+    "(`alpstore/archive/batch.py`; a delta's base taken from the same read), one orjson parse, "
+    "messages made per document shape (`_lgcodec.doc_messages`) — with the cyclic collector "
+    "held off meanwhile. SqliteSaver rebuilds its messages through pydantic validation with the "
+    "collector on, so a full collection (about 130–160 ms in this process) lands in some of its "
+    "reads and not others: its median moves with where they fall, and so does the ratio "
+    "(`--cold-only` repeats just this part).",
 ]
 
 
