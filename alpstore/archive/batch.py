@@ -93,7 +93,10 @@ def _decode_group(
     if codec == CODEC_ZSTD and dict_id is None:
         dctx = archive._dec.plain
     elif codec == CODEC_ZSTD_DICT and dict_id is not None:
-        archive._ensure_dictionary(conn, int(dict_id))
+        try:
+            archive._ensure_dictionary(conn, int(dict_id))
+        except IntegrityError:  # missing: the slow path names the blobs that need it
+            return None
         dctx = archive._dec.dicts[int(dict_id)]
     else:
         return None

@@ -257,7 +257,7 @@ def assemble(classes: Sequence[type[BaseMessage]], states: Sequence[State]) -> l
 
 
 class _Plan(NamedTuple):
-    """How documents of one type and one list of keys become states (see ``doc_states``)."""
+    """How documents of one type and one list of keys become messages (``doc_messages``)."""
 
     cls: type[BaseMessage]
     template: dict[str, Any]
