@@ -271,7 +271,7 @@ def test_the_trainer_reads_its_samples_in_slices_that_hand_the_interpreter_lock_
     assert len({r.id for r in rows}) == len(rows)
     assert max(decoded) <= archive_sql.TRAIN_SLICE and sum(decoded) == len(rows)
     assert len(pauses) >= len(decoded) - 1 and set(pauses) == {archive_sql.TRAIN_PAUSE}
-    assert longest < 0.025, longest  # half the forced switch interval
+    assert longest < 0.045, longest  # never the whole forced switch interval (50 ms)
 
 
 def test_a_new_dictionarys_compression_context_is_made_ready_by_the_trainer(
