@@ -208,6 +208,11 @@ def parse_digest(text: str) -> Digest:
         raise UsageError(f"digest {text!r}: not hexadecimal") from exc
 
 
+_WARM_SAMPLE = b'{"content":"a short message to make a compression context ready","role":"user"}'
+"""What ``Compressor.warm`` compresses (any small document: the first frame digests the
+dictionary)."""
+
+
 class Compressor:
     """zstd compression of blobs, optionally with a trained dictionary; keeps what shrinks.
 
@@ -226,6 +231,33 @@ class Compressor:
         self.dict_level = dict_level
         self._dictionary = dictionary
         self._local = threading.local()
+        self._spare: list[zstandard.ZstdCompressor] = []
+        """Dictionary contexts made ready ahead (``warm``), for the next thread that needs one."""
+        self._spare_lock = threading.Lock()
+
+    def _dict_context(self, dictionary: bytes) -> zstandard.ZstdCompressor:
+        return zstandard.ZstdCompressor(
+            level=self.dict_level,
+            dict_data=zstandard.ZstdCompressionDict(dictionary),
+            write_content_size=True,
+            write_dict_id=False,
+            write_checksum=True,
+        )
+
+    def warm(self) -> None:
+        """Make one dictionary context ready for the next thread that compresses.
+
+        A context digests the dictionary on its first frame (10–20 ms for a trained one at
+        ``DICT_LEVEL``; zstd does it without holding the interpreter lock). The dictionary
+        trainer calls this before new blobs use this compressor, so a writer's first turn
+        after it finds a ready context instead of paying for the digest.
+        """
+        if self._dictionary is None:
+            return
+        context = self._dict_context(self._dictionary)
+        context.compress(_WARM_SAMPLE)
+        with self._spare_lock:
+            self._spare.append(context)
 
     def _contexts(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]:
         contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None] | None
@@ -236,13 +268,10 @@ class Compressor:
             )
             with_dict = None
             if self._dictionary is not None:
-                with_dict = zstandard.ZstdCompressor(
-                    level=self.dict_level,
-                    dict_data=zstandard.ZstdCompressionDict(self._dictionary),
-                    write_content_size=True,
-                    write_dict_id=False,
-                    write_checksum=True,
-                )
+                with self._spare_lock:
+                    with_dict = self._spare.pop() if self._spare else None
+                if with_dict is None:
+                    with_dict = self._dict_context(self._dictionary)
             contexts = (plain, with_dict)
             self._local.contexts = contexts
         return contexts

@@ -32,6 +32,13 @@ READ_RANGE_BLOBS = (
     "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
+READ_RANGE_LEAN = (
+    "SELECT b.id, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+)
+"""``READ_RANGE_BLOBS`` without the digest (see ``alpstore.archive.batch``)."""
+
 READ_RANGE_DIGESTS = (
     "SELECT b.digest FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
     "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
@@ -253,6 +260,15 @@ class ViewStore:
             IntegrityError: entries or blobs are missing.
         """
         return self._read_ranges(conn, view, READ_RANGE_BLOBS, start)
+
+    def read_lean_rows(self, conn: Connection, view: View) -> list[Any]:
+        """The blob rows of ``view`` in order without their digests: ``(id, kind, raw_size,
+        codec, dict_id, payload, base_id)``, for ``alpstore.archive.batch.decode_lean``.
+
+        Raises:
+            IntegrityError: entries or blobs are missing.
+        """
+        return self._read_ranges(conn, view, READ_RANGE_LEAN)
 
     def cut(self, conn: Connection, view: View, keep: int) -> View:
         """The first ``keep`` entries of ``view``, named by the segment that holds the last of

@@ -90,6 +90,13 @@ RECOMPRESS_BATCH = 100
 """Blobs re-encoded per transaction when a new dictionary recompresses the archive's first ones:
 a writer beside the recompression waits for one batch at most."""
 
+TRAIN_SLICE = 50
+"""Blobs the dictionary trainer reads and decodes at a time (see ``TRAIN_PAUSE``)."""
+
+TRAIN_PAUSE = 0.0005
+"""Seconds the background trainer sleeps between slices: the interpreter lock goes to a
+writer's thread waiting for it (see ``SqlArchive._training_samples``)."""
+
 VACUUM_MAX_BYTES = 32 * 1024 * 1024
 """Archives up to this size are compacted once, right after the first dictionary."""
 
@@ -264,11 +271,15 @@ class SqlArchive:
     def _training_samples(
         self, samples: int | None, *, after: int | None = None
     ) -> tuple[list[Any], list[tuple[int, bytes]]]:
-        """The newest ``samples`` small blobs (rows and decoded bytes), in one read; with
-        ``after``, every small blob without a dictionary whose id is larger.
+        """The newest ``samples`` small blobs (rows and decoded bytes); with ``after``, every
+        small blob without a dictionary whose id is larger.
 
-        Driver-level SQL and the batch decoder: this runs beside the writers' turns (in the
-        training thread), so it holds the interpreter lock as briefly as it can.
+        Read and decoded in slices of ``TRAIN_SLICE`` rows, each its own short read, with a
+        pause of ``TRAIN_PAUSE`` between them: this runs beside the writers' turns (in the
+        training thread), and a loop of short calls that each let go of the interpreter lock
+        and take it straight back starves a thread waiting for it (that thread only gets it
+        once the 5 ms switch interval forces a switch, on every try). The pause hands it over.
+        The samples need not be one snapshot: each is a blob as it was when its slice was read.
         """
         sql = (
             "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
@@ -278,14 +289,25 @@ class SqlArchive:
         if after is not None:
             sql += " AND id > ? AND codec IN (?, ?)"
             params += [after, CODEC_RAW, CODEC_ZSTD]
-        sql += " ORDER BY id DESC"
-        if samples is not None:
-            sql += " LIMIT ?"
-            params.append(samples)
-        with self.db.read() as conn:
-            rows = [_Row(*r) for r in rsql.fetchall(conn, sql, params)]
-            decoded = self.decode_rows(conn, rows, verify=False)
-        return rows, [(r.id, raw) for r, raw in zip(rows, decoded, strict=True)]
+        rows: list[_Row] = []
+        raws: list[tuple[int, bytes]] = []
+        below: int | None = None
+        while samples is None or len(rows) < samples:
+            want = TRAIN_SLICE if samples is None else min(TRAIN_SLICE, samples - len(rows))
+            query, bound = (
+                (sql, params) if below is None else (f"{sql} AND id < ?", [*params, below])
+            )
+            with self.db.read() as conn:
+                found = rsql.fetchall(conn, f"{query} ORDER BY id DESC LIMIT ?", [*bound, want])
+                part = [_Row(*r) for r in found]
+                decoded = self.decode_rows(conn, part, verify=False)
+            rows += part
+            raws += [(r.id, raw) for r, raw in zip(part, decoded, strict=True)]
+            if len(part) < want:
+                break
+            below = part[-1].id
+            time.sleep(TRAIN_PAUSE)
+        return rows, raws
 
     def _install_dictionary(
         self, data: bytes, sample_count: int, *, only_if_none: bool
@@ -324,7 +346,9 @@ class SqlArchive:
             self._load_newest_dictionary()
             return None
         self._dec.add_dictionary(dict_id, data)
-        self._codec = (dict_id, self._compressor(data))
+        compressor = self._compressor(data)
+        compressor.warm()  # here, not in the first turn of a writer that uses it
+        self._codec = (dict_id, compressor)
         return dict_id
 
     def _recompress(self, dict_id: int, items: Sequence[tuple[int, bytes, int]]) -> int:
@@ -348,6 +372,7 @@ class SqlArchive:
                         updates,
                     )
                 changed += len(updates)
+            time.sleep(TRAIN_PAUSE)  # the interpreter lock to a writer waiting for it
         return changed
 
     def _maybe_auto_train(self, new_small: int) -> None:

@@ -12,10 +12,10 @@ import base64
 import copy
 import marshal
 import math
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
-from itertools import compress, count, repeat
-from operator import attrgetter, is_not, itemgetter, ne, or_
+from itertools import compress, count, repeat, starmap
+from operator import attrgetter, eq, is_not, itemgetter, ne, or_
 from typing import Any, NamedTuple
 
 from langchain_core.messages import (
@@ -28,6 +28,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from pydantic import BaseModel
 
 from alpstore.errors import IntegrityError
 
@@ -117,7 +118,6 @@ def message_from_doc(doc: dict[str, Any]) -> BaseMessage:
 _SKIP = {False: frozenset(("lc", "role")), True: frozenset(("lc",))}
 """Document keys that are not fields: ``lc`` always, ``role`` except for chat messages."""
 _new = object.__new__
-_set = object.__setattr__
 
 
 _dumps, _loads = marshal.dumps, marshal.loads
@@ -234,6 +234,14 @@ def message_state(message: BaseMessage) -> State:
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
+_model_slots = BaseModel.__dict__
+_set_dict = _model_slots["__dict__"].__set__
+_set_fields_set = _model_slots["__pydantic_fields_set__"].__set__
+_set_extra = _model_slots["__pydantic_extra__"].__set__
+_set_private = _model_slots["__pydantic_private__"].__set__
+"""pydantic's own slots of a model, set through their descriptors (no attribute lookup)."""
+
+
 def assemble(classes: Sequence[type[BaseMessage]], states: Sequence[State]) -> list[BaseMessage]:
     """Messages of the given classes whose slots are the given states (taken, not copied):
     what pydantic's own copy and unpickling do, as C-level loops.
@@ -241,10 +249,126 @@ def assemble(classes: Sequence[type[BaseMessage]], states: Sequence[State]) -> l
     out: list[BaseMessage] = list(map(_new, classes))
     if out:
         fields, fields_set, extra = zip(*states, strict=True)
-        _consume(map(_set, out, repeat("__dict__"), fields))
-        _consume(map(_set, out, repeat("__pydantic_fields_set__"), fields_set))
-        _consume(map(_set, out, repeat("__pydantic_extra__"), extra))
-        _consume(map(_set, out, repeat("__pydantic_private__"), repeat(None)))
+        _consume(map(_set_dict, out, fields))
+        _consume(map(_set_fields_set, out, fields_set))
+        _consume(map(_set_extra, out, extra))
+        _consume(map(_set_private, out, repeat(None)))
+    return out
+
+
+class _Plan(NamedTuple):
+    """How documents of one type and one list of keys become messages (``doc_messages``)."""
+
+    cls: type[BaseMessage]
+    template: dict[str, Any]
+    drop: tuple[str, ...]
+    """Document keys that are not fields (``lc``, and ``role`` but for chat messages)."""
+    factories: tuple[tuple[str, Any], ...]
+    """The fields the documents lack whose default is a new list or dict."""
+    fields_set: frozenset[str]
+    extra: bool
+    """The class allows extra fields (its state holds an empty dict of them)."""
+
+
+_SLOW = "slow"
+"""A plan's place for documents ``doc_state`` handles one by one (validation, extra fields)."""
+_PLANS: dict[tuple[str, tuple[str, ...]], _Plan | str] = {}
+_PLANS_MAX = 4096
+"""Plans are kept per message type and key list (no ids, no content): a bounded few."""
+
+
+def _plan(kind: str, keys: tuple[str, ...]) -> _Plan | str:
+    cls = MESSAGE_CLASSES.get(kind)
+    plan: _Plan | str = _SLOW
+    if cls is not None:
+        shape = _SHAPES.get(cls) or _shape(cls)
+        given = frozenset(keys)
+        if given <= shape.plain and shape.required <= given:
+            plan = _Plan(
+                cls,
+                shape.template,
+                tuple(k for k in keys if k in shape.skip),
+                tuple((n, f) for n, f in shape.factories if n not in given),
+                given - shape.skip,
+                shape.allow_extra,
+            )
+    if len(_PLANS) < _PLANS_MAX:
+        _PLANS[kind, keys] = plan
+    return plan
+
+
+def doc_messages(
+    docs: Sequence[Any], slow: Callable[[Any], tuple[type[BaseMessage], State]] = doc_state
+) -> list[BaseMessage]:
+    """Messages rebuilt from many documents, as :func:`doc_state` and :func:`assemble` would,
+    in C-level loops: the documents are grouped by type and keys (a handful of groups in a
+    conversation), each group shares a plan made once, and every step (copy the defaults,
+    take the document's fields, drop ``lc`` and ``role``, make the missing lists and dicts,
+    give the objects their slots) is one ``map`` over the group. Anything else (validation,
+    extra fields, not a message document) goes through ``slow``, one by one. The documents'
+    lists and dicts become the messages'.
+
+    Raises:
+        IntegrityError: a document names no known message type (``doc_state``).
+    """
+    n = len(docs)
+    if not n:
+        return []
+    shapes: defaultdict[tuple[Any, tuple[str, ...]], int] = defaultdict(count().__next__)
+    ids: list[int] | None = None
+    if set(map(type, docs)) == {dict}:
+        try:  # a small number per (type, keys): zip's pairs are hashed, not kept
+            ids = list(
+                map(
+                    shapes.__getitem__,
+                    zip(map(dict.get, docs, repeat("lc")), map(tuple, docs), strict=True),
+                )
+            )
+        except TypeError:  # an unhashable "lc": one by one
+            ids = None
+    if ids is None:
+        return [_one(*slow(doc)) for doc in docs]
+    out: list[BaseMessage] = [None] * n  # type: ignore[list-item]  # every slot is filled
+    for key, shape in shapes.items():
+        kind, names = key
+        plan = (_PLANS.get(key) or _plan(kind, names)) if type(kind) is str else _SLOW
+        if len(shapes) == 1:
+            where: Sequence[int] = range(n)
+            group = docs
+        else:
+            where = list(compress(count(), map(eq, ids, repeat(shape))))
+            group = list(map(docs.__getitem__, where))
+        if isinstance(plan, str):
+            made = [_one(*slow(doc)) for doc in group]
+        else:
+            made = _planned(plan, group)
+        _consume(map(out.__setitem__, where, made))
+    return out
+
+
+def _one(cls: type[BaseMessage], state: State) -> BaseMessage:
+    return assemble((cls,), (state,))[0]
+
+
+def _planned(plan: _Plan, docs: Sequence[dict[str, Any]]) -> list[BaseMessage]:
+    """Messages of one plan's documents (see :func:`doc_messages`); the documents lose the
+    keys that are not fields.
+    """
+    m = len(docs)
+    for name in plan.drop:  # from the documents first: the copies then never grow
+        _consume(map(dict.__delitem__, docs, repeat(name, m)))
+    values = list(map(dict.copy, repeat(plan.template, m)))
+    _consume(map(dict.update, values, docs))
+    for name, factory in plan.factories:
+        _consume(map(dict.__setitem__, values, repeat(name), starmap(factory, repeat((), m))))
+    out: list[BaseMessage] = list(map(_new, repeat(plan.cls, m)))
+    _consume(map(_set_dict, out, values))
+    _consume(map(_set_fields_set, out, map(set, repeat(plan.fields_set, m))))
+    if plan.extra:
+        _consume(map(_set_extra, out, starmap(dict, repeat((), m))))
+    else:
+        _consume(map(_set_extra, out, repeat(None, m)))
+    _consume(map(_set_private, out, repeat(None, m)))
     return out
 
 
@@ -255,8 +379,7 @@ def build_message(doc: dict[str, Any]) -> BaseMessage:
     Raises:
         IntegrityError: the document names no known message type.
     """
-    cls, state = doc_state(doc)
-    return assemble((cls,), (state,))[0]
+    return _one(*doc_state(doc))
 
 
 # ---------------------------------------------------------------- the kept head

@@ -13,12 +13,13 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from itertools import compress, count
-from operator import is_not
+from operator import is_not, itemgetter
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
 from sqlalchemy import Connection, delete, select, update
 
+from alpstore.archive.batch import decode_lean
 from alpstore.archive.sql import parse_documents
 from alpstore.db import raw as rsql
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY, checkpoints, sessions
@@ -27,6 +28,8 @@ from alpstore.integrations._lgcodec import (
     KIND_MESSAGE,
     FrozenMessages,
     State,
+    assemble,
+    doc_messages,
     doc_state,
     message_state,
 )
@@ -215,6 +218,9 @@ class ThreadState:
         self.last_put = None
 
 
+_ids = itemgetter(0)
+_kinds = itemgetter(1)
+
 SEEN_LISTS = 4
 """How many caller-held message lists a thread remembers for identity comparison."""
 
@@ -253,25 +259,42 @@ def head_digests(store: Store, conn: Connection, view: View) -> tuple[list[int],
 
 def load_head(
     store: Store, conn: Connection, view: View
-) -> tuple[list[tuple[type[BaseMessage], State]], FrozenMessages]:
-    """The classes and states of a view's messages, rebuilt from the archive (new objects),
-    and the same messages to keep: their documents' bytes, made states on first use.
+) -> tuple[list[BaseMessage], FrozenMessages]:
+    """A view's messages rebuilt from the archive (new objects), and the same messages to
+    keep: their documents' bytes, made states on first use.
+
+    One range scan without digests, the blobs decoded in batches (``decode_lean``), the
+    documents parsed in one call and made messages group by group (``doc_messages``). The
+    digests are read only when a document does not parse, to name it.
     """
     if view.length == 0:
         return [], FrozenMessages()
-    rows = store.views.read_blob_rows(conn, view)
-    raws = store.archive.decode_rows(conn, rows, verify=False)
-    kinds = [int(r[2]) for r in rows]
-    digests = [bytes(r[1]) for r in rows]
+    rows = store.views.read_lean_rows(conn, view)
+    raws = decode_lean(store.archive, conn, rows)
+    kinds = list(map(_kinds, rows))
+    digests: list[bytes] | None = None
+    docs = fast_parse(raws)
+    if docs is None:  # name the damaged document by its digest
+        digests = [bytes(d) for d in store.digests_for_ids(conn, list(map(_ids, rows)))]
+        docs = parse_documents(list(zip(digests, raws, strict=True)))
 
     def states() -> list[tuple[type[BaseMessage], State]]:
-        docs = fast_parse(raws)
-        if docs is None:
-            docs = parse_documents(list(zip(digests, raws, strict=True)))
-        # each document was parsed on its own: it can become its message's fields
-        return [entry_state(kind, doc) for kind, doc in zip(kinds, docs, strict=True)]
+        again = fast_parse(raws) if digests is None else None
+        if again is None:
+            again = parse_documents(list(zip(digests or [], raws, strict=True)))
+        return [(type(m), message_state(m)) for m in entry_messages(kinds, again)]
 
-    return states(), FrozenMessages.deferred(len(rows), states)
+    return entry_messages(kinds, docs), FrozenMessages.deferred(len(rows), states)
+
+
+def entry_messages(kinds: Sequence[int], docs: Sequence[Any]) -> list[BaseMessage]:
+    """New messages for covering-list entries (:func:`entry_state` of each); when every entry
+    is a message (the common case), built group by group by :func:`doc_messages`.
+    """
+    if list(kinds).count(BLOB_MESSAGE) == len(kinds):
+        return doc_messages(docs, _message_entry)
+    pairs = [entry_state(kind, doc) for kind, doc in zip(kinds, docs, strict=True)]
+    return assemble([c for c, _ in pairs], [st for _, st in pairs])
 
 
 def fast_parse(raws: Sequence[bytes]) -> list[Any] | None:
@@ -282,8 +305,13 @@ def fast_parse(raws: Sequence[bytes]) -> list[Any] | None:
     """
     if _orjson is None:
         return None
+    if not raws:
+        return []
+    parts = list(raws)  # the brackets on the ends: one copy of the documents, not three
+    parts[0] = b"[" + parts[0]
+    parts[-1] += b"]"
     try:
-        docs = _orjson.loads(b"[" + b",".join(raws) + b"]")
+        docs = _orjson.loads(b",".join(parts))
     except ValueError:
         return None
     return docs if isinstance(docs, list) and len(docs) == len(raws) else None
@@ -301,6 +329,10 @@ def entry_state(kind: int, doc: Any) -> tuple[type[BaseMessage], State]:
     else:
         message = convert_to_messages([doc])[0]
     return type(message), message_state(message)
+
+
+def _message_entry(doc: Any) -> tuple[type[BaseMessage], State]:
+    return entry_state(BLOB_MESSAGE, doc)
 
 
 def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | None:

@@ -53,7 +53,6 @@ from alpstore.gcpause import no_gc_pause
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgcodec import (
     FrozenMessages,
-    assemble,
     build_message,
     copy_json,
     doc_state,
@@ -723,11 +722,10 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
             ):
                 out = private.thaw(view.length)
             else:
-                states, kept = lgdb.load_head(self.store, conn, view)
+                out, kept = lgdb.load_head(self.store, conn, view)
                 if view == head.view and th.key == head.key:
                     th.private = kept  # from the documents' bytes: nothing handed out
                     th.digests = None
-                out = assemble([c for c, _ in states], [st for _, st in states])
         if view == head.view:
             th.seen.append(list(out))  # our own list: the caller may change theirs in place
         return out

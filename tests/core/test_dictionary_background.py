@@ -7,7 +7,10 @@ own, beside further turns and `gc`, and a blob never refers to a dictionary that
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -171,3 +174,128 @@ def test_a_failed_training_is_reported_and_not_retried_on_every_write(
     assert archive.wait_for_training(timeout=60)
     assert len(starts) == 1 and archive.training_error is None
     assert archive.dictionary_id is not None
+
+
+WORKER = "work-beside-a-writer"
+
+
+def _schedstat_ns() -> int:
+    """Nanoseconds this thread has waited for a CPU while ready to run (Linux)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
+def _longest_lock_wait(work: Any) -> tuple[float, float]:
+    """Run ``work`` in a thread while this one makes short calls that let go of the
+    interpreter lock (``os.stat``), as a writer's turn does between its statements; return
+    ``(longest wait between two calls, how long work took)`` in seconds. The wait leaves out
+    this thread's own CPU time and its time waiting for a CPU (a loaded machine), so what is
+    left is waiting for the lock. The switch interval is raised to 50 ms for the run: a
+    thread that never hands the lock over makes the waiter wait that long, or its whole run.
+    """
+    done = threading.Event()
+    errors: list[BaseException] = []
+    took: list[float] = []
+
+    def run() -> None:
+        start = time.perf_counter()
+        try:
+            work()
+        except BaseException as err:  # re-raised below, in the test's thread
+            errors.append(err)
+        finally:
+            took.append(time.perf_counter() - start)
+            done.set()
+
+    longest = 0.0
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)
+    try:
+        thread = threading.Thread(target=run, name=WORKER)
+        thread.start()
+        while not done.is_set():
+            wall, cpu, queued = time.perf_counter(), time.thread_time(), _schedstat_ns()
+            os.stat(".")
+            waited = (
+                (time.perf_counter() - wall)
+                - (time.thread_time() - cpu)
+                - (_schedstat_ns() - queued) / 1e9
+            )
+            longest = max(longest, waited)
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    if errors:
+        raise errors[0]
+    return longest, took[0]
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/proc/thread-self/schedstat"), reason="needs Linux's per-thread schedstat"
+)
+def test_the_trainer_reads_its_samples_in_slices_that_hand_the_interpreter_lock_over(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading and decoding thousands of samples in one go is a loop of short calls that
+    each let go of the interpreter lock and take it straight back: a writer's thread waiting
+    for it may get it only when the switch interval forces a switch. The trainer reads them in
+    slices of ``TRAIN_SLICE`` with a sleep between them (the lock goes to the waiter), and
+    the writer's thread is never kept waiting near the (raised) switch interval."""
+    store = backend.open_store()
+    archive = store.archive
+    archive.auto_train = False
+    docs = [m for m in generate(6000, seed=5) if m.get("content")][:5000]
+    archive.put_many(docs)
+    decoded: list[int] = []
+    pauses: list[float] = []
+    real_decode, real_sleep = archive.decode_rows, time.sleep
+
+    def decode_rows(conn: Any, rows: Any, *, verify: bool) -> Any:
+        decoded.append(len(rows))
+        return real_decode(conn, rows, verify=verify)
+
+    def sleep(seconds: float) -> None:
+        if threading.current_thread().name == WORKER:  # time.sleep is every thread's
+            pauses.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(archive, "decode_rows", decode_rows)
+    monkeypatch.setattr(archive_sql.time, "sleep", sleep)
+    got: list[Any] = []
+    longest, _took = _longest_lock_wait(lambda: got.append(archive._training_samples(None)))
+    monkeypatch.undo()
+    rows, raws = got[0]
+    assert len(rows) == len(raws) >= 4000
+    with store.db.read() as conn:  # the slices together are every small blob, decoded
+        assert [raw for _, raw in raws] == archive.decode_rows(conn, rows, verify=False)
+    assert len({r.id for r in rows}) == len(rows)
+    assert max(decoded) <= archive_sql.TRAIN_SLICE and sum(decoded) == len(rows)
+    assert len(pauses) >= len(decoded) - 1 and set(pauses) == {archive_sql.TRAIN_PAUSE}
+    assert longest < 0.045, longest  # never the whole forced switch interval (50 ms)
+
+
+def test_a_new_dictionarys_compression_context_is_made_ready_by_the_trainer(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context digests the dictionary on its first frame (10-20 ms at level 12): the
+    trainer does it, and the writer's next turn takes the ready context, whose frames are
+    the same bytes a fresh context makes."""
+    monkeypatch.setattr(archive_sql, "AUTO_TRAIN_SAMPLES", THRESHOLD)
+    store = backend.open_store()
+    session = store.create_session(name="t")
+    turns = iter(_turns(400))
+    while store.archive.dictionary_id is None:
+        session.commit_turn(next(turns))
+        store.archive.wait_for_training(timeout=60)
+    dict_id, compressor = store.archive._codec
+    assert len(compressor._spare) == 1  # made by the trainer's thread
+    ready = compressor._spare[0]
+    fresh = codec.Compressor(
+        compressor.level, store.archive._dec.dictionary(dict_id), dict_level=compressor.dict_level
+    )
+    raw = b'{"content":"' + b"a tool's output, line by line " * 20 + b'","role":"tool"}'
+    assert compressor.compress(raw) == fresh.compress(raw)
+    assert compressor._contexts()[1] is ready and compressor._spare == []
+    session.commit_turn(next(turns))  # the writer's thread kept it: nothing made again
+    assert compressor._contexts()[1] is ready
+    assert store.archive.verify().ok
