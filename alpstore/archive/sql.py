@@ -106,6 +106,9 @@ BASE_CACHE = 64
 Encoded = tuple[Digest, int, bytes]
 """A document ready to store: (digest, kind, canonical bytes)."""
 
+Packed = dict[bytes, tuple[int, int | None, bytes]]
+"""Blobs compressed ahead (:meth:`SqlArchive.pack`): digest → ``(codec, dict_id, payload)``."""
+
 
 class _Row(NamedTuple):
     id: int
@@ -564,10 +567,28 @@ class SqlArchive:
         """
         return self.store_encoded_counted(conn, items)[0]
 
+    def pack(self, items: Sequence[Encoded]) -> Packed:
+        """Compress ``items`` ahead of :meth:`store_encoded_counted` (its ``packed``), with the
+        codec in use now: the same frames it would make. Touches no database, so it may run on
+        another thread while the caller reads on (zstd works without the interpreter lock, and
+        each thread compresses with contexts of its own).
+        """
+        unique = {digest: raw for digest, _, raw in items}
+        dict_id_now, comp = self._codec
+        coded = comp.compress_many(list(unique.values()), dictionary_max=SMALL_BLOB_MAX)
+        return {
+            digest: (codec, dict_id_now if codec == CODEC_ZSTD_DICT else None, payload)
+            for digest, (codec, payload) in zip(unique, coded, strict=True)
+        }
+
     def store_encoded_counted(
-        self, conn: Connection, items: Sequence[Encoded]
+        self, conn: Connection, items: Sequence[Encoded], *, packed: Packed | None = None
     ) -> tuple[list[int], int]:
-        """:meth:`store_encoded`, and how many blobs this call inserted (an import reports it)."""
+        """:meth:`store_encoded`, and how many blobs this call inserted (an import reports it).
+
+        ``packed``: the items compressed ahead by :meth:`pack` (any item it lacks is
+        compressed here).
+        """
         if not items:
             return [], 0
         wanted = list(dict.fromkeys(d for d, _, _ in items))
@@ -581,14 +602,11 @@ class SqlArchive:
             rows: list[tuple[Any, ...]] = []
             new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
             deltas: list[tuple[int, bytes, bytes, frozenset[bytes]]] = []
-            dict_id_now, comp = self._codec
-            packed = comp.compress_many(
-                [raw for _, _, raw in fresh.values()], dictionary_max=SMALL_BLOB_MAX
-            )
-            for (digest, kind, raw_bytes), (codec, payload) in zip(
-                fresh.values(), packed, strict=True
-            ):
-                dict_id = dict_id_now if codec == CODEC_ZSTD_DICT else None
+            ahead = packed or {}
+            todo = [item for digest, item in fresh.items() if digest not in ahead]
+            coded = {**ahead, **self.pack(todo)} if todo else ahead
+            for digest, kind, raw_bytes in fresh.values():
+                codec, dict_id, payload = coded[digest]
                 if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
                     lines = line_hashes(raw_bytes)
                     delta = self._delta(raw_bytes, lines, len(payload))

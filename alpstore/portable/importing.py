@@ -13,15 +13,17 @@ Dictionary training never runs here: it is left to the next ordinary write.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, or_, select, text, update
 
-from alpstore.archive.sql import Encoded
+from alpstore.archive.sql import Encoded, Packed
 from alpstore.codec import Digest, digest_bytes, digest_hex
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, checkpoints, sessions
 from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
@@ -116,6 +118,9 @@ class Importer:
     uncarried: str | None = None
     _batch: list[tuple[int, Encoded]] = field(default_factory=list)
     _batch_bytes: int = 0
+    _ahead: tuple[list[tuple[int, Encoded]], Future[Packed]] | None = None
+    """The batch being compressed on the packing thread, stored when the next one is full."""
+    _packer: ThreadPoolExecutor | None = None
 
     # ---------------------------------------------------------------- messages
     def message(self, obj: Any, index: int) -> None:
@@ -165,22 +170,58 @@ class Importer:
             return
         self._batch.append((slot, (item.digest, BLOB_MESSAGE, item.raw)))
         self._batch_bytes += len(item.raw)
-        if len(self._batch) >= BATCH_ITEMS or self._batch_bytes >= BATCH_BYTES:
+        if self._batch_bytes >= BATCH_BYTES:
             self.flush()
+        elif len(self._batch) >= BATCH_ITEMS:
+            self._rotate()
+
+    def _rotate(self) -> None:
+        """Hand the full batch to the packing thread and store the one before it: the next
+        messages are read while zstd compresses these (it works without the interpreter lock).
+        Only batches of small messages go ahead so (a batch of :data:`BATCH_BYTES` is stored
+        at once): at most two batches of them are held at a time.
+        """
+        assert self.store is not None
+        batch, self._batch, self._batch_bytes = self._batch, [], 0
+        if self._packer is None:
+            self._packer = ThreadPoolExecutor(1, thread_name_prefix="alpstore-import")
+        ahead = self._ahead
+        items = [enc for _, enc in batch]
+        self._ahead = (batch, self._packer.submit(self.store.archive.pack, items))
+        if ahead is not None:
+            self._store(*ahead)
 
     def flush(self) -> None:
-        """Store the batch of messages read so far."""
-        if not self._batch or self.conn is None:
+        """Store the batches of messages read so far."""
+        if self.conn is None:
             return
-        assert self.store is not None
-        archive = self.store.archive
-        ids, fresh = archive.store_encoded_counted(self.conn, [enc for _, enc in self._batch])
+        if self._ahead is not None:
+            ahead, self._ahead = self._ahead, None
+            self._store(*ahead)
+        if self._batch:
+            batch, self._batch, self._batch_bytes = self._batch, [], 0
+            self._store(batch, None)
+
+    def _store(self, batch: list[tuple[int, Encoded]], packed: Future[Packed] | None) -> None:
+        assert self.store is not None and self.conn is not None
+        ids, fresh = self.store.archive.store_encoded_counted(
+            self.conn,
+            [enc for _, enc in batch],
+            packed=None if packed is None else packed.result(),
+        )
         self.new_blobs += fresh
-        for (slot, _), blob_id in zip(self._batch, ids, strict=True):
+        for (slot, _), blob_id in zip(batch, ids, strict=True):
             if slot >= 0:
                 self.slots[slot] = blob_id
-        self._batch = []
-        self._batch_bytes = 0
+
+    def close(self) -> None:
+        """Stop the packing thread (waiting for a batch it is compressing; nothing else runs
+        on it). The import's transaction is the caller's to end.
+        """
+        self._ahead = None
+        if self._packer is not None:
+            self._packer.shutdown(wait=True, cancel_futures=True)
+            self._packer = None
 
     def finish_messages(self, is_export: bool) -> list[int]:
         """Store what is pending (summaries last) and return the covering list's blob ids.
@@ -445,7 +486,7 @@ def _run(
 ) -> ImportResult:
     imp = Importer(store, None, where, parsed)
     try:
-        with no_gc_pause(), store.db.atomic() as conn:
+        with contextlib.closing(imp), no_gc_pause(), store.db.atomic() as conn:
             imp.conn = conn
             doc = feed(imp)
             head = check_header(doc, where=where)
