@@ -98,7 +98,15 @@ TRAIN_PAUSE = 0.0005
 writer's thread waiting for it (see ``SqlArchive._training_samples``)."""
 
 VACUUM_MAX_BYTES = 32 * 1024 * 1024
-"""Archives up to this size are compacted once, right after the first dictionary."""
+"""Archives up to this size are compacted once, after the first dictionary."""
+
+RECLAIM_IDLE = 0.25
+"""Seconds without a write from this process before the trainer compacts the SQLite file: the
+VACUUM holds every writer for as long as it runs (8–12 ms at the size it first runs at), so it
+waits for a pause between turns instead of landing inside one."""
+
+RECLAIM_WAIT_MAX = 60.0
+"""...but waits no longer than this (a process that never pauses pays for it once then)."""
 
 BASE_CACHE = 64
 """How many decoded delta bases a reader keeps."""
@@ -177,6 +185,10 @@ class SqlArchive:
         """The background thread training the automatic dictionary, while it runs."""
         self._trainer_lock = threading.Lock()
         self._closed = False
+        self._closing = threading.Event()
+        """Set by :meth:`close`: wakes a trainer waiting for a pause to compact the file."""
+        self._last_write = time.monotonic()
+        """When this process last committed a write through :meth:`after_commit`."""
         self._train_at = AUTO_TRAIN_SAMPLES
         """Small-blob count at which the next automatic training starts (raised after a failure,
         so a failing training is not retried on every write)."""
@@ -425,6 +437,8 @@ class SqlArchive:
             if self.dictionary_id is None:
                 _, _, changed = self.train_dictionary(samples=samples, only_if_none=True)
                 if changed:
+                    if self.db.is_sqlite:
+                        self._wait_for_pause()
                     self._reclaim_space()
             self.training_error = None
         except BaseException as err:  # kept for the caller to see; retried later
@@ -433,6 +447,18 @@ class SqlArchive:
         finally:
             with self._trainer_lock:
                 self._trainer = None
+
+    def _wait_for_pause(self) -> None:
+        """Return once this process has not written for :data:`RECLAIM_IDLE` seconds, the
+        archive is closing, or :data:`RECLAIM_WAIT_MAX` seconds have passed.
+        """
+        give_up = time.monotonic() + RECLAIM_WAIT_MAX
+        while not self._closing.is_set():
+            now = time.monotonic()
+            quiet = now - self._last_write
+            if quiet >= RECLAIM_IDLE or now >= give_up:
+                return
+            self._closing.wait(min(RECLAIM_IDLE - quiet, give_up - now))
 
     def wait_for_training(self, timeout: float | None = None) -> bool:
         """Block until a background training this archive started has finished (or
@@ -460,13 +486,15 @@ class SqlArchive:
         """
         with self._trainer_lock:
             self._closed = True
+        self._closing.set()
         self.wait_for_training()
 
     def _reclaim_space(self) -> None:
         """Give back the space the recompression freed (it rewrote the first small blobs).
 
         SQLite: VACUUM a small archive file (in-place rewrites leave holes in pages that later
-        inserts never reuse; at this size it takes milliseconds), queued like any writer.
+        inserts never reuse; at this size it takes milliseconds), queued like any writer, at a
+        pause in this process's writes (:meth:`_wait_for_pause`) or when the archive closes.
         PostgreSQL: a plain ``VACUUM`` of ``blobs`` (and its TOAST table), so the old versions
         of the rewritten rows are not left as dead tuples; it takes no lock writers wait for,
         and later inserts reuse the space. Skipped quietly when refused or busy.
@@ -661,6 +689,7 @@ class SqlArchive:
 
     def after_commit(self) -> None:
         """Housekeeping once a write committed (automatic dictionary training)."""
+        self._last_write = time.monotonic()
         pending = self._pending_small
         self._pending_small = 0
         self._maybe_auto_train(pending)
