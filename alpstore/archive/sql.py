@@ -67,6 +67,12 @@ INSERT_BLOBS = (
 )
 """One multi-row insert that hands back the ids it assigned (a digest another transaction
 stored first is not returned: it is looked up)."""
+INSERT_BLOBS_PLAIN = (
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
+    "ON CONFLICT (digest) DO NOTHING"
+)
+"""The same on SQLite, without RETURNING (see :meth:`SqlArchive._insert_blobs`)."""
+
 INSERT_ROWS = 1000
 """Rows per insert: 7,000 parameters, under SQLite's 32,766 and PostgreSQL's 65,535."""
 
@@ -655,10 +661,7 @@ class SqlArchive:
             # behind each other instead of deadlocking.
             rows.sort()
             for part in chunks(rows, INSERT_ROWS):
-                sql = INSERT_BLOBS.format(rows=", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(part)))
-                for digest, blob_id in rsql.fetchall(conn, sql, [v for r in part for v in r]):
-                    ids[bytes(digest)] = int(blob_id)
-                    inserted += 1
+                inserted += self._insert_blobs(conn, part, ids)
             raced = [d for d in fresh if d not in ids]  # PostgreSQL: stored meanwhile
             if raced:
                 ids.update(self.ids_for(conn, raced, lock=True))
@@ -666,6 +669,35 @@ class SqlArchive:
                 self._remember_base(base_digest, base_raw, lines)
             self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
         return [ids[d] for d, _, _ in items], inserted
+
+    def _insert_blobs(
+        self, conn: Connection, part: Sequence[tuple[Any, ...]], ids: dict[bytes, int]
+    ) -> int:
+        """Insert blob rows (those already stored are left as they are), note the new rows'
+        ids in ``ids`` and return how many there were.
+
+        SQLite: no RETURNING. The writer holds the whole database, so when the statement
+        inserted every row (its change count says so) the ids are the consecutive ones ending
+        at the last insert rowid (``AUTOINCREMENT``: each row takes the largest id so far plus
+        one, in the order of the VALUES); otherwise they are looked up. That spares building a
+        returned row per blob, and the interpreter lock taken back for each.
+        """
+        values = [v for r in part for v in r]
+        group = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(part))
+        if self.db.is_sqlite:
+            cur = rsql.execute(conn, INSERT_BLOBS_PLAIN.format(rows=group), values)
+            if cur.rowcount == len(part) and cur.lastrowid is not None:
+                first = int(cur.lastrowid) - len(part) + 1
+                for offset, row in enumerate(part):
+                    ids[bytes(row[0])] = first + offset
+            else:
+                ids.update(self.ids_for(conn, [row[0] for row in part if row[0] not in ids]))
+            return int(cur.rowcount)
+        inserted = 0
+        for digest, blob_id in rsql.fetchall(conn, INSERT_BLOBS.format(rows=group), values):
+            ids[bytes(digest)] = int(blob_id)
+            inserted += 1
+        return inserted
 
     def ids_for(
         self, conn: Connection, digests: Sequence[bytes], *, lock: bool = False

@@ -1,0 +1,56 @@
+"""The ids ``store_encoded_counted`` hands back are the rows it names, however the insert
+learns them (SQLite: the consecutive ids of a statement that inserted every row, else a lookup;
+PostgreSQL: RETURNING), beside blobs stored before, within one batch twice, and after deletes
+that leave gaps in the ids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import delete, select
+
+from alpstore.archive.sql import encode
+from alpstore.db.tables import blobs
+from tests.conftest import Backend
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("store"), st.lists(st.integers(0, 40), min_size=1, max_size=25)),
+        st.tuples(st.just("delete"), st.lists(st.integers(0, 40), max_size=6)),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def _item(n: int) -> Any:
+    return encode({"role": "user", "content": f"message {n} " * (1 + n % 7)})
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(steps=ops)
+def test_returned_ids_name_the_rows_of_their_digests(backend: Backend, steps: list[Any]) -> None:
+    store = backend.open_store()
+    with store.db.atomic() as conn:  # a clean slate for each example
+        conn.execute(delete(blobs))
+    stored: set[bytes] = set()
+    for op, numbers in steps:
+        items = [_item(n) for n in numbers]
+        if op == "delete":  # unreferenced rows, as `gc` deletes them: gaps in the ids
+            with store.db.atomic() as conn:
+                conn.execute(delete(blobs).where(blobs.c.digest.in_([d for d, _, _ in items])))
+            stored -= {d for d, _, _ in items}
+            continue
+        with store.db.atomic() as conn:
+            ids, inserted = store.archive.store_encoded_counted(conn, items)
+        new = {d for d, _, _ in items} - stored
+        assert inserted == len(new)
+        stored |= new
+        with store.db.read() as conn:
+            rows = dict(conn.execute(select(blobs.c.id, blobs.c.digest)).all())
+        assert [bytes(rows[i]) for i in ids] == [d for d, _, _ in items]
+        assert len(rows) == len(stored)
