@@ -106,9 +106,18 @@ def decode_batch(
     if deltas:
         known = dict(zip(map(cols.ids, rows), out, strict=True))  # the deltas' own are None
         contexts: dict[int, zstandard.ZstdDecompressor] = {}
-        for i in sorted(deltas):
-            raw = _decode_delta(rows[i], cols, known, contexts)
-            out[i] = slow(rows[i]) if raw is None else raw
+        deltas.sort()
+        part = list(map(rows.__getitem__, deltas))
+        for i, row, base_id, payload, size in zip(
+            deltas,
+            part,
+            map(cols.base_ids, part),
+            map(cols.payloads, part),
+            map(cols.sizes, part),
+            strict=True,
+        ):
+            raw = _decode_delta(known.get(base_id), payload, size, base_id, contexts)
+            out[i] = slow(row) if raw is None else raw
     return out  # type: ignore[return-value]  # every position is filled above
 
 
@@ -125,7 +134,8 @@ def _decode_group(
     its recorded size, a damaged frame).
     """
     sizes = list(map(cols.sizes, part))
-    if not sizes or min(sizes) < 0 or max(sizes) > MAX_RAW_SIZE:
+    # (a negative size can only equal an undeclared one, -1, which zstd refuses unbounded)
+    if not sizes or max(sizes) > MAX_RAW_SIZE:
         return None
     payloads = list(map(cols.payloads, part))
     if codec == CODEC_RAW and dict_id is None:
@@ -151,16 +161,16 @@ def _decode_group(
 
 
 def _decode_delta(
-    row: Any,
-    cols: Columns,
-    known: dict[int, bytes | None],
+    base: bytes | None,
+    payload: Any,
+    size: int,
+    base_id: int,
     contexts: dict[int, zstandard.ZstdDecompressor],
 ) -> bytes | None:
-    """A delta row against its base from this batch (one decompression context per base, in
-    ``contexts``), or None when the base is not there or anything is unusual.
+    """A delta frame against ``base``, its base's bytes from the same batch (one decompression
+    context per base, in ``contexts``), or None when the base is not there or anything is
+    unusual.
     """
-    base_id, payload, size = cols.base_ids(row), cols.payloads(row), cols.sizes(row)
-    base = known.get(base_id)
     if base is None or not 0 <= size <= MAX_RAW_SIZE:
         return None
     dctx = contexts.get(base_id)
