@@ -6,17 +6,21 @@ see the same machine at the same moments. CPU time of this process (``time.proce
     python benchmarks/ab_decode.py --old /tmp/old-checkout [--turns 1000] [--rounds 200]
         [--only native|langgraph]
 
+``--old`` is a tree of an earlier commit, e.g. ``git archive 0816eab | tar -x -C /tmp/old``.
+
 Two archives: a native session of ``--turns`` generated turns (``commit_turn``; the dictionary
 trained as it would be automatically), timed on ``decode_rows`` of its head's rows and on
 ``Store.hydrate`` of its last checkpoint (``decode_rows`` is on that path); and a LangGraph
 thread of as many steps written by ``AlpstoreSaver``, timed on ``decode_lean`` of its head's
-lean rows and on ``_lgdb.load_head`` (a cold read's rebuild). Prints each timing's median for
-both trees and the median of the per-pair ratios (new ÷ old).
+lean rows and on ``_lgdb.load_head`` (a cold read's rebuild). The collector runs before each
+timed call and is off during it. Prints each timing's median and fastest for both trees, the
+ratio of the medians and the median of the per-pair ratios (new ÷ old).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib.util
 import statistics
 import sys
@@ -49,9 +53,14 @@ def ab(label: str, old: Callable[[], Any], new: Callable[[], Any], rounds: int) 
     for i in range(rounds):
         order = (("old", old), ("new", new)) if i % 2 == 0 else (("new", new), ("old", old))
         for name, fn in order:
-            start = time.process_time()
-            fn()
-            times[name].append(time.process_time() - start)
+            gc.collect()
+            gc.disable()  # a collection the other side's garbage started is not timed here
+            try:
+                start = time.process_time()
+                fn()
+                times[name].append(time.process_time() - start)
+            finally:
+                gc.enable()
     ratios = [n / o for o, n in zip(times["old"], times["new"], strict=True) if o > 0]
     old_ms, new_ms = (1000 * statistics.median(times[k]) for k in ("old", "new"))
     return (

@@ -1,12 +1,13 @@
 """Decoding many blobs at once: the unverified fast path of every bulk read.
 
 Two row layouts come here. Full rows ``(id, digest, kind, raw_size, codec, dict_id, payload,
-base_id)`` (``FULL``) from ``SqlArchive.decode_rows``: hydration, export, the dictionary
-trainer. Lean rows ``(id, kind, raw_size, codec, dict_id, payload, base_id)`` (``LEAN``,
-``Views.read_lean_rows``) from ``decode_lean``, a LangGraph cold read: without the digest, whose
-32 bytes cost about a third of the range scan. A row that does not decode on the fast path
-takes the caller's slow path, ``SqlArchive._decode_row``, which names the blob by its digest (a
-lean row is read again whole for it: ``SqlArchive._decode_id``).
+base_id)`` (``FULL``) from ``SqlArchive.decode_rows`` unverified: hydration, ``pop_last``, the
+dictionary trainer (a verified read re-hashes every blob in ``_decode_row``). Lean rows ``(id,
+kind, raw_size, codec, dict_id, payload, base_id)`` (``LEAN``, ``Views.read_lean_rows``) from
+``decode_lean``, a LangGraph cold read: without the digest, whose 32 bytes cost about a third
+of the range scan. A row that does not decode on the fast path takes the caller's slow path,
+``SqlArchive._decode_row``, which names the blob by its digest (a lean row is read again whole
+for it: ``SqlArchive._decode_id``).
 
 Fast path, per group of rows sharing a codec and dictionary: every recorded size must be
 within bounds and every frame must declare exactly it (checked before anything is
@@ -14,7 +15,8 @@ decompressed, so a frame claiming more is never expanded: the bound on output ho
 ``Decompressor.decompress``), then the frames are decompressed by a C-level loop and every
 output's length checked. A delta (a frame made against a base blob) whose base is in the same
 batch takes the base's bytes from it instead of a query per base; the delta frame carries a
-checksum of its content, so a wrong base cannot pass unnoticed. Nothing is kept between calls.
+checksum of its content, so a wrong base cannot pass unnoticed; a base outside the batch is
+the slow path's (``SqlArchive._base``). Nothing is kept between calls.
 """
 
 from __future__ import annotations
