@@ -36,7 +36,9 @@ far below the 32 MiB bomb and the 256 MiB bound."""
 
 def tool_output(seed: int, variant: int = 0, lines: int = 60) -> dict[str, Any]:
     """A large tool output; another variant of the same seed differs in a few lines (a delta)."""
-    body = [f"{seed:03d}-{i:03d}: def f_{seed}_{i}(v): return v * {i} + {seed}" for i in range(lines)]
+    body = [
+        f"{seed:03d}-{i:03d}: def f_{seed}_{i}(v): return v * {i} + {seed}" for i in range(lines)
+    ]
     for k in range(variant):
         body[(k * 7) % lines] = f"edited {variant}.{k}"
     return {"role": "tool", "content": "\n".join(body)}
