@@ -290,21 +290,28 @@ def cold_reads(root: Path, inputs: Any, replies: Any, turns: int) -> dict[str, A
     }
 
 
-def cold_only(turns: int) -> str:
-    """Only the cold ``get_state`` comparison (``--cold-only``): the archive built by
-    AlpstoreSaver alone (no floor), then ``cold_reads``; one line, nothing written.
+def write_thread(saver: Any, inputs: Any, replies: Any, turns: int) -> None:
+    """The first ``turns`` turns of ``conversation`` run through a graph on ``saver`` alone
+    (no floor), thread ``bench``.
     """
     from langgraph.graph import MessagesState
 
+    script: deque[Any] = deque()
+    graph = build(saver, MessagesState, script)
+    config = {"configurable": {"thread_id": "bench"}}
+    for turn in range(turns):
+        script.extend(replies[turn])
+        graph.invoke({"messages": inputs[turn]}, config)
+
+
+def cold_only(turns: int) -> str:
+    """Only the cold ``get_state`` comparison (``--cold-only``): the archive built by
+    AlpstoreSaver alone (``write_thread``), then ``cold_reads``; one line, nothing written.
+    """
     load = os.getloadavg()[0]
     inputs, replies, _raw = conversation(turns)
     with alpstore_saver(None) as (saver, root):
-        script: deque[Any] = deque()
-        graph = build(saver, MessagesState, script)
-        config = {"configurable": {"thread_id": "bench"}}
-        for turn in range(turns):
-            script.extend(replies[turn])
-            graph.invoke({"messages": inputs[turn]}, config)
+        write_thread(saver, inputs, replies, turns)
         r = cold_reads(root, inputs, replies, turns)
     return (
         f"cold get_state at {turns:,} turns ({r['cold_messages']:,} messages), median of "

@@ -261,6 +261,7 @@ def main(argv: list[str]) -> int:
         "portable.md",
         "debug.md",
         "integrity.md",
+        "decode.md",
         "ui.md",
         "live.md",
     ):

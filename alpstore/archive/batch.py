@@ -1,17 +1,22 @@
-"""Decoding many blobs at once, for bulk reads (a whole head at a cold read).
+"""Decoding many blobs at once: the unverified fast path of every bulk read.
 
-The rows are *lean* (``Views.read_lean_rows``): ``(id, kind, raw_size, codec, dict_id, payload,
-base_id)``, without the digest (reading its 32 bytes costs about a third of the range scan). A
-row that does not decode on the fast path is read again whole and decoded by
-``SqlArchive._decode_row``, which names the blob by its digest.
+Two row layouts come here. Full rows ``(id, digest, kind, raw_size, codec, dict_id, payload,
+base_id)`` (``FULL``) from ``SqlArchive.decode_rows`` unverified: hydration, ``pop_last``, the
+dictionary trainer (a verified read re-hashes every blob in ``_decode_row``). Lean rows ``(id,
+kind, raw_size, codec, dict_id, payload, base_id)`` (``LEAN``, ``Views.read_lean_rows``) from
+``decode_lean``, a LangGraph cold read: without the digest, whose 32 bytes cost about a third
+of the range scan. A row that does not decode on the fast path takes the caller's slow path,
+``SqlArchive._decode_row``, which names the blob by its digest (a lean row is read again whole
+for it: ``SqlArchive._decode_id``).
 
-Fast path, per group of rows sharing a codec and dictionary: every frame must declare exactly the
-recorded size (checked before anything is decompressed, so a frame claiming more is never
-expanded: the bound on output holds as in ``Decompressor.decompress``), then the frames are
-decompressed by a C-level loop and every output's length checked. A delta (a frame made against
-a base blob) whose base is in the same batch takes the base's bytes from it instead of a query
-per base; the delta frame carries a checksum of its content, so a wrong base cannot pass
-unnoticed. Nothing is kept between calls.
+Fast path, per group of rows sharing a codec and dictionary: every recorded size must be
+within bounds and every frame must declare exactly it (checked before anything is
+decompressed, so a frame claiming more is never expanded: the bound on output holds as in
+``Decompressor.decompress``), then the frames are decompressed by a C-level loop and every
+output's length checked. A delta (a frame made against a base blob) whose base is in the same
+batch takes the base's bytes from it instead of a query per base; the delta frame carries a
+checksum of its content, so a wrong base cannot pass unnoticed; a base outside the batch is
+the slow path's (``SqlArchive._base``). Nothing is kept between calls.
 """
 
 from __future__ import annotations
@@ -20,12 +25,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count, repeat
 from operator import eq, itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import zstandard
 from sqlalchemy import Connection
 
-from alpstore.archive.sql import SqlArchive, _Row
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
@@ -34,14 +38,29 @@ from alpstore.codec import (
     MAX_RAW_SIZE,
     raw_content_dict,
 )
-from alpstore.db import raw as rsql
 from alpstore.errors import IntegrityError
 
-_ids = itemgetter(0)
-_sizes = itemgetter(2)
-_codecs = itemgetter(3)
-_dict_ids = itemgetter(4)
-_payloads = itemgetter(5)
+if TYPE_CHECKING:
+    from alpstore.archive.sql import SqlArchive
+
+
+class Columns(NamedTuple):
+    """Where a row layout keeps what decoding needs: one item getter per column."""
+
+    ids: Callable[[Any], Any]
+    sizes: Callable[[Any], Any]
+    codecs: Callable[[Any], Any]
+    dict_ids: Callable[[Any], Any]
+    payloads: Callable[[Any], Any]
+    base_ids: Callable[[Any], Any]
+
+
+FULL = Columns(*map(itemgetter, (0, 3, 4, 5, 6, 7)))
+"""``(id, digest, kind, raw_size, codec, dict_id, payload, base_id)``."""
+
+LEAN = Columns(*map(itemgetter, (0, 2, 3, 4, 5, 6)))
+"""``(id, kind, raw_size, codec, dict_id, payload, base_id)``: no digest."""
+
 _declared = zstandard.frame_content_size
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
@@ -54,8 +73,24 @@ def decode_lean(archive: SqlArchive, conn: Connection, rows: Sequence[Any]) -> l
         IntegrityError: a blob is damaged (named by its digest), or a dictionary or delta base
             it needs is missing.
     """
+    return decode_batch(archive, conn, rows, LEAN, lambda row: archive._decode_id(conn, row[0]))
+
+
+def decode_batch(
+    archive: SqlArchive,
+    conn: Connection,
+    rows: Sequence[Any],
+    cols: Columns,
+    slow: Callable[[Any], bytes],
+) -> list[bytes]:
+    """The canonical bytes of blob rows laid out as ``cols`` says, in order, digests not
+    checked; a row the fast path does not decode goes to ``slow``, which raises naming it.
+
+    Raises:
+        IntegrityError: from ``slow``.
+    """
     out: list[bytes | None] = [None] * len(rows)
-    keys = list(zip(map(_codecs, rows), map(_dict_ids, rows), strict=True))
+    keys = list(zip(map(cols.codecs, rows), map(cols.dict_ids, rows), strict=True))
     deltas: list[int] = []
     for key in set(keys):  # a few: the codecs and dictionaries in use
         where = list(compress(count(), map(eq, keys, repeat(key))))
@@ -63,30 +98,48 @@ def decode_lean(archive: SqlArchive, conn: Connection, rows: Sequence[Any]) -> l
             deltas += where
             continue
         part = list(map(rows.__getitem__, where))
-        raws = _decode_group(archive, conn, key[0], key[1], part)
-        if raws is None:  # anything unusual: one by one, the archive's own decoder
-            raws = [_decode_one(archive, conn, row) for row in part]
+        raws = _decode_group(archive, conn, key[0], key[1], part, cols)
+        if raws is None:  # anything unusual: one by one, the slow path
+            raws = list(map(slow, part))
         if len(where) == len(out):
             out = list(raws)
         else:
             _consume(map(out.__setitem__, where, raws))
     if deltas:
-        known = dict(zip(map(_ids, rows), out, strict=True))  # the deltas' own are None
+        known = dict(zip(map(cols.ids, rows), out, strict=True))  # the deltas' own are None
         contexts: dict[int, zstandard.ZstdDecompressor] = {}
-        for i in sorted(deltas):
-            out[i] = _decode_delta(archive, conn, rows[i], known, contexts)
+        deltas.sort()
+        part = list(map(rows.__getitem__, deltas))
+        for i, row, base_id, payload, size in zip(
+            deltas,
+            part,
+            map(cols.base_ids, part),
+            map(cols.payloads, part),
+            map(cols.sizes, part),
+            strict=True,
+        ):
+            raw = _decode_delta(known.get(base_id), payload, size, base_id, contexts)
+            out[i] = slow(row) if raw is None else raw
     return out  # type: ignore[return-value]  # every position is filled above
 
 
 def _decode_group(
-    archive: SqlArchive, conn: Connection, codec: int, dict_id: int | None, part: list[Any]
+    archive: SqlArchive,
+    conn: Connection,
+    codec: int,
+    dict_id: int | None,
+    part: list[Any],
+    cols: Columns,
 ) -> list[bytes] | None:
     """Rows of one codec and dictionary decoded in C-level loops, or None when any of them
-    needs the slow path (another codec, a frame that does not declare its recorded size, a
-    damaged frame).
+    needs the slow path (another codec, a size out of bounds, a frame that does not declare
+    its recorded size, a damaged frame).
     """
-    payloads = list(map(_payloads, part))
-    sizes = list(map(_sizes, part))
+    sizes = list(map(cols.sizes, part))
+    # (a negative size can only equal an undeclared one, -1, which zstd refuses unbounded)
+    if not sizes or max(sizes) > MAX_RAW_SIZE:
+        return None
+    payloads = list(map(cols.payloads, part))
     if codec == CODEC_RAW and dict_id is None:
         raws = list(map(bytes, payloads))
         return raws if list(map(len, raws)) == sizes else None
@@ -100,8 +153,6 @@ def _decode_group(
         dctx = archive._dec.dicts[int(dict_id)]
     else:
         return None
-    if not sizes or max(sizes) > MAX_RAW_SIZE:
-        return None
     try:
         if list(map(_declared, payloads)) != sizes:
             return None
@@ -112,19 +163,18 @@ def _decode_group(
 
 
 def _decode_delta(
-    archive: SqlArchive,
-    conn: Connection,
-    row: Any,
-    known: dict[int, bytes | None],
+    base: bytes | None,
+    payload: Any,
+    size: int,
+    base_id: int,
     contexts: dict[int, zstandard.ZstdDecompressor],
-) -> bytes:
-    """A delta row: against its base from this batch when there (one decompression context
-    per base, in ``contexts``), else through the archive.
+) -> bytes | None:
+    """A delta frame against ``base``, its base's bytes from the same batch (one decompression
+    context per base, in ``contexts``), or None when the base is not there or anything is
+    unusual.
     """
-    base_id, payload, size = row[6], row[5], row[2]
-    base = known.get(base_id)
     if base is None or not 0 <= size <= MAX_RAW_SIZE:
-        return _decode_one(archive, conn, row)
+        return None
     dctx = contexts.get(base_id)
     if dctx is None:
         dctx = contexts[base_id] = zstandard.ZstdDecompressor(dict_data=raw_content_dict(base))
@@ -135,22 +185,4 @@ def _decode_delta(
                 return raw
     except zstandard.ZstdError:
         pass
-    return _decode_one(archive, conn, row)  # names what is wrong
-
-
-def _decode_one(archive: SqlArchive, conn: Connection, row: Any) -> bytes:
-    """One row through ``SqlArchive._decode_row`` (read again whole: its errors name the blob's
-    digest).
-
-    Raises:
-        IntegrityError: the blob is gone or damaged.
-    """
-    full = rsql.fetchone(
-        conn,
-        "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
-        "WHERE id = ?",
-        (row[0],),
-    )
-    if full is None:
-        raise IntegrityError(f"blob id {row[0]} is referenced but missing from the archive")
-    return archive._decode_row(conn, _Row(*full))
+    return None

@@ -12,11 +12,11 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-import zstandard
 from sqlalchemy import Connection, Integer, func, select
 from sqlalchemy.dialects import sqlite
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport, summary_document
+from alpstore.archive.batch import FULL, decode_batch
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
@@ -778,15 +778,9 @@ class SqlArchive:
         if raw is not None:
             self._base_raw.move_to_end(base_id)
             return raw
-        row = rsql.fetchone(
-            conn,
-            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
-            "WHERE id = ?",
-            (base_id,),
-        )
-        if row is None:
+        base = self._row_by_id(conn, base_id)
+        if base is None:
             raise IntegrityError(f"{what}: its delta base (blob id {base_id}) is missing")
-        base = _Row(*row)
         if base.codec == CODEC_ZSTD_BASE:
             raise IntegrityError(f"{what}: its delta base is itself a delta")
         raw = self._decode_row(conn, base, verify=True)
@@ -819,30 +813,38 @@ class SqlArchive:
             )
         return raw
 
+    def _row_by_id(self, conn: Connection, blob_id: int) -> _Row | None:
+        """Blob row ``blob_id`` whole, or None when there is none."""
+        row = rsql.fetchone(
+            conn,
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "WHERE id = ?",
+            (blob_id,),
+        )
+        return None if row is None else _Row(*row)
+
+    def _decode_id(self, conn: Connection, blob_id: int) -> bytes:
+        """Blob ``blob_id`` read whole and decoded by ``_decode_row`` (errors name its digest).
+
+        Raises:
+            IntegrityError: the blob is gone or damaged.
+        """
+        row = self._row_by_id(conn, blob_id)
+        if row is None:
+            raise IntegrityError(f"blob id {blob_id} is referenced but missing from the archive")
+        return self._decode_row(conn, row)
+
     def decode_rows(self, conn: Connection, rows: list[Any], *, verify: bool) -> list[bytes]:
         """Decode ``(id, digest, kind, raw_size, codec, dict_id, payload, base_id)`` rows.
 
-        The common case (zstd, with or without the loaded dictionary, a frame that declares
-        the recorded size) is decoded inline; everything else takes ``_decode_row``.
+        Unverified, in bulk (``batch.decode_batch``: grouped by codec and dictionary, every
+        frame's declared size checked against the recorded one before anything is
+        decompressed); anything unusual, and every blob when ``verify`` (re-hashed), through
+        ``_decode_row``, which names the blob by its digest.
         """
-        plain = self._dec.plain
-        dicts = self._dec.dicts
-        declared = zstandard.frame_content_size
-        out: list[bytes] = []
-        for row in rows:
-            codec, payload, size = row[4], row[6], row[3]
-            if not verify and (
-                codec == CODEC_ZSTD or (codec == CODEC_ZSTD_DICT and row[5] in dicts)
-            ):
-                # on a zstd error the slow path below names the damage
-                with contextlib.suppress(zstandard.ZstdError):
-                    if declared(payload) == size:
-                        raw = (plain if codec == CODEC_ZSTD else dicts[row[5]]).decompress(payload)
-                        if len(raw) == size:
-                            out.append(raw)
-                            continue
-            out.append(self._decode_row(conn, _Row(*row), verify=verify))
-        return out
+        if verify:
+            return [self._decode_row(conn, _Row(*row), verify=True) for row in rows]
+        return decode_batch(self, conn, rows, FULL, lambda row: self._decode_row(conn, _Row(*row)))
 
     def load_raw_by_ids(
         self, conn: Connection, ids: Iterable[int], *, verify: bool = False
