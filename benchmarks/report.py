@@ -263,6 +263,7 @@ def main(argv: list[str]) -> int:
         "integrity.md",
         "ui.md",
         "live.md",
+        "delta_search.md",
     ):
         extra = HERE / "results" / name
         if extra.exists():

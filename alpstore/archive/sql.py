@@ -182,7 +182,8 @@ class SqlArchive:
         """Why the last background training failed (retried once as many small blobs again are
         stored)."""
         self._bases = DeltaCandidates(DELTA_CANDIDATES, DELTA_MIN_SHARED)
-        """Recent large non-delta blobs of this process, by digest: candidates to delta against.
+        """Recent large non-delta blobs of this process, by digest: candidates to delta against
+        (see :mod:`alpstore.archive.candidates`).
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
         """
