@@ -19,9 +19,9 @@ by line content, never by blob id.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from itertools import compress, repeat
-from operator import add, or_, rshift
+from operator import add, eq, or_, rshift
 
 FIELD_MAX = 255
 """A field is a byte: at most this many lines are summed at once."""
@@ -109,9 +109,7 @@ class DeltaCandidates:
                 return
             self._order = None
             while len(self._bases) >= self.capacity:
-                evicted = len(self._bases.popitem(last=False)[1][0])
-                self._held_bytes -= evicted
-                self._dead_bytes += evicted
+                self._drop(self._bases.popitem(last=False)[1])
             if (
                 self._fields >= FIELDS_PER_BASE * self.capacity
                 or self._dead_bytes > 2 * self._held_bytes + self._slack_bytes
@@ -126,8 +124,7 @@ class DeltaCandidates:
             base = self._bases.pop(digest, None)
             if base is not None:
                 self._order = None
-                self._held_bytes -= len(base[0])
-                self._dead_bytes += len(base[0])
+                self._drop(base)
 
     def clear(self) -> None:
         """Forget every base (a rolled-back write may have stored them)."""
@@ -136,6 +133,17 @@ class DeltaCandidates:
             self._bases.clear()
             self._table = {}
             self._fields = self._held_bytes = self._dead_bytes = 0
+
+    def _drop(self, base: tuple[bytes, frozenset[bytes], int]) -> None:
+        """Account for a base no longer held, and drop the lines only it had at once (a
+        document's lines can be as large as the document: they must not outlive it long).
+        """
+        raw, lines, field = base
+        self._held_bytes -= len(raw)
+        self._dead_bytes += len(raw)
+        table = self._table
+        own = compress(lines, map(eq, map(table.get, lines), repeat(1 << (8 * field))))
+        deque(map(table.__delitem__, own), maxlen=0)
 
     def _mark(self, lines: frozenset[bytes]) -> int:
         """Give ``lines`` the next field; return it."""

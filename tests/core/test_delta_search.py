@@ -170,6 +170,17 @@ def test_an_evicted_base_is_not_chosen_and_the_table_stays_small() -> None:
     assert len(found._table) <= FIELDS_PER_BASE * 2 * 10
 
 
+def test_an_evicted_base_takes_the_lines_only_it_had_along() -> None:
+    found = DeltaCandidates(2, 0.3)
+    for lines in (_big(0, 10), _big(5, 10), _big(100, 10)):  # the first is evicted
+        found.add(_digest(lines), b"", lines)
+    assert found.compactions == 0
+    assert not _big(0, 5) & found._table.keys()  # its own lines: gone at once
+    assert _big(5, 10) <= found._table.keys()  # shared with a held base: kept
+    found.discard(_digest(_big(100, 10)))
+    assert not _big(100, 10) & found._table.keys()
+
+
 def test_bases_discarded_out_of_turn_leave_no_unbounded_fields() -> None:
     found, oldest = DeltaCandidates(2, 0.3), _big(0, 10)
     found.add(_digest(oldest), b"", oldest)  # held throughout: its field cannot be shifted out
