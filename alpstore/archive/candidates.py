@@ -9,11 +9,11 @@ with base ``f`` -- the intersection's size, so the choice is exactly the one the
 make -- for one lookup and one addition per line. A document of more than 255 lines is summed in
 runs of 255, so a field never carries into the next.
 
-Each added base takes the next field. An evicted base's field stays (it is not read) until the
-fields in use reach ``FIELDS_PER_BASE`` times the capacity, or the evicted bases' bytes twice the
-held ones': the table is then compacted (fields below the oldest held base's shifted out, lines
-left without a field dropped), so it holds little beyond the held bases' lines. The table is keyed
-by line content, never by blob id.
+Each added base takes the next field. An evicted base takes the lines only it had out of the
+table at once; its field stays (it is not read) until the fields in use reach ``FIELDS_PER_BASE``
+times the capacity, or the evicted bases' bytes twice the held ones': the table is then compacted
+(fields below the oldest held base's shifted out, lines left without a field dropped), so it holds
+little beyond the held bases' lines. The table is keyed by line content, never by blob id.
 """
 
 from __future__ import annotations
