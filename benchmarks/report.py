@@ -264,6 +264,7 @@ def main(argv: list[str]) -> int:
         "decode.md",
         "ui.md",
         "live.md",
+        "delta_search.md",
     ):
         extra = HERE / "results" / name
         if extra.exists():

@@ -17,6 +17,7 @@ from sqlalchemy.dialects import sqlite
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport, summary_document
 from alpstore.archive.batch import FULL, decode_batch
+from alpstore.archive.candidates import DeltaCandidates
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
@@ -201,8 +202,9 @@ class SqlArchive:
         self.training_error: BaseException | None = None
         """Why the last background training failed (retried once as many small blobs again are
         stored)."""
-        self._bases: OrderedDict[bytes, tuple[bytes, frozenset[bytes]]] = OrderedDict()
-        """Recent large non-delta blobs of this process, by digest: candidates to delta against.
+        self._bases = DeltaCandidates(DELTA_CANDIDATES, DELTA_MIN_SHARED)
+        """Recent large non-delta blobs of this process, by digest: candidates to delta against
+        (see :mod:`alpstore.archive.candidates`).
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
         """
@@ -553,20 +555,11 @@ class SqlArchive:
         The base must still be stored: the caller looks its id up in its transaction (see
         :meth:`_base_ids`) before it writes the delta.
         """
-        best, score = None, 0
-        # a snapshot: another thread's rollback may clear the candidates meanwhile
-        for base_digest, (_, base_lines) in list(self._bases.items()):
-            shared = len(lines & base_lines)
-            if shared > score:
-                best, score = base_digest, shared
-        if best is not None and score >= DELTA_MIN_SHARED * len(lines):
-            candidate = self._bases.get(best)  # gone if another thread's rollback cleared it
-            if candidate is None:
-                return None
-            payload = delta_compressor(candidate[0], self.level).compress(raw)
-            if len(payload) < DELTA_GAIN * plain:
-                return best, payload
-        return None
+        found = self._bases.best(lines)
+        if found is None:
+            return None
+        payload = delta_compressor(found[1], self.level).compress(raw)
+        return (found[0], payload) if len(payload) < DELTA_GAIN * plain else None
 
     def _base_ids(self, conn: Connection, digests: Sequence[bytes]) -> dict[bytes, int]:
         """The ids of the delta bases among ``digests`` still stored whole, looked up (and
@@ -585,13 +578,11 @@ class SqlArchive:
                     found[bytes(digest)] = int(blob_id)
         for digest in digests:
             if digest not in found:
-                self._bases.pop(digest, None)
+                self._bases.discard(digest)
         return found
 
     def _remember_base(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
-        self._bases[digest] = (raw, lines)
-        while len(self._bases) > DELTA_CANDIDATES:
-            self._bases.popitem(last=False)
+        self._bases.add(digest, raw, lines)
 
     def store_encoded(self, conn: Connection, items: Sequence[Encoded]) -> list[int]:
         """Insert what is missing (idempotent) and return every item's surrogate id, in order.
