@@ -383,8 +383,11 @@ class SqlArchive:
         changed = 0
         for part in chunks(items, RECOMPRESS_BATCH):
             updates = []
-            for blob_id, raw, size in part:
-                codec, payload = comp.compress(raw)
+            raws = [raw for _, raw, _ in part]
+            # one call for the batch: zstd keeps the interpreter lock for none of it, where a
+            # call per blob took it back (from a writer's thread waiting for it) a hundred times
+            packed = comp.compress_many(raws, dictionary_max=max(map(len, raws)))
+            for (blob_id, _, size), (codec, payload) in zip(part, packed, strict=True):
                 if codec == CODEC_ZSTD_DICT and len(payload) < size:
                     updates.append((codec, dict_id, payload, blob_id))
             if updates:
