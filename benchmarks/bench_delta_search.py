@@ -20,7 +20,6 @@ import argparse
 import sys
 import tempfile
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -35,40 +34,10 @@ from alpstore.portable.importing import import_file
 from alpstore.store import Store
 from benchmarks._util import conversation_turns, write_results
 from benchmarks.bench_portable import snapshot_of_head
+from tests.core.test_delta_search import TodaysSearch as PreviousSearch  # the 0816eab search
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "delta_search.md"
-
-
-class PreviousSearch:
-    """The search as `SqlArchive._delta` / `_remember_base` did it (0816eab)."""
-
-    def __init__(self, capacity: int, min_shared: float) -> None:
-        self.capacity = capacity
-        self.min_shared = min_shared
-        self._bases: OrderedDict[bytes, tuple[bytes, frozenset[bytes]]] = OrderedDict()
-
-    def best(self, lines: frozenset[bytes]) -> tuple[bytes, bytes] | None:
-        best, score = None, 0
-        for base_digest, (_, base_lines) in list(self._bases.items()):
-            shared = len(lines & base_lines)
-            if shared > score:
-                best, score = base_digest, shared
-        if best is not None and score >= self.min_shared * len(lines):
-            candidate = self._bases.get(best)
-            return None if candidate is None else (best, candidate[0])
-        return None
-
-    def add(self, digest: bytes, raw: bytes, lines: frozenset[bytes]) -> None:
-        self._bases[digest] = (raw, lines)
-        while len(self._bases) > self.capacity:
-            self._bases.popitem(last=False)
-
-    def discard(self, digest: bytes) -> None:
-        self._bases.pop(digest, None)
-
-    def clear(self) -> None:
-        self._bases.clear()
 
 
 Op = tuple[str, bytes, Any]
