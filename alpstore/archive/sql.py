@@ -546,12 +546,6 @@ class SqlArchive:
 
         return postgresql.insert(table)
 
-    def compress(self, raw: bytes) -> tuple[int, int | None, bytes]:
-        """Encode canonical bytes for storage: ``(codec, dict_id, payload)``."""
-        dict_id, comp = self._codec
-        codec, payload = comp.compress(raw, use_dictionary=len(raw) <= SMALL_BLOB_MAX)
-        return codec, (dict_id if codec == CODEC_ZSTD_DICT else None), payload
-
     def _delta(self, raw: bytes, lines: frozenset[bytes], plain: int) -> tuple[bytes, bytes] | None:
         """``(base_digest, payload)`` when a recent blob makes a much smaller delta.
 
@@ -630,9 +624,10 @@ class SqlArchive:
             rows: list[tuple[Any, ...]] = []
             new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
             deltas: list[tuple[int, bytes, bytes, frozenset[bytes]]] = []
-            ahead = packed or {}
-            todo = [item for digest, item in fresh.items() if digest not in ahead]
-            coded = {**ahead, **self.pack(todo)} if todo else ahead
+            coded = packed or {}
+            todo = [item for digest, item in fresh.items() if digest not in coded]
+            if todo:  # all of them, unless an import packed them ahead
+                coded = {**coded, **self.pack(todo)} if coded else self.pack(todo)
             for digest, kind, raw_bytes in fresh.values():
                 codec, dict_id, payload = coded[digest]
                 if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
@@ -685,7 +680,7 @@ class SqlArchive:
                 for offset, row in enumerate(part):
                     ids[bytes(row[0])] = first + offset
             else:
-                ids.update(self.ids_for(conn, [row[0] for row in part if row[0] not in ids]))
+                ids.update(self.ids_for(conn, [row[0] for row in part]))
             return int(cur.rowcount)
         inserted = 0
         for digest, blob_id in rsql.fetchall(conn, INSERT_BLOBS.format(rows=group), values):
