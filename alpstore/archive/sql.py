@@ -604,17 +604,36 @@ class SqlArchive:
         }
 
     def store_encoded_counted(
-        self, conn: Connection, items: Sequence[Encoded], *, packed: Packed | None = None
+        self,
+        conn: Connection,
+        items: Sequence[Encoded],
+        *,
+        packed: Packed | None = None,
+        probe: bool = True,
+        known: dict[bytes, int] | None = None,
     ) -> tuple[list[int], int]:
         """:meth:`store_encoded`, and how many blobs this call inserted (an import reports it).
 
         ``packed``: the items compressed ahead by :meth:`pack` (any item it lacks is
         compressed here).
+
+        ``known``: the ids of digests stored or looked up (so locked) earlier *in this same
+        transaction* — they cannot be gone before it ends — taken from it instead of looked up
+        again; this call adds its own. The caller drops it with the transaction.
+
+        ``probe`` False: skip looking up which of the other items are stored already and
+        insert them all, each ``ON CONFLICT DO NOTHING`` — for a caller that expects none to
+        be (an import whose last batch was all new). The ids of rows a statement did not
+        insert are then looked up (and locked) after it, so the result is the same; a wrong
+        guess costs the compression and delta search of the rows already stored.
         """
         if not items:
             return [], 0
         wanted = list(dict.fromkeys(d for d, _, _ in items))
-        ids = self.ids_for(conn, wanted, lock=True)
+        ids: dict[bytes, int] = {d: known[d] for d in wanted if d in known} if known else {}
+        rest = [d for d in wanted if d not in ids] if ids else wanted
+        if probe and rest:
+            ids.update(self.ids_for(conn, rest, lock=True))
         fresh: dict[bytes, Encoded] = {}
         inserted = 0
         for item in items:
@@ -651,12 +670,15 @@ class SqlArchive:
             rows.sort()
             for part in chunks(rows, INSERT_ROWS):
                 inserted += self._insert_blobs(conn, part, ids)
-            raced = [d for d in fresh if d not in ids]  # PostgreSQL: stored meanwhile
+            raced = [d for d in fresh if d not in ids]  # stored meanwhile, or before unprobed
             if raced:
                 ids.update(self.ids_for(conn, raced, lock=True))
             for base_digest, base_raw, lines in new_bases:
                 self._remember_base(base_digest, base_raw, lines)
-            self._pending_small += sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
+            small = sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
+            self._pending_small += min(small, inserted)
+        if known is not None:
+            known.update(ids)
         return [ids[d] for d, _, _ in items], inserted
 
     def _insert_blobs(

@@ -121,6 +121,13 @@ class Importer:
     _ahead: tuple[list[tuple[int, Encoded]], Future[Packed]] | None = None
     """The batch being compressed on the packing thread, stored when the next one is full."""
     _packer: ThreadPoolExecutor | None = None
+    _probe: bool = True
+    """Look up which messages of a batch are stored already (those this import has not
+    stored itself): until a batch's turn out all new (an import into an archive without
+    them), and again after one whose were not."""
+    _stored: dict[bytes, int] = field(default_factory=dict)
+    """The blob id of every message stored so far, for repeats: valid in the import's one
+    transaction (rows it inserted or locked cannot go before it ends), dropped with it."""
 
     # ---------------------------------------------------------------- messages
     def message(self, obj: Any, index: int) -> None:
@@ -204,11 +211,16 @@ class Importer:
 
     def _store(self, batch: list[tuple[int, Encoded]], packed: Future[Packed] | None) -> None:
         assert self.store is not None and self.conn is not None
+        items = [enc for _, enc in batch]
+        unknown = len({digest for digest, _, _ in items if digest not in self._stored})
         ids, fresh = self.store.archive.store_encoded_counted(
             self.conn,
-            [enc for _, enc in batch],
+            items,
             packed=None if packed is None else packed.result(),
+            probe=self._probe,
+            known=self._stored,
         )
+        self._probe = fresh < unknown
         self.new_blobs += fresh
         for (slot, _), blob_id in zip(batch, ids, strict=True):
             if slot >= 0:

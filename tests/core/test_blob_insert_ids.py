@@ -1,7 +1,9 @@
 """The ids ``store_encoded_counted`` hands back are the rows it names, however the insert
 learns them (SQLite: the consecutive ids of a statement that inserted every row, else a lookup;
 PostgreSQL: RETURNING), beside blobs stored before, within one batch twice, and after deletes
-that leave gaps in the ids."""
+that leave gaps in the ids; with the lookup before the insert skipped (``probe=False``, an
+import's guess that nothing is stored yet, right or wrong) and with the ids of earlier batches
+of the same transaction passed in (``known``)."""
 
 from __future__ import annotations
 
@@ -17,8 +19,12 @@ from tests.conftest import Backend
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("store"), st.lists(st.integers(0, 40), min_size=1, max_size=25)),
-        st.tuples(st.just("delete"), st.lists(st.integers(0, 40), max_size=6)),
+        st.tuples(
+            st.just("store"),
+            st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=25), min_size=1, max_size=3),
+            st.booleans(),
+        ),
+        st.tuples(st.just("delete"), st.lists(st.integers(0, 40), max_size=6), st.just(True)),
     ),
     min_size=1,
     max_size=8,
@@ -38,19 +44,29 @@ def test_returned_ids_name_the_rows_of_their_digests(backend: Backend, steps: li
     with store.db.atomic() as conn:  # a clean slate for each example
         conn.execute(delete(blobs))
     stored: set[bytes] = set()
-    for op, numbers in steps:
-        items = [_item(n) for n in numbers]
+    for op, numbers, probe in steps:
         if op == "delete":  # unreferenced rows, as `gc` deletes them: gaps in the ids
+            gone = [_item(n)[0] for n in numbers]
             with store.db.atomic() as conn:
-                conn.execute(delete(blobs).where(blobs.c.digest.in_([d for d, _, _ in items])))
-            stored -= {d for d, _, _ in items}
+                conn.execute(delete(blobs).where(blobs.c.digest.in_(gone)))
+            stored -= set(gone)
             continue
+        # batches of one transaction: the later ones see the earlier ones' ids in `known`
+        known: dict[bytes, int] = {}
+        returned: list[tuple[list[bytes], list[int]]] = []
         with store.db.atomic() as conn:
-            ids, inserted = store.archive.store_encoded_counted(conn, items)
-        new = {d for d, _, _ in items} - stored
-        assert inserted == len(new)
-        stored |= new
+            for batch in numbers:
+                items = [_item(n) for n in batch]
+                ids, inserted = store.archive.store_encoded_counted(
+                    conn, items, probe=probe, known=known
+                )
+                new = {d for d, _, _ in items} - stored
+                assert inserted == len(new)
+                stored |= new
+                returned.append(([d for d, _, _ in items], ids))
         with store.db.read() as conn:
             rows = dict(conn.execute(select(blobs.c.id, blobs.c.digest)).all())
-        assert [bytes(rows[i]) for i in ids] == [d for d, _, _ in items]
+        for digests, ids in returned:
+            assert [bytes(rows[i]) for i in ids] == digests
+        assert {bytes(rows[i]): i for i in known.values()} == known
         assert len(rows) == len(stored)
