@@ -40,6 +40,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
 from alpstore.integrations.langgraph import AlpstoreSaver  # noqa: E402
 from alpstore.samples import generate  # noqa: E402
+from benchmarks._util import checkpointed_bytes  # noqa: E402
 
 try:
     from langgraph.channels.delta import DeltaChannel
@@ -139,10 +140,9 @@ def agent_tools_graph(saver: Any, schema: Any, agent: Any, tools: Any) -> Any:
 
 
 def db_bytes(path: Path) -> int:
-    """The database's size with its WAL folded in (checkpointed first, like a closed file)."""
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    """The database's size with its WAL folded in (checkpointed first, like a closed file;
+    without the ``-shm`` index: see ``benchmarks._util.checkpointed_bytes``)."""
+    return checkpointed_bytes(path)
 
 
 def sqlite_variant(root: Path) -> tuple[Any, Path]:
