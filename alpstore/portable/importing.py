@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 BATCH_ITEMS: Final = 500
 BATCH_BYTES: Final = 16 * 1024 * 1024
 """A batch of messages is stored once it holds this many items or bytes."""
+STORED_MAX: Final = 200_000
+"""Most message ids an import keeps for repeats (about 20 MB); past it, repeats of earlier
+batches are looked up in the archive like any other message."""
 
 NAME_LOCK: Final = 0x616C7073_6E616D65
 """PostgreSQL advisory lock taken while a name is checked and claimed (with or without a
@@ -122,12 +125,13 @@ class Importer:
     """The batch being compressed on the packing thread, stored when the next one is full."""
     _packer: ThreadPoolExecutor | None = None
     _probe: bool = True
-    """Look up which messages of a batch are stored already (those this import has not
-    stored itself): until a batch's turn out all new (an import into an archive without
-    them), and again after one whose were not."""
+    """Look up which of a batch's messages (those this import has not stored itself) are in
+    the archive already. Off after a batch whose such messages all turned out new (an import
+    into an archive without them), on again after one where some were not."""
     _stored: dict[bytes, int] = field(default_factory=dict)
-    """The blob id of every message stored so far, for repeats: valid in the import's one
-    transaction (rows it inserted or locked cannot go before it ends), dropped with it."""
+    """The blob ids of the messages stored so far (up to :data:`STORED_MAX`), for repeats:
+    valid in the import's one transaction (rows it inserted or locked cannot go before it
+    ends), dropped with it."""
 
     # ---------------------------------------------------------------- messages
     def message(self, obj: Any, index: int) -> None:
@@ -218,7 +222,7 @@ class Importer:
             items,
             packed=None if packed is None else packed.result(),
             probe=self._probe,
-            known=self._stored,
+            known=self._stored if len(self._stored) < STORED_MAX else None,
         )
         self._probe = fresh < unknown
         self.new_blobs += fresh

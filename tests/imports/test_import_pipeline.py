@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
@@ -167,3 +167,57 @@ def test_store_encoded_counted_takes_what_was_packed_and_packs_the_rest(tmp_path
         assert (ids_a, new_a) == (ids_b, new_b) and new_a == 40
         assert _stored(a) == _stored(b)
         assert all(kind == BLOB_MESSAGE for _, kind, _ in items)
+
+
+_CYCLE: list[Any] = [{"role": "user", "content": f"m{i % 5}"} for i in range(20)]
+
+
+def _digests(st: Store) -> list[bytes]:
+    with st.db.read() as conn:
+        return sorted(bytes(d) for d in conn.execute(select(blobs.c.digest)).scalars())
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    before=st.lists(message, max_size=30),
+    messages=st.lists(message, min_size=5, max_size=60),
+    batch=st.integers(1, 9),
+    cap=st.sampled_from([0, 3, 200_000]),
+)
+@example(before=[], messages=_CYCLE, batch=2, cap=200_000)  # repeats of earlier batches
+@example(before=_CYCLE[:3], messages=_CYCLE, batch=3, cap=3)  # some stored before, a cap
+def test_an_import_that_skips_lookups_stores_what_one_that_looks_up_does(
+    monkeypatch: pytest.MonkeyPatch, before: list[Any], messages: list[Any], batch: int, cap: int
+) -> None:
+    """Into an archive holding some of the file's messages already: the import's guesses (no
+    lookup after an all-new batch, ids of its own earlier batches reused up to ``STORED_MAX``)
+    are right or wrong by turns, and it must end with what an import that looks every message
+    up ends with — the same blobs, each once, and the file's messages in order."""
+    real = alpstore.archive.sql.SqlArchive.store_encoded_counted
+
+    def always_looked_up(self: Any, conn: Any, items: Any, **kwargs: Any) -> Any:
+        return real(self, conn, items, packed=kwargs.get("packed"))
+
+    with tempfile.TemporaryDirectory() as tmp, monkeypatch.context() as mp:
+        mp.setattr(importing, "BATCH_ITEMS", batch)
+        mp.setattr(importing, "STORED_MAX", cap)
+        path = _big_file(Path(tmp), messages)
+        out = []
+        for guessing in (True, False):
+            with monkeypatch.context() as mp2:
+                if not guessing:
+                    mp2.setattr(
+                        alpstore.archive.sql.SqlArchive, "store_encoded_counted", always_looked_up
+                    )
+                with Store.open(Path(tmp) / str(guessing)) as st:
+                    if before:
+                        st.create_session(name="earlier").commit_turn(before)
+                    result = import_file(st, path)
+                    history = [e.value for e in result.session.history()]
+                    out.append((_digests(st), history, result.new_blobs))
+        (guessed, history, new), (looked_up, history_ref, new_ref) = out
+        assert guessed == looked_up and len(set(guessed)) == len(guessed)
+        assert history == history_ref == messages
+        assert new == new_ref
