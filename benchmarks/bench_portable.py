@@ -285,7 +285,7 @@ def _write_figures() -> None:
         "before gave 0.26–0.41 (three of five). What changed since: an import looks up by "
         "digest only what it has not stored itself in its transaction, and none at all after "
         "a batch that was all new (the file's 24 lookups, 28–44 ms, became 2, 3–8 ms), and "
-        "SQLite takes the covering list's 6,001 entry rows in multi-row INSERTs (13–18 ms "
+        "SQLite takes the covering list's 6,001 entry rows in multi-row INSERTs (13–23 ms "
         "where a step per row took 17–29 ms); twelve alternations of both codes, each in a "
         "process of its own, four imports each: median 0.350 → 0.325 s. Earlier: the import "
         "compresses a batch of small messages on a packing thread while it reads the next "

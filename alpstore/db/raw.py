@@ -63,7 +63,7 @@ def executemany(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> No
     On PostgreSQL an ``INSERT … VALUES (?, …)`` becomes one multi-row ``VALUES (…), (…)``
     statement: one execution instead of one per row (for a turn's rows this took the
     PostgreSQL turn in benchmarks/bench_postgres.py from 19.5 statements to 10). On SQLite
-    too from :data:`SQLITE_MULTI_ROW_FROM` rows (an import's 6,001 entries: 13–18 ms where a
+    too from :data:`SQLITE_MULTI_ROW_FROM` rows (an import's 6,001 entries: 13–23 ms where a
     step per row took 17–29 ms); fewer keep ``executemany``, whose one prepared statement the driver
     caches, where a multi-row statement per row count would not be.
     """
