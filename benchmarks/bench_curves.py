@@ -105,7 +105,7 @@ def langgraph_curves(top: int) -> list[dict[str, Any]]:
                         {
                             "turn": n,
                             "raw": raw[n - 1],
-                            "bytes": lg.db_bytes(path),
+                            "bytes": checkpointed_bytes(path),
                             "ms_per_turn": 1000 * statistics.mean(times[-WINDOW:]),
                             "load_ms": 1000 * load,
                         }

@@ -139,12 +139,6 @@ def agent_tools_graph(saver: Any, schema: Any, agent: Any, tools: Any) -> Any:
     return builder.compile(checkpointer=saver)
 
 
-def db_bytes(path: Path) -> int:
-    """The database's size with its WAL folded in (checkpointed first, like a closed file;
-    without the ``-shm`` index: see ``benchmarks._util.checkpointed_bytes``)."""
-    return checkpointed_bytes(path)
-
-
 def sqlite_variant(root: Path) -> tuple[Any, Path]:
     path = root / "langgraph.sqlite"
     conn = sqlite3.connect(path, check_same_thread=False)
@@ -181,7 +175,7 @@ def run_variant(
                 start = time.perf_counter()
                 state = graph.get_state(config)
                 load = time.perf_counter() - start
-                size = db_bytes(path)
+                size = checkpointed_bytes(path)
                 out[turn] = {
                     "bytes": size,
                     "raw": raw[turn - 1],

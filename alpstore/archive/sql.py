@@ -675,6 +675,7 @@ class SqlArchive:
                 ids.update(self.ids_for(conn, raced, lock=True))
             for base_digest, base_raw, lines in new_bases:
                 self._remember_base(base_digest, base_raw, lines)
+            # the small ones among those inserted (unprobed, `fresh` may hold some that were not)
             small = sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
             self._pending_small += min(small, inserted)
         if known is not None:

@@ -76,18 +76,18 @@ def executemany(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> No
     if split is None:
         cur.executemany(_translate(sql, dialect), [tuple(r) for r in rows])
         return
-    head, group, tail = split
+    head, group, tail, params = split
     limit = MULTI_ROW_PARAMS if dialect == "postgresql" else SQLITE_MULTI_ROW_PARAMS
-    per = max(1, limit // (group.count("%s") + group.count("?")))
+    per = max(1, limit // params)
     for start in range(0, len(rows), per):
         part = rows[start : start + per]
         cur.execute(f"{head}{', '.join([group] * len(part))}{tail}", [v for r in part for v in r])
 
 
 @lru_cache(maxsize=64)
-def _values_split(sql: str, dialect: str) -> tuple[str, str, str] | None:
+def _values_split(sql: str, dialect: str) -> tuple[str, str, str, int] | None:
     """An ``INSERT … VALUES (?, …) …`` as (before, one row's group, after), in the dialect's
-    parameter style; None for any other statement.
+    parameter style, and the parameters of one row; None for any other statement.
     """
     match = _ONE_ROW.search(sql)
     if match is None or not sql.lstrip().upper().startswith("INSERT"):
@@ -95,7 +95,7 @@ def _values_split(sql: str, dialect: str) -> tuple[str, str, str] | None:
     start, end = match.span(1)
     parts = (sql[:start], sql[start:end], sql[end:])
     head, group, tail = (_translate(part, dialect) for part in parts)
-    return head, group, tail
+    return head, group, tail, match.group(1).count("?")
 
 
 def fetchall(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
