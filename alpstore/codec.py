@@ -208,16 +208,25 @@ def parse_digest(text: str) -> Digest:
         raise UsageError(f"digest {text!r}: not hexadecimal") from exc
 
 
-_WARM_SAMPLE = b'{"content":"a short message to make a compression context ready","role":"user"}'
-"""What ``Compressor.warm`` compresses (any small document: the first frame digests the
-dictionary)."""
+def digest_dictionary(dictionary: bytes, level: int) -> zstandard.ZstdCompressionDict:
+    """A trained dictionary digested for compression at ``level``: zstd's CDict, made once
+    (10–20 ms for a trained dictionary at :data:`DICT_LEVEL`) and shared read-only by every
+    context that compresses with it, whatever its thread (zstd documents a CDict as safe to
+    share between threads: its use is read-only).
+    """
+    digested = zstandard.ZstdCompressionDict(dictionary)
+    digested.precompute_compress(level=level)
+    return digested
 
 
 class Compressor:
     """zstd compression of blobs, optionally with a trained dictionary; keeps what shrinks.
 
     Safe to share between threads: python-zstandard contexts are not, so each thread gets its
-    own (made on its first use).
+    own (made on its first use). The dictionary is digested once per compressor and the
+    threads' contexts refer to it, so a new thread's first frame costs about 0.1 ms, not the
+    10–20 ms of digesting the dictionary again: LangGraph runs each ``invoke``'s checkpoint
+    writes on new threads, and every one of them paid that before.
     """
 
     def __init__(
@@ -231,33 +240,35 @@ class Compressor:
         self.dict_level = dict_level
         self._dictionary = dictionary
         self._local = threading.local()
-        self._spare: list[zstandard.ZstdCompressor] = []
-        """Dictionary contexts made ready ahead (``warm``), for the next thread that needs one."""
-        self._spare_lock = threading.Lock()
+        self._digested: zstandard.ZstdCompressionDict | None = None
+        """The dictionary digested for ``dict_level`` (made on first use, or by ``warm``)."""
+        self._digest_lock = threading.Lock()
+
+    def _digested_dictionary(self, dictionary: bytes) -> zstandard.ZstdCompressionDict:
+        digested = self._digested
+        if digested is None:
+            with self._digest_lock:  # one digest, whichever thread needs it first
+                digested = self._digested
+                if digested is None:
+                    digested = self._digested = digest_dictionary(dictionary, self.dict_level)
+        return digested
 
     def _dict_context(self, dictionary: bytes) -> zstandard.ZstdCompressor:
         return zstandard.ZstdCompressor(
             level=self.dict_level,
-            dict_data=zstandard.ZstdCompressionDict(dictionary),
+            dict_data=self._digested_dictionary(dictionary),
             write_content_size=True,
             write_dict_id=False,
             write_checksum=True,
         )
 
     def warm(self) -> None:
-        """Make one dictionary context ready for the next thread that compresses.
-
-        A context digests the dictionary on its first frame (10–20 ms for a trained one at
-        ``DICT_LEVEL``; zstd does it without holding the interpreter lock). The dictionary
-        trainer calls this before new blobs use this compressor, so a writer's first turn
-        after it finds a ready context instead of paying for the digest.
+        """Digest the dictionary now (10–20 ms for a trained one at ``DICT_LEVEL``; zstd does
+        it without holding the interpreter lock). The dictionary trainer calls this before
+        new blobs use this compressor, so no writer's turn pays for the digest.
         """
-        if self._dictionary is None:
-            return
-        context = self._dict_context(self._dictionary)
-        context.compress(_WARM_SAMPLE)
-        with self._spare_lock:
-            self._spare.append(context)
+        if self._dictionary is not None:
+            self._digested_dictionary(self._dictionary)
 
     def _contexts(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]:
         contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None] | None
@@ -268,10 +279,7 @@ class Compressor:
             )
             with_dict = None
             if self._dictionary is not None:
-                with self._spare_lock:
-                    with_dict = self._spare.pop() if self._spare else None
-                if with_dict is None:
-                    with_dict = self._dict_context(self._dictionary)
+                with_dict = self._dict_context(self._dictionary)
             contexts = (plain, with_dict)
             self._local.contexts = contexts
         return contexts

@@ -379,7 +379,9 @@ class SqlArchive:
         where that is smaller, ``RECOMPRESS_BATCH`` rows per transaction (compressed before the
         transaction opens). A blob `gc` deleted meanwhile is simply not updated.
         """
-        comp = self._compressor(self._dec.dictionary(dict_id))
+        current_id, comp = self._codec  # its dictionary digested already (by the trainer)
+        if current_id != dict_id:
+            comp = self._compressor(self._dec.dictionary(dict_id))
         changed = 0
         for part in chunks(items, RECOMPRESS_BATCH):
             updates = []

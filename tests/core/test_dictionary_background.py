@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+import zstandard
 from sqlalchemy import func, select
 
 import alpstore.archive.sql as archive_sql
@@ -274,12 +275,21 @@ def test_the_trainer_reads_its_samples_in_slices_that_hand_the_interpreter_lock_
     assert longest < 0.045, longest  # never the whole forced switch interval (50 ms)
 
 
-def test_a_new_dictionarys_compression_context_is_made_ready_by_the_trainer(
+def test_a_new_dictionary_is_digested_once_by_the_trainer_and_shared_by_every_thread(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A context digests the dictionary on its first frame (10-20 ms at level 12): the
-    trainer does it, and the writer's next turn takes the ready context, whose frames are
-    the same bytes a fresh context makes."""
+    """Digesting a trained dictionary costs 10-20 ms at level 12: the trainer does it, once,
+    and the writers' threads — new ones included, as LangGraph starts for every ``invoke`` —
+    make contexts that refer to that digest instead of digesting it again. Their frames are
+    the bytes a context that loads the dictionary itself makes."""
+    digests: list[str] = []
+    real_digest = codec.digest_dictionary
+
+    def counting(dictionary: bytes, level: int) -> Any:
+        digests.append(threading.current_thread().name)
+        return real_digest(dictionary, level)
+
+    monkeypatch.setattr(codec, "digest_dictionary", counting)
     monkeypatch.setattr(archive_sql, "AUTO_TRAIN_SAMPLES", THRESHOLD)
     store = backend.open_store()
     session = store.create_session(name="t")
@@ -288,16 +298,44 @@ def test_a_new_dictionarys_compression_context_is_made_ready_by_the_trainer(
         session.commit_turn(next(turns))
         store.archive.wait_for_training(timeout=60)
     dict_id, compressor = store.archive._codec
-    assert len(compressor._spare) == 1  # made by the trainer's thread
-    ready = compressor._spare[0]
-    fresh = codec.Compressor(
-        compressor.level, store.archive._dec.dictionary(dict_id), dict_level=compressor.dict_level
+    assert len(digests) == 1 and digests[0] != threading.current_thread().name  # the trainer's
+    loaded = zstandard.ZstdCompressor(
+        level=compressor.dict_level,
+        dict_data=zstandard.ZstdCompressionDict(store.archive._dec.dictionary(dict_id)),
+        write_content_size=True,
+        write_dict_id=False,
+        write_checksum=True,
     )
-    raw = b'{"content":"' + b"a tool's output, line by line " * 20 + b'","role":"tool"}'
-    assert compressor.compress(raw) == fresh.compress(raw)
-    assert compressor._contexts()[1] is ready and compressor._spare == []
-    session.commit_turn(next(turns))  # the writer's thread kept it: nothing made again
-    assert compressor._contexts()[1] is ready
+    made: list[Any] = []  # the dictionary each compression context is made with
+    real_context = zstandard.ZstdCompressor
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs.get("dict_data"))
+        return real_context(*args, **kwargs)
+
+    monkeypatch.setattr(zstandard, "ZstdCompressor", recording)
+    failures: list[BaseException] = []
+
+    def one_turn() -> None:
+        try:
+            session.commit_turn(next(turns))
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    for _ in range(4):  # each turn on a thread of its own
+        worker = threading.Thread(target=one_turn)
+        worker.start()
+        worker.join()
+    assert not failures, failures
+    assert len(digests) == 1  # no thread digested the dictionary again
+    # each new thread made its dictionary context on the shared digest, not on the bytes
+    # (raw-content dictionaries, id 0, are the deltas of large blobs against others)
+    with_dict = [d for d in made if d is not None and d.dict_id() != 0]
+    assert len(with_dict) == 4 and all(d is compressor._digested for d in with_dict), made
+    for turn in _turns(3):
+        for message in turn:
+            raw = codec.canonical_json(message)
+            assert compressor.compress(raw) == (CODEC_ZSTD_DICT, loaded.compress(raw))
     assert store.archive.verify().ok
 
 
