@@ -208,6 +208,14 @@ def parse_digest(text: str) -> Digest:
         raise UsageError(f"digest {text!r}: not hexadecimal") from exc
 
 
+_Contexts = tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]
+"""A compressor's context pair: plain, and with its dictionary (None without one)."""
+
+POOL_KEEP = 16
+"""Idle context pairs a compressor keeps for later calls (about 0.3 MB each with a dictionary);
+more calls at once than this make pairs that are dropped after."""
+
+
 def digest_dictionary(dictionary: bytes, level: int) -> zstandard.ZstdCompressionDict:
     """A trained dictionary digested for compression at ``level``: zstd's CDict, made once
     (10–20 ms for a trained dictionary at :data:`DICT_LEVEL`) and shared read-only by every
@@ -222,11 +230,12 @@ def digest_dictionary(dictionary: bytes, level: int) -> zstandard.ZstdCompressio
 class Compressor:
     """zstd compression of blobs, optionally with a trained dictionary; keeps what shrinks.
 
-    Safe to share between threads: python-zstandard contexts are not, so each thread gets its
-    own (made on its first use). The dictionary is digested once per compressor and the
-    threads' contexts refer to it, so a new thread's first frame costs about 0.1 ms, not the
-    10–20 ms of digesting the dictionary again: LangGraph runs each ``invoke``'s checkpoint
-    writes on new threads, and every one of them paid that before.
+    Safe to share between threads. python-zstandard contexts are not, so each call takes a
+    pair of contexts (plain, dictionary) from a pool for itself and gives it back after: a
+    thread the caller just started (LangGraph runs each ``invoke``'s checkpoint writes on new
+    threads) reuses contexts made by earlier ones instead of making its own. The dictionary
+    is digested once per compressor and the contexts refer to that digest: each context that
+    loaded the dictionary itself used to digest it on its first frame, 10–20 ms.
     """
 
     def __init__(
@@ -239,7 +248,8 @@ class Compressor:
         self.level = level
         self.dict_level = dict_level
         self._dictionary = dictionary
-        self._local = threading.local()
+        self._free: list[_Contexts] = []
+        """Context pairs no call is using (at most :data:`POOL_KEEP`)."""
         self._digested: zstandard.ZstdCompressionDict | None = None
         """The dictionary digested for ``dict_level`` (made on first use, or by ``warm``)."""
         self._digest_lock = threading.Lock()
@@ -270,19 +280,24 @@ class Compressor:
         if self._dictionary is not None:
             self._digested_dictionary(self._dictionary)
 
-    def _contexts(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]:
-        contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None] | None
-        contexts = getattr(self._local, "contexts", None)
-        if contexts is None:
-            plain = zstandard.ZstdCompressor(
-                level=self.level, write_content_size=True, write_checksum=True
-            )
-            with_dict = None
-            if self._dictionary is not None:
-                with_dict = self._dict_context(self._dictionary)
-            contexts = (plain, with_dict)
-            self._local.contexts = contexts
-        return contexts
+    def _take(self) -> _Contexts:
+        """A context pair for this call alone: a free one, else a new one."""
+        try:
+            return self._free.pop()  # atomic: no two calls get the same pair
+        except IndexError:
+            pass
+        plain = zstandard.ZstdCompressor(
+            level=self.level, write_content_size=True, write_checksum=True
+        )
+        with_dict = None
+        if self._dictionary is not None:
+            with_dict = self._dict_context(self._dictionary)
+        return plain, with_dict
+
+    def _give(self, contexts: _Contexts) -> None:
+        """Return a pair after a call that completed (one that raised drops its pair)."""
+        if len(self._free) < POOL_KEEP:
+            self._free.append(contexts)
 
     @property
     def has_dictionary(self) -> bool:
@@ -291,15 +306,18 @@ class Compressor:
 
     def compress(self, raw: bytes, *, use_dictionary: bool = True) -> tuple[int, bytes]:
         """Return ``(codec, payload)``; the raw bytes are kept when zstd does not shrink them."""
-        plain, with_dict = self._contexts()
+        contexts = self._take()
+        plain, with_dict = contexts
+        out: tuple[int, bytes] | None = None
         if with_dict is not None and use_dictionary:
             packed = with_dict.compress(raw)
             if len(packed) < len(raw):
-                return CODEC_ZSTD_DICT, packed
-        packed = plain.compress(raw)
-        if len(packed) < len(raw):
-            return CODEC_ZSTD, packed
-        return CODEC_RAW, raw
+                out = CODEC_ZSTD_DICT, packed
+        if out is None:
+            packed = plain.compress(raw)
+            out = (CODEC_ZSTD, packed) if len(packed) < len(raw) else (CODEC_RAW, raw)
+        self._give(contexts)
+        return out
 
     def compress_many(
         self, raws: Sequence[bytes], *, dictionary_max: int
@@ -309,7 +327,8 @@ class Compressor:
         through the whole batch without the interpreter lock (on :data:`MANY_THREADS`
         threads), where one call per blob would take the lock back thousands of times.
         """
-        plain, with_dict = self._contexts()
+        contexts = self._take()
+        plain, with_dict = contexts
         out: list[tuple[int, bytes] | None] = [None] * len(raws)
         if with_dict is not None:
             small = [i for i, raw in enumerate(raws) if len(raw) <= dictionary_max]
@@ -320,6 +339,7 @@ class Compressor:
         for i, packed in zip(rest, _many(plain, [raws[i] for i in rest]), strict=True):
             raw = raws[i]
             out[i] = (CODEC_ZSTD, packed) if len(packed) < len(raw) else (CODEC_RAW, raw)
+        self._give(contexts)
         return [o for o in out if o is not None]
 
 

@@ -10,7 +10,6 @@ its position among the write's items for writes) or ``["l", position, n]`` (n me
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from typing import Any
 
@@ -19,7 +18,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from sqlalchemy import Connection
 
 from alpstore.archive.sql import Encoded, encode
-from alpstore.codec import Decompressor, canonical_json
+from alpstore.codec import POOL_KEEP, Decompressor, canonical_json
 from alpstore.db import raw as rsql
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE
 from alpstore.errors import IntegrityError
@@ -88,32 +87,40 @@ class Packer:
 
     def __init__(self) -> None:
         self._dec = Decompressor()
-        self._local = threading.local()  # zstd contexts must not be shared between threads
+        self._free: list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] = []
+        """Context pairs no call is using: each call takes one for itself (python-zstandard's
+        contexts must not be used by two threads at once) and gives it back, so the threads
+        LangGraph starts for each ``invoke`` reuse them instead of making their own."""
 
-    def _contexts(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-        contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor] | None
-        contexts = getattr(self._local, "contexts", None)
-        if contexts is None:
-            state_dict = zstandard.ZstdCompressionDict(
-                STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-            )
-            contexts = (
-                zstandard.ZstdCompressor(
-                    level=3,
-                    dict_data=state_dict,
-                    write_content_size=False,
-                    write_checksum=False,
-                    write_dict_id=False,
-                ),
-                zstandard.ZstdDecompressor(dict_data=state_dict),
-            )
-            self._local.contexts = contexts
-        return contexts
+    def _take(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+        try:
+            return self._free.pop()  # atomic: no two calls get the same pair
+        except IndexError:
+            pass
+        state_dict = zstandard.ZstdCompressionDict(
+            STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+        )
+        return (
+            zstandard.ZstdCompressor(
+                level=3,
+                dict_data=state_dict,
+                write_content_size=False,
+                write_checksum=False,
+                write_dict_id=False,
+            ),
+            zstandard.ZstdDecompressor(dict_data=state_dict),
+        )
+
+    def _give(self, contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]) -> None:
+        if len(self._free) < POOL_KEEP:
+            self._free.append(contexts)
 
     def pack(self, doc: Any) -> Packed:
         """Canonical JSON of ``doc``, compressed (or raw when that is smaller)."""
         raw = canonical_json(doc)
-        payload = self._contexts()[0].compress(raw)
+        contexts = self._take()
+        payload = contexts[0].compress(raw)
+        self._give(contexts)
         if len(payload) >= len(raw):
             return CODEC_RAW, None, len(raw), raw
         return CODEC_LG_DICT, None, len(raw), payload
@@ -126,7 +133,10 @@ class Packer:
         """
         codec, dict_id, size, payload = packed
         if codec == CODEC_LG_DICT:
-            return json.loads(self._contexts()[1].decompress(payload, max_output_size=size))
+            contexts = self._take()
+            raw = contexts[1].decompress(payload, max_output_size=size)
+            self._give(contexts)
+            return json.loads(raw)
         if dict_id is not None and not self._dec.has_dictionary(int(dict_id)):
             row = rsql.fetchone(conn, "SELECT data FROM zstd_dicts WHERE id = ?", (dict_id,))
             if row is None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 
 import pytest
 import zstandard
@@ -173,3 +174,41 @@ def test_compress_many_of_a_large_batch_uses_one_batch_call(
     monkeypatch.setattr(zstandard.ZstdCompressor, "multi_compress_to_buffer", counted)
     assert comp.compress_many(raws, dictionary_max=200) == expected
     assert len(calls) == 2  # the dictionary's blobs, then the rest
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(_BLOBS, min_size=2, max_size=6), st.booleans())
+def test_a_compressor_shared_by_threads_makes_what_a_private_one_makes(
+    batches: list[list[bytes]], with_dictionary: bool
+) -> None:
+    """Threads compressing at once through one compressor (each call takes a pooled pair of
+    contexts for itself) get the frames a compressor of their own gives, and every pair goes
+    back to the pool; a call that raises keeps none."""
+    dictionary = _DICTIONARY if with_dictionary else None
+    shared = Compressor(dictionary=dictionary)
+    expected = [[Compressor(dictionary=dictionary).compress(r) for r in b] for b in batches]
+    start = threading.Barrier(len(batches))
+    results: list[list[tuple[int, bytes]] | BaseException | None] = [None] * len(batches)
+
+    def work(i: int) -> None:
+        try:
+            start.wait()
+            out = [shared.compress(raw) for raw in batches[i]]
+            assert shared.compress_many(batches[i], dictionary_max=400) == [
+                shared.compress(raw, use_dictionary=len(raw) <= 400) for raw in batches[i]
+            ]
+            results[i] = out
+        except BaseException as exc:  # reported below
+            results[i] = exc
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(batches))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert results == expected
+    assert 1 <= len(shared._free) <= len(batches)  # every pair back, none made twice over
+    pairs = len(shared._free)
+    with pytest.raises(TypeError):
+        shared.compress("not bytes")  # type: ignore[arg-type]
+    assert len(shared._free) == pairs - 1  # the pair of a call that failed is dropped
