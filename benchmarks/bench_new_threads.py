@@ -1,5 +1,5 @@
 """A turn written from a new thread against one written from a thread that wrote before, once the
-archive's zstd dictionary is trained.
+archive's zstd dictionary is trained; and zstd's batch call against one call a blob.
 
 Run: ``python benchmarks/bench_new_threads.py [--turns 150]``, or collected by pytest with
 ``--benchmark-only``. Writes ``benchmarks/results/new_threads.md``.
@@ -17,6 +17,15 @@ the whole run (the baseline: an executor that reuses its threads) or on a thread
 that turn alone. Reported: medians of the calling thread's CPU time (``time.thread_time``: what
 the turn's own work costs, whatever else runs on the machine) and wall time, and their ratios,
 new ÷ reused. Goal: ≤ 1.25.
+
+Then, on the same archive's compressor, small blobs of the same conversation compressed with
+the trained dictionary in batches of 100 (``Compressor.compress_many``: zstd's batch call on
+two worker threads, as imports and the trainer's recompression use it) against the same blobs
+one call each (``Compressor.compress``), alternating, process CPU time (the workers' too).
+Each worker context used to load the dictionary itself on every batch call (3.7× the calls
+one by one). The batch still starts its two workers and makes their contexts on each call
+(referring to the digest), which costs some CPU for the interpreter lock it frees. Goal: the
+batch ≤ 1.5× the calls one by one.
 """
 
 from __future__ import annotations
@@ -39,7 +48,10 @@ from benchmarks._util import conversation_turns, write_results
 
 RESULTS = Path(__file__).parent / "results" / "new_threads.md"
 GOAL = 1.25
+BATCH_GOAL = 1.5
 TRAIN_TURNS = 400
+BATCH = 100
+BATCHES = 20
 """At most this many turns to reach the automatic dictionary (it is trained near turn 150)."""
 
 
@@ -123,9 +135,10 @@ def run(turns: int) -> dict[str, Any]:
                         on_new_thread(job)
             finally:
                 worker.close()
+            batch = batch_against_one_by_one(store, conversation)
         finally:
             store.close()
-    out: dict[str, Any] = {"turns": turns, "trained_at": trained_at}
+    out: dict[str, Any] = {"turns": turns, "trained_at": trained_at, **batch}
     for kind in ("reused", "new"):
         out[f"{kind}_cpu_ms"] = 1000 * statistics.median(cpu[kind])
         out[f"{kind}_wall_ms"] = 1000 * statistics.median(wall[kind])
@@ -134,8 +147,41 @@ def run(turns: int) -> dict[str, Any]:
     return out
 
 
+def batch_against_one_by_one(store: Any, conversation: list[Any]) -> dict[str, float]:
+    """Process CPU ms of ``BATCH`` small blobs compressed by one ``compress_many`` call and by
+    one ``compress`` call each (medians over ``BATCHES`` batches, alternating)."""
+    from alpstore.archive.sql import SMALL_BLOB_MAX
+    from alpstore.codec import canonical_json
+
+    compressor = store.archive._codec[1]
+    small = [
+        raw
+        for messages in conversation
+        for raw in map(canonical_json, messages)
+        if len(raw) <= SMALL_BLOB_MAX
+    ]
+    need = BATCH * BATCHES
+    if len(small) < need:
+        raise SystemExit(f"{len(small)} small blobs, {need} needed")
+    times: dict[str, list[float]] = {"batch": [], "one": []}
+    for b in range(BATCHES):
+        part = small[b * BATCH : (b + 1) * BATCH]
+        for kind in ("batch", "one") if b % 2 else ("one", "batch"):
+            start = time.process_time()
+            if kind == "batch":
+                compressor.compress_many(part, dictionary_max=SMALL_BLOB_MAX)
+            else:
+                for raw in part:
+                    compressor.compress(raw)
+            times[kind].append(time.process_time() - start)
+    batch_ms = 1000 * statistics.median(times["batch"])
+    one_ms = 1000 * statistics.median(times["one"])
+    return {"batch_ms": batch_ms, "one_ms": one_ms, "batch_ratio": batch_ms / one_ms}
+
+
 def report(r: dict[str, Any]) -> str:
     met = "met" if r["cpu_ratio"] <= GOAL else "**not met**"
+    batch_met = "met" if r["batch_ratio"] <= BATCH_GOAL else "**not met**"
     return "\n".join(
         [
             "# A turn from a new thread (issue 16)",
@@ -152,6 +198,16 @@ def report(r: dict[str, Any]) -> str:
             f"| new ÷ reused | **{r['cpu_ratio']:.2f}** | {r['wall_ratio']:.2f} |",
             "",
             f"Goal: CPU new ÷ reused ≤ {GOAL} — {met}.",
+            "",
+            f"{BATCH} small blobs of the same conversation with the trained dictionary, process "
+            f"CPU, medians over {BATCHES} batches, each compressed both ways (alternating which "
+            "first):",
+            "",
+            "| `compress_many` (one batch call) | `compress` one by one | batch ÷ one by one |",
+            "|---:|---:|---:|",
+            f"| {r['batch_ms']:.2f} ms | {r['one_ms']:.2f} ms | **{r['batch_ratio']:.2f}** |",
+            "",
+            f"Goal: batch ÷ one by one ≤ {BATCH_GOAL} — {batch_met}.",
             "",
         ]
     )
