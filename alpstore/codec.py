@@ -211,9 +211,12 @@ def parse_digest(text: str) -> Digest:
 _Contexts = tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]
 """A compressor's context pair: plain, and with its dictionary (None without one)."""
 
-POOL_KEEP = 16
-"""Idle context pairs a compressor keeps for later calls (about 0.3 MB each with a dictionary);
-more calls at once than this make pairs that are dropped after."""
+POOL_KEEP = 8
+"""Idle context pairs a compressor keeps for later calls. A pair holds 40 KB to 4 MB (a plain
+context that compressed an 8 MB blob keeps its 3.7 MB workspace), so at most about 32 MB wait
+idle; more calls at once than this make pairs (a few tenths of a millisecond, the dictionary
+being digested already) that are dropped after. SQLite writers mostly compress inside
+their transaction, one at a time."""
 
 
 def digest_dictionary(dictionary: bytes, level: int) -> zstandard.ZstdCompressionDict:
