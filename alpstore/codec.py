@@ -11,8 +11,8 @@ import contextlib
 import json
 import math
 import threading
-from collections.abc import Iterable, Sequence
-from typing import Any, NewType
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NewType, TypeVar
 
 import blake3
 import zstandard
@@ -208,6 +208,8 @@ def parse_digest(text: str) -> Digest:
         raise UsageError(f"digest {text!r}: not hexadecimal") from exc
 
 
+T = TypeVar("T")
+
 _Contexts = tuple[zstandard.ZstdCompressor, zstandard.ZstdCompressor | None]
 """A compressor's context pair: plain, and with its dictionary (None without one)."""
 
@@ -217,6 +219,27 @@ context that compressed an 8 MB blob keeps its 3.7 MB workspace), so at most abo
 idle; more calls at once than this make pairs (a few tenths of a millisecond, the dictionary
 being digested already) that are dropped after. SQLite writers mostly compress inside
 their transaction, one at a time."""
+
+
+def pool_take(free: list[T], make: Callable[[], T]) -> T:
+    """A pooled item for the calling code alone: one from ``free``, else ``make()``.
+
+    For python-zstandard contexts, which must not be used by two threads at once but may be
+    used by one thread after another: a thread started for one call takes what earlier threads
+    gave back instead of making its own.
+    """
+    try:
+        return free.pop()  # atomic: no two callers get the same item
+    except IndexError:
+        return make()
+
+
+def pool_give(free: list[T], item: T) -> None:
+    """Give ``item`` back after a call that completed (one that raised drops its item); at
+    most :data:`POOL_KEEP` wait idle.
+    """
+    if len(free) < POOL_KEEP:
+        free.append(item)
 
 
 def digest_dictionary(dictionary: bytes, level: int) -> zstandard.ZstdCompressionDict:
@@ -266,15 +289,6 @@ class Compressor:
                     digested = self._digested = digest_dictionary(dictionary, self.dict_level)
         return digested
 
-    def _dict_context(self, dictionary: bytes) -> zstandard.ZstdCompressor:
-        return zstandard.ZstdCompressor(
-            level=self.dict_level,
-            dict_data=self._digested_dictionary(dictionary),
-            write_content_size=True,
-            write_dict_id=False,
-            write_checksum=True,
-        )
-
     def warm(self) -> None:
         """Digest the dictionary now (10–20 ms for a trained one at ``DICT_LEVEL``; zstd does
         it without holding the interpreter lock). The dictionary trainer calls this before
@@ -283,24 +297,20 @@ class Compressor:
         if self._dictionary is not None:
             self._digested_dictionary(self._dictionary)
 
-    def _take(self) -> _Contexts:
-        """A context pair for this call alone: a free one, else a new one."""
-        try:
-            return self._free.pop()  # atomic: no two calls get the same pair
-        except IndexError:
-            pass
+    def _new_contexts(self) -> _Contexts:
         plain = zstandard.ZstdCompressor(
             level=self.level, write_content_size=True, write_checksum=True
         )
-        with_dict = None
-        if self._dictionary is not None:
-            with_dict = self._dict_context(self._dictionary)
+        if self._dictionary is None:
+            return plain, None
+        with_dict = zstandard.ZstdCompressor(
+            level=self.dict_level,
+            dict_data=self._digested_dictionary(self._dictionary),
+            write_content_size=True,
+            write_dict_id=False,
+            write_checksum=True,
+        )
         return plain, with_dict
-
-    def _give(self, contexts: _Contexts) -> None:
-        """Return a pair after a call that completed (one that raised drops its pair)."""
-        if len(self._free) < POOL_KEEP:
-            self._free.append(contexts)
 
     @property
     def has_dictionary(self) -> bool:
@@ -309,7 +319,7 @@ class Compressor:
 
     def compress(self, raw: bytes, *, use_dictionary: bool = True) -> tuple[int, bytes]:
         """Return ``(codec, payload)``; the raw bytes are kept when zstd does not shrink them."""
-        contexts = self._take()
+        contexts = pool_take(self._free, self._new_contexts)
         plain, with_dict = contexts
         out: tuple[int, bytes] | None = None
         if with_dict is not None and use_dictionary:
@@ -319,7 +329,7 @@ class Compressor:
         if out is None:
             packed = plain.compress(raw)
             out = (CODEC_ZSTD, packed) if len(packed) < len(raw) else (CODEC_RAW, raw)
-        self._give(contexts)
+        pool_give(self._free, contexts)
         return out
 
     def compress_many(
@@ -330,7 +340,7 @@ class Compressor:
         through the whole batch without the interpreter lock (on :data:`MANY_THREADS`
         threads), where one call per blob would take the lock back thousands of times.
         """
-        contexts = self._take()
+        contexts = pool_take(self._free, self._new_contexts)
         plain, with_dict = contexts
         out: list[tuple[int, bytes] | None] = [None] * len(raws)
         if with_dict is not None:
@@ -342,7 +352,7 @@ class Compressor:
         for i, packed in zip(rest, _many(plain, [raws[i] for i in rest]), strict=True):
             raw = raws[i]
             out[i] = (CODEC_ZSTD, packed) if len(packed) < len(raw) else (CODEC_RAW, raw)
-        self._give(contexts)
+        pool_give(self._free, contexts)
         return [o for o in out if o is not None]
 
 

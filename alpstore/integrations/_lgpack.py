@@ -18,7 +18,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from sqlalchemy import Connection
 
 from alpstore.archive.sql import Encoded, encode
-from alpstore.codec import POOL_KEEP, Decompressor, canonical_json
+from alpstore.codec import Decompressor, canonical_json, pool_give, pool_take
 from alpstore.db import raw as rsql
 from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE
 from alpstore.errors import IntegrityError
@@ -92,11 +92,8 @@ class Packer:
         contexts must not be used by two threads at once) and gives it back, so the threads
         LangGraph starts for each ``invoke`` reuse them instead of making their own."""
 
-    def _take(self) -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-        try:
-            return self._free.pop()  # atomic: no two calls get the same pair
-        except IndexError:
-            pass
+    @staticmethod
+    def _new_contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
         state_dict = zstandard.ZstdCompressionDict(
             STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
         )
@@ -111,16 +108,12 @@ class Packer:
             zstandard.ZstdDecompressor(dict_data=state_dict),
         )
 
-    def _give(self, contexts: tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]) -> None:
-        if len(self._free) < POOL_KEEP:
-            self._free.append(contexts)
-
     def pack(self, doc: Any) -> Packed:
         """Canonical JSON of ``doc``, compressed (or raw when that is smaller)."""
         raw = canonical_json(doc)
-        contexts = self._take()
+        contexts = pool_take(self._free, self._new_contexts)
         payload = contexts[0].compress(raw)
-        self._give(contexts)
+        pool_give(self._free, contexts)
         if len(payload) >= len(raw):
             return CODEC_RAW, None, len(raw), raw
         return CODEC_LG_DICT, None, len(raw), payload
@@ -133,9 +126,9 @@ class Packer:
         """
         codec, dict_id, size, payload = packed
         if codec == CODEC_LG_DICT:
-            contexts = self._take()
+            contexts = pool_take(self._free, self._new_contexts)
             raw = contexts[1].decompress(payload, max_output_size=size)
-            self._give(contexts)
+            pool_give(self._free, contexts)
             return json.loads(raw)
         if dict_id is not None and not self._dec.has_dictionary(int(dict_id)):
             row = rsql.fetchone(conn, "SELECT data FROM zstd_dicts WHERE id = ?", (dict_id,))
