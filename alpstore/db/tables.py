@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 
 NAMING = {
@@ -55,6 +56,9 @@ zstd_dicts = Table(
     Column("sample_count", Integer, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("data", LargeBinary, nullable=False),
+    # how ``data`` holds the dictionary (0006): CODEC_RAW, or CODEC_ZSTD (a zstd frame of it);
+    # ``size`` and ``digest`` are the dictionary's own
+    Column("codec", SmallInteger, nullable=False, server_default=text("0")),
     comment="Trained zstd dictionaries; a row is never changed once written.",
     sqlite_autoincrement=True,
 )

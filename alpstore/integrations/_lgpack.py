@@ -131,10 +131,17 @@ class Packer:
             pool_give(self._free, contexts)
             return json.loads(raw)
         if dict_id is not None and not self._dec.has_dictionary(int(dict_id)):
-            row = rsql.fetchone(conn, "SELECT data FROM zstd_dicts WHERE id = ?", (dict_id,))
+            row = rsql.fetchone(
+                conn,
+                "SELECT codec, data, size, digest FROM zstd_dicts WHERE id = ?",
+                (dict_id,),
+            )
             if row is None:
                 raise IntegrityError(f"zstd dictionary {dict_id} is missing from the archive")
-            self._dec.add_dictionary(int(dict_id), bytes(row[0]))
+            codec, data, dsize, digest = row
+            self._dec.load_dictionary(
+                int(dict_id), int(codec), bytes(data), int(dsize), bytes(digest)
+            )
         raw = self._dec.decompress(
             codec, payload, size, None if dict_id is None else int(dict_id), what="LangGraph state"
         )

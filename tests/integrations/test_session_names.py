@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from alpstore.db.migrate import current_revision, upgrade
+from alpstore.db.migrate import SCHEMA_HEAD, current_revision, upgrade
 from alpstore.errors import SessionNameTakenError
 from alpstore.store import Store
 from tests.conftest import Backend
@@ -79,7 +79,7 @@ def test_migration_0005_renames_old_duplicates_and_records_it(backend: Backend) 
                 {"u": f"s{i}", "n": name},
             )
     upgrade(db)
-    assert current_revision(db) == "0005"
+    assert current_revision(db) == SCHEMA_HEAD
     with db.read() as conn:
         names = dict(conn.execute(text("SELECT uuid, name FROM sessions")).all())
         events = conn.execute(
@@ -120,7 +120,7 @@ def test_migration_0005_downgrades(tmp_path: Path) -> None:
                 {"u": u},
             )
     upgrade(db)
-    assert current_revision(db) == "0005"
+    assert current_revision(db) == SCHEMA_HEAD
     db.close()
 
 
