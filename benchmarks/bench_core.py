@@ -215,11 +215,13 @@ def test_hydrate_raw_alpstore(benchmark: Any, big_head: tuple[Store, Session]) -
 
 def _bare_fetch(store: Store, ids: list[int], parse: bool) -> int:
     con = sqlite3.connect(sqlite_path_for_root(store.root))
-    dicts = {
-        i: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(d))
-        for i, d in con.execute("SELECT id, data FROM zstd_dicts")
-    }
     plain = zstandard.ZstdDecompressor()
+    dicts = {  # a dictionary's row holds it as a zstd frame (codec 1) or as is (codec 0)
+        i: zstandard.ZstdDecompressor(
+            dict_data=zstandard.ZstdCompressionDict(plain.decompress(d) if c == 1 else d)
+        )
+        for i, c, d in con.execute("SELECT id, codec, data FROM zstd_dicts")
+    }
     n = 0
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]

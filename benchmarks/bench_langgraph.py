@@ -1,6 +1,8 @@
 """The same generated coding-agent conversation through LangGraph with (a) its SqliteSaver,
 (b) SqliteSaver + DeltaChannel, (c) alpstore's AlpstoreSaver: database bytes, bytes ÷ raw
-conversation, time per turn and time to load the latest state at 100, 400 and 1,000 turns.
+conversation, time per turn and time to load the latest state at 100, 400 and 1,000 turns;
+and (d) the same messages through alpstore's own ``commit_turn`` (one checkpoint a turn, no
+LangGraph), the reference for the saver's bytes (issue 16: within 1.5× of it).
 
 Run: ``python -m pytest benchmarks/bench_langgraph.py --benchmark-only -s``. Writes
 ``benchmarks/results/langgraph.md``. Every step is checkpointed (LangGraph's default durability).
@@ -38,8 +40,10 @@ from langchain_core.messages import (  # noqa: E402
 )
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
+from alpstore.db import sqlite_path_for_root  # noqa: E402
 from alpstore.integrations.langgraph import AlpstoreSaver  # noqa: E402
 from alpstore.samples import generate  # noqa: E402
+from alpstore.store import Store  # noqa: E402
 from benchmarks._util import checkpointed_bytes  # noqa: E402
 
 try:
@@ -188,6 +192,51 @@ def run_variant(
     return out
 
 
+def native_turns(turns: int, seed: int = 7) -> list[list[dict[str, Any]]]:
+    """``conversation``'s turns as the generator's OpenAI-format messages: per turn the
+    system messages before it, the user message and the replies after it."""
+    out: list[list[dict[str, Any]]] = []
+    pending: list[dict[str, Any]] = []
+    for message in generate(turns, seed=seed):
+        if message["role"] == "system":
+            pending.append(message)
+        elif message["role"] == "user":
+            out.append([*pending, message])
+            pending = []
+        else:
+            out[-1].append(message)
+    return out
+
+
+def run_native(turns: list[list[dict[str, Any]]], raw: list[int], marks: list[int]) -> Any:
+    """(d): ``Session.commit_turn`` of each turn's messages (one checkpoint a turn), measured
+    as ``run_variant`` measures a saver; load latest = ``Session.history``."""
+    out: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp))
+        try:
+            session = store.create_session(name="bench")
+            times: list[float] = []
+            for turn in range(1, marks[-1] + 1):
+                start = time.perf_counter()
+                session.commit_turn(turns[turn - 1])
+                times.append(time.perf_counter() - start)
+                if turn in marks:
+                    start = time.perf_counter()
+                    history = session.history()
+                    load = time.perf_counter() - start
+                    out[turn] = {
+                        "bytes": checkpointed_bytes(sqlite_path_for_root(Path(tmp))),
+                        "raw": raw[turn - 1],
+                        "ms_per_turn": 1000 * statistics.mean(times[-WINDOW:]),
+                        "load_ms": 1000 * load,
+                        "messages": len(history),
+                    }
+        finally:
+            store.close()
+    return out
+
+
 def table(results: dict[str, dict[int, dict[str, float]]], marks: list[int]) -> str:
     lines = [
         "| saver | turns | raw conversation | database | × raw | ms / turn | load latest (ms) |",
@@ -218,16 +267,27 @@ def run_all() -> str:
             sqlite_variant, DeltaState, data, marks
         )
     results["(c) AlpstoreSaver"] = run_variant(alpstore_variant, MessagesState, data, marks)
+    results["(d) alpstore commit_turn, same messages"] = run_native(
+        native_turns(marks[-1]), data[2], marks
+    )
     top = marks[-1]
     notes = []
     b = results.get("(b) SqliteSaver + DeltaChannel", {}).get(top)
     c = results["(c) AlpstoreSaver"][top]
+    d = results["(d) alpstore commit_turn, same messages"][top]
+    assert d["messages"] == c["messages"], (d["messages"], c["messages"])
     if b:
         notes.append(
             f"At {top:,} turns alpstore stores {b['bytes'] / c['bytes']:.1f}× fewer bytes than "
             f"SqliteSaver + DeltaChannel (goal ≥ 20×) and takes {c['ms_per_turn']:.1f} ms per "
             f"turn against {b['ms_per_turn']:.1f} ms."
         )
+    notes.append(
+        f"AlpstoreSaver's archive is {c['bytes'] / d['bytes']:.2f}× native `commit_turn`'s on "
+        f"the same messages at {top:,} turns (issue 16's goal: ≤ 1.5×): the saver keeps a "
+        "checkpoint for every step LangGraph takes and every step's pending writes, "
+        "`commit_turn` one checkpoint a turn."
+    )
     a_last = max(results["(a) SqliteSaver"])
     a = results["(a) SqliteSaver"][a_last]
     notes.append(
