@@ -978,10 +978,13 @@ class SqlArchive:
         )
 
     def verify(self) -> VerifyReport:
-        """Decompress and re-hash every blob; check sizes, codecs and summary references."""
+        """Decode and check every dictionary row; decompress and re-hash every blob; check
+        sizes, codecs and summary references.
+        """
         report = VerifyReport()
         bad: list[tuple[int, bytes, str]] = []
         with self.db.read() as conn:
+            report.problems.extend(self._verify_dictionaries(conn))
             last = 0
             while True:
                 rows = conn.execute(
@@ -1010,6 +1013,25 @@ class SqlArchive:
         report.problems.extend(Problem(what=msg, digest=d.hex()) for _, d, msg in bad)
         report.bad_blob_ids = [i for i, _, _ in bad]
         return report
+
+    def _verify_dictionaries(self, conn: Connection) -> list[Problem]:
+        """Every ``zstd_dicts`` row decoded and checked against its digest as stored now, with
+        a decompressor of its own: a process that loaded a dictionary before its row was
+        damaged still decodes blobs from its own copy, and would not see the damage there.
+        """
+        problems = []
+        check = Decompressor()
+        for row in conn.execute(select(*DICT_ROW).order_by(zstd_dicts.c.id)):
+            try:
+                check.load_dictionary(
+                    int(row.id), int(row.codec), bytes(row.data), int(row.size), bytes(row.digest)
+                )
+            except IntegrityError as exc:
+                users = conn.execute(
+                    select(func.count()).select_from(blobs).where(blobs.c.dict_id == row.id)
+                ).scalar_one()
+                problems.append(Problem(what=f"{exc} ({users} blob(s) are compressed with it)"))
+        return problems
 
     def _check_summary_refs(self, conn: Connection, blob_id: int, digest: bytes, doc: Any) -> None:
         covers = doc.get("covers") if isinstance(doc, dict) else None

@@ -143,3 +143,23 @@ def test_migration_0006_downgrades_to_the_dictionary_bytes_and_back(backend: Bac
     [(_i, codec, _s, _d, data_after)] = _dict_rows(backend)
     assert codec == CODEC_RAW and bytes(data_after) == own  # kept as it was, read as it was
     assert _read_fresh(backend) == messages
+
+
+def test_verify_checks_the_dictionary_row_even_when_this_process_has_it_loaded(
+    backend: Backend,
+) -> None:
+    """A long-lived process decodes from the copy it loaded; `verify` checks the row as it is
+    stored now, so damage done to it afterwards is reported."""
+    from alpstore.maintenance import verify
+
+    store, messages = _filled(backend)
+    assert [e.value for e in store.get_session("d").history()] == messages  # loaded now
+    assert verify(store).ok
+    [(dict_id, _codec, _size, _digest, data)] = _dict_rows(backend)
+    frame = bytearray(bytes(data))
+    frame[len(frame) // 2] ^= 0x40
+    _set_dict(backend, dict_id, data=bytes(frame))
+    report = verify(store)
+    assert not report.ok
+    [problem] = [p for p in report.problems if p.what.startswith(f"zstd dictionary {dict_id}:")]
+    assert "blob(s) are compressed with it" in problem.what
