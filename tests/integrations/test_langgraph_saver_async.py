@@ -7,6 +7,7 @@ message.
 from __future__ import annotations
 
 import asyncio
+import gc as collector
 import json
 import random
 import threading
@@ -35,6 +36,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
 import alpstore.integrations._lgcodec as lgcodec  # noqa: E402
 import alpstore.integrations.langgraph as lg  # noqa: E402
+from alpstore.gcpause import no_gc_pause  # noqa: E402
 from alpstore.integrations.langgraph import AlpstoreSaver  # noqa: E402
 from alpstore.maintenance import verify  # noqa: E402
 from alpstore.store import Store  # noqa: E402
@@ -137,8 +139,13 @@ def test_async_methods_never_block_the_loop_while_the_database_is_slow(run_root:
         await asyncio.get_running_loop().run_in_executor(None, holder.join)
         return took, max(stalls)
 
+    # the suite's heap is large by now: a full collection (100-360 ms late in a CI pass) that
+    # lands in the loop's thread would be measured as a stall, so collect first and hold the
+    # collector off while measuring (a method run on the loop still stalls it for HOLD_S)
+    collector.collect()
     try:
-        took, worst = asyncio.run(main())
+        with no_gc_pause():
+            took, worst = asyncio.run(main())
     finally:
         saver.close()
     assert took >= HOLD_S / 2, f"the database was not slow ({took:.3f} s): the test proves nothing"
