@@ -70,7 +70,19 @@ DICT_ROW = (
     zstd_dicts.c.digest,
     zstd_dicts.c.data,
 )
-"""The columns :meth:`SqlArchive._load_dictionary` decodes a dictionary from."""
+"""The columns :func:`load_dictionary_row` decodes a dictionary from."""
+
+
+def load_dictionary_row(dec: Decompressor, row: Any) -> bytes:
+    """Decode and check a ``DICT_ROW`` row and make it available to ``dec``; returns it.
+
+    Raises:
+        IntegrityError: the row is damaged or not the dictionary its digest names.
+    """
+    return dec.load_dictionary(
+        int(row.id), int(row.codec), bytes(row.data), int(row.size), bytes(row.digest)
+    )
+
 
 INSERT_BLOBS = (
     "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
@@ -242,14 +254,8 @@ class SqlArchive:
         with self.db.read() as conn:
             row = conn.execute(select(*DICT_ROW).order_by(zstd_dicts.c.id.desc()).limit(1)).first()
         if row is not None and int(row.id) != self._codec[0]:
-            data = self._load_dictionary(row)
+            data = load_dictionary_row(self._dec, row)
             self._codec = (int(row.id), self._compressor(data))
-
-    def _load_dictionary(self, row: Any) -> bytes:
-        """Decode and check a ``DICT_ROW`` row, and make it available to the decompressor."""
-        return self._dec.load_dictionary(
-            int(row.id), int(row.codec), bytes(row.data), int(row.size), bytes(row.digest)
-        )
 
     def _compressor(self, dictionary: bytes) -> Compressor:
         return Compressor(self.level, dictionary, dict_level=self.dict_level)
@@ -260,7 +266,7 @@ class SqlArchive:
         row = conn.execute(select(*DICT_ROW).where(zstd_dicts.c.id == dict_id)).first()
         if row is None:
             raise IntegrityError(f"zstd dictionary {dict_id} is missing from the archive")
-        self._load_dictionary(row)
+        load_dictionary_row(self._dec, row)
 
     def train_dictionary(
         self,
@@ -1023,9 +1029,7 @@ class SqlArchive:
         check = Decompressor()
         for row in conn.execute(select(*DICT_ROW).order_by(zstd_dicts.c.id)):
             try:
-                check.load_dictionary(
-                    int(row.id), int(row.codec), bytes(row.data), int(row.size), bytes(row.digest)
-                )
+                load_dictionary_row(check, row)
             except IntegrityError as exc:
                 users = conn.execute(
                     select(func.count()).select_from(blobs).where(blobs.c.dict_id == row.id)

@@ -15,12 +15,11 @@ from typing import Any
 
 import zstandard
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
-from alpstore.archive.sql import Encoded, encode
+from alpstore.archive.sql import DICT_ROW, Encoded, encode, load_dictionary_row
 from alpstore.codec import Decompressor, canonical_json, pool_give, pool_take
-from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE
+from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, zstd_dicts
 from alpstore.errors import IntegrityError
 from alpstore.integrations._lgcodec import KIND_MESSAGE, value_doc
 
@@ -131,17 +130,10 @@ class Packer:
             pool_give(self._free, contexts)
             return json.loads(raw)
         if dict_id is not None and not self._dec.has_dictionary(int(dict_id)):
-            row = rsql.fetchone(
-                conn,
-                "SELECT codec, data, size, digest FROM zstd_dicts WHERE id = ?",
-                (dict_id,),
-            )
+            row = conn.execute(select(*DICT_ROW).where(zstd_dicts.c.id == int(dict_id))).first()
             if row is None:
                 raise IntegrityError(f"zstd dictionary {dict_id} is missing from the archive")
-            codec, data, dsize, digest = row
-            self._dec.load_dictionary(
-                int(dict_id), int(codec), bytes(data), int(dsize), bytes(digest)
-            )
+            load_dictionary_row(self._dec, row)
         raw = self._dec.decompress(
             codec, payload, size, None if dict_id is None else int(dict_id), what="LangGraph state"
         )
