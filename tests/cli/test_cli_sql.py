@@ -216,3 +216,38 @@ def test_long_cells_are_marked_on_a_terminal(backend: Backend) -> None:
     piped = backend.cli("sql", query)
     cells = piped.out.splitlines()[1:]
     assert cells and all(len(c) == 128 for c in cells)
+
+
+def test_several_statements_are_refused_and_nothing_is_written(backend: Backend) -> None:
+    """A query may not end the read-only transaction and write after it: `select 1; commit;
+    update …` ran the update on PostgreSQL (psycopg's simple protocol runs several statements)."""
+    _seed(backend)
+    for attack in (
+        "select 1; commit; update sessions set name = 'pwned'",
+        "select 1; commit; create table evil (x integer)",
+        "select 1; rollback; begin read write; delete from backtracks; commit",
+    ):
+        result = backend.cli("sql", attack)
+        assert result.code == 2, (attack, result.out, result.err)
+        assert result.err.startswith("alpstore: error: ") and "Traceback" not in result.err
+    names = backend.cli("sql", "select name from sessions", "--json")
+    assert json.loads(names.out) == [{"name": "s"}], names.err
+    evil = (
+        "select count(*) as n from pg_tables where tablename = 'evil'"
+        if backend.is_postgresql
+        else "select count(*) as n from sqlite_master where name = 'evil'"
+    )
+    listed = backend.cli("sql", evil, "--json")
+    assert json.loads(listed.out) == [{"n": 0}], listed.err
+
+
+def test_a_colon_inside_a_literal_is_text(backend: Backend) -> None:
+    """The query reaches the database as written: `"turn":12` in a string literal is not a
+    bind parameter (it was: "A value is required for bind parameter '12'")."""
+    _seed(backend)
+    result = backend.cli("sql", """select '{"turn":12}' as j, 'at :noon' as k""", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [{"j": '{"turn":12}', "k": "at :noon"}]
+    piped = backend.cli("sql", "select 'x' as a where '{\"a\":1}' like '%\"a\":1%'")
+    assert piped.code == 0 and piped.out.splitlines() == ["a", "x"], piped.err
+
