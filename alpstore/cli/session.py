@@ -18,6 +18,7 @@ from alpstore.cli._common import (
     read_store,
     store,
     warn,
+    write_json_text,
 )
 from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
@@ -671,8 +672,10 @@ def lineage(
         from alpstore.debug.lineage import lineage_branches, lineage_roots
 
         print_tree(lineage_branches(*lineage_roots(st, session)), empty="(no sessions)")
-    else:
-        sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
+    elif fmt == "json":
+        write_json_text(render_lineage(st, session, fmt).rstrip("\n") + "\n")
+    else:  # dot, mermaid: a steering message's control characters shown escaped on a terminal
+        echo(render_lineage(st, session, fmt).rstrip("\n"))
     if svg is not None:
         written = write_svg(st, session, svg)
         if written:
