@@ -107,10 +107,10 @@ def _load_manifest(path: Path) -> Any:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text") from err
-    from alpstore.policy.overlays import check_expansion
+    from alpstore.policy.overlays import UniqueKeyLoader, check_expansion
 
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader
         check_expansion(doc, str(path), len(text.encode("utf-8")))
     except yaml.YAMLError as err:
         raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err

@@ -71,3 +71,67 @@ def checkpoint_value(checkpoint: dict[str, Any], where: str) -> int:
     for key in where.split("."):
         value = value[key]
     return int(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000),
+        ("deep.yaml", "kind: Agent\nspec: " + "[" * 100_000 + "]" * 100_000),
+    ],
+)
+def test_deeply_nested_manifest_is_one_line(
+    cli: Any, run_root: Path, tmp_path: Path, name: str, text: str
+) -> None:
+    """`session open --manifest` of a deeply nested file was "internal error: RecursionError"
+    (exit 70); `session new --manifest` already said it in one line."""
+    path = agent(tmp_path / "a", text, name)
+    err = refused(cli("session", "open", "--manifest", str(path)), 8)
+    assert name in err and "nested too deeply" in err, err
+    assert tree(run_root) == {}
+
+
+def test_byte_order_mark_is_accepted(cli: Any, tmp_path: Path) -> None:
+    """A JSON manifest starting with a UTF-8 BOM was refused in Python's words ("decode using
+    utf-8-sig") by `session open`; `session new` accepts it (issue 17)."""
+    path = tmp_path / "a" / "agent.json"
+    path.parent.mkdir()
+    doc = {"kind": "Agent", "spec": {"checkpoint": {"mode": "every_turn"}}}
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(doc).encode())
+    opened = cli("session", "open", "--manifest", str(path), "--json")
+    assert opened.code == 0, opened.err
+    assert json.loads(opened.out)["policy"]["mode"] == "every_turn"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "key"),
+    [
+        (
+            "agent.yaml",
+            "kind: Agent\nspec:\n  checkpoint:\n    mode: every_turn\n    mode: none\n",
+            "mode",
+        ),
+        ("agent.yaml", "kind: Agent\nspec: {checkpoint: {mode: every_turn}}\nspec: {}\n", "spec"),
+        (
+            "agent.json",
+            '{"kind": "Agent", "spec": {"checkpoint": {"mode": "every_turn", "mode": "none"}}}',
+            "mode",
+        ),
+    ],
+)
+def test_a_key_written_twice_is_refused(
+    cli: Any, run_root: Path, tmp_path: Path, name: str, text: str, key: str
+) -> None:
+    """Which of two `mode:` lines runs? The last was taken silently: the policy that ran was
+    not the one the user may have meant. Refused, naming the key and the line."""
+    path = agent(tmp_path / "a", text, name)
+    err = refused(cli("session", "open", "--manifest", str(path)), 8)
+    assert name in err and f"{key!r}" in err and "more than once" in err, err
+    assert tree(run_root) == {}
+    merged = agent(
+        tmp_path / "b",
+        "kind: Agent\nbase: &base {mode: every_turn}\n"
+        "spec:\n  checkpoint:\n    <<: *base\n    mode: none\n",
+    )  # a merge key's value overridden by the mapping's own key is YAML, not a repeat
+    opened = cli("session", "open", "--manifest", str(merged), "--json")
+    assert opened.code == 0 and json.loads(opened.out)["policy"]["mode"] == "none", opened.err
