@@ -201,30 +201,42 @@ def _no_guard() -> Iterator[list[str]]:
 
 
 def _fetch(conn: Connection, query: str, max_rows: int, max_bytes: int) -> QueryResult:
-    from sqlalchemy import text
+    """Run ``query`` on the connection's own driver cursor, as written.
 
-    result = conn.execute(text(query))
-    if not result.returns_rows:
-        raise UsageError("the statement returns no rows; `alpstore sql` only reads")
-    columns = list(result.keys())
-    rows: list[tuple[Any, ...]] = []
-    held = 0
-    cut: str | None = None
-    while cut is None:
-        batch = result.fetchmany(FETCH_BATCH)
-        if not batch:
-            break
-        for r in batch:
-            if len(rows) >= max_rows:
-                cut = "rows"
+    Not through SQLAlchemy's ``text()``, which reads ``:word`` as a bind parameter even inside
+    a string literal (``'{"turn":12}'``); and on PostgreSQL as a prepared statement, so the
+    extended protocol runs exactly one statement (psycopg's simple protocol would run
+    ``select 1; commit; update …``, the update outside the read-only transaction).
+    """
+    dbapi: Any = conn.connection.dbapi_connection
+    cursor = dbapi.cursor()
+    try:
+        if isinstance(cursor, sqlite3.Cursor):
+            cursor.execute(query)
+        else:
+            cursor.execute(query, prepare=True)
+        if cursor.description is None:
+            raise UsageError("the statement returns no rows; `alpstore sql` only reads")
+        columns = [str(d[0]) for d in cursor.description]
+        rows: list[tuple[Any, ...]] = []
+        held = 0
+        cut: str | None = None
+        while cut is None:
+            batch = cursor.fetchmany(FETCH_BATCH)
+            if not batch:
                 break
-            row = tuple(r)
-            held += _row_bytes(row)
-            if held > max_bytes and rows:
-                cut = "bytes"
-                break
-            rows.append(row)
-    result.close()
+            for r in batch:
+                if len(rows) >= max_rows:
+                    cut = "rows"
+                    break
+                row = tuple(r)
+                held += _row_bytes(row)
+                if held > max_bytes and rows:
+                    cut = "bytes"
+                    break
+                rows.append(row)
+    finally:
+        cursor.close()
     return QueryResult(columns, rows, cut)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store
+from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store, store, write_json_text
 from alpstore.codec import parse_digest, parse_json
 from alpstore.errors import InputError, IntegrityError
 
@@ -63,9 +63,9 @@ def get(
     """Print a stored document (its canonical JSON), verifying its digest."""
     _kind, raw = read_store(ctx).archive.get_raw(parse_digest(digest), verify=True)
     if pretty:
-        echo(json.dumps(json.loads(raw), indent=2, ensure_ascii=False))
+        write_json_text(json.dumps(json.loads(raw), indent=2, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(raw.decode("utf-8") + "\n")
+        write_json_text(raw.decode("utf-8") + "\n")
 
 
 @app.command("stats")

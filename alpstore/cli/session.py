@@ -18,6 +18,7 @@ from alpstore.cli._common import (
     read_store,
     store,
     warn,
+    write_json_text,
 )
 from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
@@ -106,10 +107,10 @@ def _load_manifest(path: Path) -> Any:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
     except UnicodeDecodeError as err:
         raise InputError(f"{path}: not UTF-8 text") from err
-    from alpstore.policy.overlays import check_expansion
+    from alpstore.policy.overlays import UniqueKeyLoader, check_expansion
 
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader
         check_expansion(doc, str(path), len(text.encode("utf-8")))
     except yaml.YAMLError as err:
         raise InputError(f"{path}: not valid YAML/JSON ({str(err).splitlines()[0]})") from err
@@ -671,8 +672,10 @@ def lineage(
         from alpstore.debug.lineage import lineage_branches, lineage_roots
 
         print_tree(lineage_branches(*lineage_roots(st, session)), empty="(no sessions)")
-    else:
-        sys.stdout.write(render_lineage(st, session, fmt).rstrip("\n") + "\n")
+    elif fmt == "json":
+        write_json_text(render_lineage(st, session, fmt).rstrip("\n") + "\n")
+    else:  # dot, mermaid: a steering message's control characters shown escaped on a terminal
+        echo(render_lineage(st, session, fmt).rstrip("\n"))
     if svg is not None:
         written = write_svg(st, session, svg)
         if written:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import math
 import signal
 import sys
 import threading
@@ -12,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from alpstore.cli._common import read_store, warn
+from alpstore.cli._common import read_store, warn, write_json_text
 from alpstore.errors import Interrupted
 from alpstore.sqlhelpers import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, run_query
 
@@ -111,26 +113,55 @@ def _ctrl_c(*, poll: bool) -> Iterator[threading.Event]:
 
 
 def _print_json_rows(columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    """A JSON array of row objects, written one row at a time (memory stays one row's worth)."""
-    out = sys.stdout
-    out.write("[")
+    """A JSON array of row objects, written one row at a time (memory stays one row's worth);
+    on a terminal with control and bidi characters as JSON escapes, like every ``--json``.
+    """
+    write_json_text("[")
     for i, row in enumerate(rows):
         doc = dict(zip(columns, (_jsonable(v) for v in row), strict=True))
-        out.write(("," if i else "") + "\n  " + json.dumps(doc, ensure_ascii=False))
-    out.write("\n]\n" if rows else "]\n")
+        text = json.dumps(doc, ensure_ascii=False, allow_nan=False)
+        write_json_text(("," if i else "") + "\n  " + text)
+    write_json_text("\n]\n" if rows else "]\n")
+
+
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+"""How ``--json`` spells the numbers JSON has no literal for (as Protobuf's JSON mapping does)."""
 
 
 def _jsonable(value: Any) -> Any:
+    """A cell as JSON can hold it: bytes as hex, a non-finite number as a string
+    (:data:`NON_FINITE`), a date or time in ISO 8601, any other value the driver gives that
+    JSON has no type for (PostgreSQL's numeric, interval, UUID …) as its text.
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else NON_FINITE[repr(value)]
     if isinstance(value, bytes | memoryview):
         return bytes(value).hex()
-    return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    return str(value)
 
 
 def _cell(value: Any) -> str:
+    """A cell as text, whole (a pipe gets every value whole): a float in its shortest exact
+    spelling, a list or mapping (PostgreSQL arrays, JSON) as JSON, anything else as its text.
+    """
     if value is None:
         return "NULL"
     if isinstance(value, bytes | memoryview):
         return bytes(value).hex()
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return value if isinstance(value, str) else json.dumps(value, default=str)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float | int):
+        return repr(value)
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(_jsonable(value), ensure_ascii=False, allow_nan=False)
+    return str(value)

@@ -31,6 +31,9 @@ PORTABILITY_ALIASES: Final[dict[str, Portability]] = {
     "shallow": "reference",
 }
 
+MAX_COUNT: Final = 2**31 - 1
+"""Largest ``every_n_turns`` or ``retention.n`` (a database integer column on every backend)."""
+
 DEFAULT_MODE: Final[Mode] = "none"
 DEFAULT_RETENTION_MODE: Final[RetentionMode] = "all"
 DEFAULT_RETENTION_N: Final = 5
@@ -160,6 +163,9 @@ def _positive_int(value: Any, where: str) -> int:
         raise PolicyError(f"{where}: expected a positive integer, got {_type_name(value)}")
     if value < 1:
         raise PolicyError(f"{where}: expected a positive integer, got {value}")
+    if value > MAX_COUNT:
+        shown = str(value) if len(str(value)) <= 24 else f"{str(value)[:20]}…"
+        raise PolicyError(f"{where}: {shown} is out of range (at most {MAX_COUNT})")
     return value
 
 

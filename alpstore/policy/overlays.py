@@ -59,23 +59,70 @@ def check_expansion(data: Any, where: str, size: int) -> None:
             stack.extend(item)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key written twice in one mapping is an error.
+
+    YAML requires unique keys; PyYAML keeps the last one silently, so of ``mode: every_turn``
+    and a later ``mode: none`` the second ran without a word. A merge key (``<<``) is not a
+    repeat: the mapping's own keys override what it merges, as YAML says.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """The mapping of ``node``, refusing a key its own entries repeat."""
+        seen: set[Any] = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                repeated = key in seen
+            except TypeError:  # an unhashable key: the base class says so
+                continue
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found the key {key!r} more than once",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"found the key {key!r} more than once")
+        out[key] = value
+    return out
+
+
 def _parse_document(raw: bytes, where: str) -> Any:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise PolicyError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte order mark is fine
     except UnicodeDecodeError as exc:
         raise PolicyError(f"{where}: not UTF-8 text") from exc
-    if where.endswith(".json"):
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            raise PolicyError(f"{where}: not valid JSON ({exc})") from exc
+    from alpstore.portable.files import MAX_DEPTH, nesting_depth
+
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{where}: not valid YAML ({yaml_problem(exc)})") from exc
-    check_expansion(data, where, len(raw))
+        if where.endswith(".json"):
+            try:
+                data = json.loads(text, object_pairs_hook=_unique_pairs)
+            except ValueError as exc:
+                raise PolicyError(f"{where}: not valid JSON ({exc})") from exc
+        else:
+            try:
+                data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader
+            except yaml.YAMLError as exc:
+                raise PolicyError(f"{where}: not valid YAML ({yaml_problem(exc)})") from exc
+            check_expansion(data, where, len(raw))
+    except RecursionError as exc:
+        raise PolicyError(f"{where}: nested too deeply (at most {MAX_DEPTH} levels)") from exc
+    if nesting_depth(data) > MAX_DEPTH:
+        raise PolicyError(f"{where}: nested too deeply (at most {MAX_DEPTH} levels)")
     return data
 
 

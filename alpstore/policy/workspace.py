@@ -16,7 +16,7 @@ import yaml
 
 from alpstore.errors import PolicyError
 from alpstore.policy.model import STORAGE_KINDS, CheckpointPolicy, StorageKind
-from alpstore.policy.overlays import check_expansion, yaml_problem
+from alpstore.policy.overlays import UniqueKeyLoader, check_expansion, yaml_problem
 
 WORKSPACE_CONFIG_NAME: Final = "config.yaml"
 DEFAULT_CHECKPOINT_SUBDIR: Final = Path(".mas") / "checkpoints"
@@ -128,10 +128,12 @@ def load_workspace_config(path: Path) -> WorkspaceConfig:
     if len(raw) > MAX_CONFIG_BYTES:
         raise PolicyError(f"{path}: workspace config is larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=UniqueKeyLoader)  # a SafeLoader
+        check_expansion(data, str(path), len(raw))
     except yaml.YAMLError as exc:
         raise PolicyError(f"{path}: not valid YAML ({yaml_problem(exc)})") from exc
-    check_expansion(data, str(path), len(raw))
+    except RecursionError as exc:
+        raise PolicyError(f"{path}: nested too deeply") from exc
     return parse_workspace_config(data, path=path)
 
 

@@ -2,7 +2,9 @@
 
 Three kinds of finding: a string shaped like a well-known token (AWS, GitHub, OpenAI, Anthropic,
 Slack, Google, Stripe, JWT), a private key block, and a secret-looking key (``password``,
-``api_key``, ``access_token`` …) holding a literal string. References pass: ``${env:NAME}`` and
+``api_key``, ``access_token`` …, also spelled ``apiKey``, ``x-api-key``, ``clientSecret``) holding
+a literal string. Mapping keys are checked for token shapes too (a finding there names the key
+by its position, never its text). References pass: ``${env:NAME}`` and
 ``secret://…``. Findings name the JSON path and the kind, never the value.
 """
 
@@ -87,8 +89,10 @@ _KEY_ENDINGS: Final = (
 )
 
 
-_KEY_SPELLINGS: Final = tuple(
-    spelling for w in _KEY_ENDINGS for spelling in {w, w.upper(), w.capitalize()}
+_KEY_SPELLINGS: Final = (
+    *(spelling for w in _KEY_ENDINGS for spelling in {w, w.upper(), w.capitalize()}),
+    "Key",  # apiKey, accessKey, secretKey, privateKey (camel case)
+    "-key",  # x-api-key (kebab case)
 )
 _MIXED_CASE_KEY: Final = re.compile(r"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\": \"")
 """Only a key in unusual mixed case needs the slower lower-cased search."""
@@ -131,17 +135,35 @@ def _key_path(path: str, key: str) -> str:
     return f'{path}["{escaped}"]'
 
 
-def _check_string(text: str, path: str, out: list[Finding]) -> None:
+def _token_kind(text: str) -> str | None:
+    """The kind of credential ``text`` holds, or None."""
     if not _QUICK.search(text):
-        return
+        return None
     for kind, pattern in TOKEN_SHAPES:
         if pattern.search(text):
-            out.append(Finding(path, kind))
-            return
+            return kind
+    return None
+
+
+def _check_string(text: str, path: str, out: list[Finding]) -> None:
+    kind = _token_kind(text)
+    if kind is not None:
+        out.append(Finding(path, kind))
+
+
+_CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def secret_looking_key(key: str) -> bool:
+    """True when ``key``'s last word names a credential, in any spelling: ``api_key``,
+    ``apiKey``, ``x-api-key``, ``clientSecret``, ``ACCESS_TOKEN``.
+    """
+    plain = key.replace("-", "_")
+    return bool(SECRET_KEY.search(plain) or SECRET_KEY.search(_CAMEL_BOUNDARY.sub("_", plain)))
 
 
 def _literal_secret(key: object, value: object) -> bool:
-    if not isinstance(key, str) or not isinstance(value, str) or not SECRET_KEY.search(key):
+    if not isinstance(key, str) or not isinstance(value, str) or not secret_looking_key(key):
         return False
     text = value.strip()
     return bool(text) and not REFERENCE.match(text)
@@ -157,7 +179,11 @@ def scan(value: Any, path: str = "$") -> list[Finding]:
             _check_string(item, where, out)
         elif isinstance(item, dict):
             children = []
-            for key, sub in item.items():
+            for index, (key, sub) in enumerate(item.items(), 1):
+                key_kind = _token_kind(str(key))
+                if key_kind is not None:  # a path through this key would print it: not walked
+                    out.append(Finding(f"{where} (key {index})", f"{key_kind} used as a key"))
+                    continue
                 sub_path = _key_path(where, str(key))
                 if _literal_secret(key, sub):
                     out.append(Finding(sub_path, f"literal value under secret-looking key {key!r}"))

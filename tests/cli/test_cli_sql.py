@@ -216,3 +216,105 @@ def test_long_cells_are_marked_on_a_terminal(backend: Backend) -> None:
     piped = backend.cli("sql", query)
     cells = piped.out.splitlines()[1:]
     assert cells and all(len(c) == 128 for c in cells)
+
+
+def test_several_statements_are_refused_and_nothing_is_written(backend: Backend) -> None:
+    """A query may not end the read-only transaction and write after it: `select 1; commit;
+    update …` ran the update on PostgreSQL (psycopg's simple protocol runs several statements)."""
+    _seed(backend)
+    for attack in (
+        "select 1; commit; update sessions set name = 'pwned'",
+        "select 1; commit; create table evil (x integer)",
+        "select 1; rollback; begin read write; delete from backtracks; commit",
+    ):
+        result = backend.cli("sql", attack)
+        assert result.code == 2, (attack, result.out, result.err)
+        assert result.err.startswith("alpstore: error: ") and "Traceback" not in result.err
+    names = backend.cli("sql", "select name from sessions", "--json")
+    assert json.loads(names.out) == [{"name": "s"}], names.err
+    evil = (
+        "select count(*) as n from pg_tables where tablename = 'evil'"
+        if backend.is_postgresql
+        else "select count(*) as n from sqlite_master where name = 'evil'"
+    )
+    listed = backend.cli("sql", evil, "--json")
+    assert json.loads(listed.out) == [{"n": 0}], listed.err
+
+
+def test_a_colon_inside_a_literal_is_text(backend: Backend) -> None:
+    """The query reaches the database as written: `"turn":12` in a string literal is not a
+    bind parameter (it was: "A value is required for bind parameter '12'")."""
+    _seed(backend)
+    result = backend.cli("sql", """select '{"turn":12}' as j, 'at :noon' as k""", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [{"j": '{"turn":12}', "k": "at :noon"}]
+    piped = backend.cli("sql", "select 'x' as a where '{\"a\":1}' like '%\"a\":1%'")
+    assert piped.code == 0 and piped.out.splitlines() == ["a", "x"], piped.err
+
+
+def _strict_json(text: str) -> object:
+    def refuse(name: str) -> object:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_valid_json_for_every_value(backend: Backend) -> None:
+    """Non-finite numbers and PostgreSQL's dates, numerics, intervals and UUIDs: valid JSON
+    (they gave `Infinity`/`NaN`, which JSON does not have, or exit 70 on PostgreSQL)."""
+    _seed(backend)
+    if backend.is_postgresql:
+        query = (
+            "select 'Infinity'::float8 as inf, '-Infinity'::float8 as ninf, 'NaN'::float8 as nan,"
+            " timestamptz '2026-01-02 03:04:05+00' as t, date '2026-01-02' as d,"
+            " 1.50::numeric as n, interval '1 day' as i,"
+            " '12345678-1234-5678-1234-567812345678'::uuid as u,"
+            " array['NaN'::float8, 1.5] as a"
+        )
+    else:
+        query = "select 1e999 as inf, -1e999 as ninf, 0.5 as half"
+    result = backend.cli("sql", query, "--json")
+    assert result.code == 0, result.err
+    (row,) = _strict_json(result.out)  # type: ignore[misc]
+    assert row["inf"] == "Infinity" and row["ninf"] == "-Infinity"
+    if backend.is_postgresql:
+        assert row["nan"] == "NaN" and row["a"] == ["NaN", 1.5]
+        assert row["t"] == "2026-01-02T03:04:05+00:00" and row["d"] == "2026-01-02"
+        assert row["n"] == "1.50" and row["u"] == "12345678-1234-5678-1234-567812345678"
+        assert row["i"] == "1 day, 0:00:00"
+        table = backend.cli("sql", query)
+        assert table.code == 0, table.err
+        assert table.out.splitlines()[1].split("\t")[3:6] == [
+            "2026-01-02 03:04:05+00:00",
+            "2026-01-02",
+            "1.50",
+        ]
+    else:
+        assert row["half"] == 0.5
+
+
+def test_piped_numbers_are_whole(backend: Backend) -> None:
+    """A pipe gets every value whole (README): a float is not cut to six digits."""
+    _seed(backend)
+    result = backend.cli("sql", "select 0.1234567891 as f, 1796207045.5693252 as t")
+    assert result.code == 0, result.err
+    assert result.out.splitlines() == ["f\tt", "0.1234567891\t1796207045.5693252"]
+
+
+def test_json_on_a_terminal_escapes_bidi_and_c1(backend: Backend) -> None:
+    """`sql --json` on a terminal: a bidi override or C1 control from the archive reaches the
+    screen as a JSON escape (it was written raw), and the text is the piped document."""
+    _seed(backend)
+    text = "left \u202eevil\u202c \x9b31m done"
+    literal = "'" + text + "'"
+    env = {**os.environ, "COLUMNS": "200"}
+    if backend.url:
+        env["ALPSTORE_DATABASE_URL"] = backend.url
+    query = f"select {literal} as c"
+    code, shown = run_on_tty("--root", str(backend.root), "sql", query, "--json", env=env)
+    assert code == 0, shown
+    for raw in ("\u202e", "\u202c", "\x9b"):
+        assert raw not in shown, shown
+    piped = backend.cli("sql", query, "--json")
+    assert text in piped.out
+    assert json.loads(shown) == json.loads(piped.out) == [{"c": text}]

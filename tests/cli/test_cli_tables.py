@@ -177,6 +177,40 @@ def test_terminal_shows_controls_escaped(hostile: Hostile) -> None:
             assert "evil\\x1b[2J\\u202eX" in out, out
 
 
+def test_lineage_formats_and_archive_get_escape_controls_on_a_terminal(tmp_path: Path) -> None:
+    """`session lineage --format json|dot|mermaid` and `archive get [--pretty]` wrote a
+    steering message's ESC sequence, bidi override and C1 control raw to the terminal; a pipe
+    still gets the exact bytes, and JSON stays the same document."""
+    import json
+
+    root = tmp_path / "run"
+    root.mkdir()
+    steer = "Ask \u202eevil\u202c \x9b31m \x1b]0;title\x07 first"
+    with Store.open(root) as store:
+        s = store.create_session(name="demo")
+        for i in range(2):
+            s.commit_turn([{"role": "user", "content": f"q{i}"}])
+        s.backtrack(1, steer)
+        (entry,) = [e for e in store.hydrate_view(s.head) if "evil" in json.dumps(e.value)]
+    h = Hostile(root, {}, [], 0)
+    raws = ("\u202e", "\u202c", "\x9b", "\x1b", "\x07")
+    for fmt in ("json", "dot", "mermaid"):
+        out = on_terminal(h, "session", "lineage", "--format", fmt, columns=200)
+        assert not [r for r in raws if r in out], (fmt, out)
+        piped = h.cli("session", "lineage", "--format", fmt)
+        assert piped.code == 0 and "evil" in piped.out, (fmt, piped.err)
+        if fmt == "json":
+            assert json.loads(out) == json.loads(piped.out)
+        else:
+            assert "\u202eevil\u202c \x9b31m \x1b]0;title\x07" in piped.out
+    for extra in ((), ("--pretty",)):
+        piped = h.cli("archive", "get", entry.hex, *extra)
+        assert piped.code == 0 and "\u202e" in piped.out, piped.err
+        out = on_terminal(h, "archive", "get", entry.hex, *extra, columns=200)
+        assert not [r for r in raws if r in out], out
+        assert json.loads(out) == json.loads(piped.out) == entry.value
+
+
 def test_wide_text_wraps_on_a_terminal(hostile: Hostile) -> None:
     out = on_terminal(hostile, "session", "log", "demo", columns=90)
     assert width(out) <= 90

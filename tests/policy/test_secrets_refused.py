@@ -99,3 +99,35 @@ def test_context_pin_refuses_secret_looking_text(tmp_path: Path) -> None:
     )
     assert allowed.code == 0, allowed.err
     assert AWS_KEY.encode() in checkpoint.read_bytes()
+
+
+def test_secrets_in_keys_and_camel_case_keys_are_refused(
+    cli: Any, run_root: Path, tmp_path: Path
+) -> None:
+    """A credential used as a mapping key was stored (keys were not scanned), and when a
+    finding sat under it the error printed it as part of the path; `clientSecret`,
+    `accessToken`, `x-api-key` holding literals passed (only snake_case names were checked)."""
+    cases = [
+        ({"tools": {AWS_KEY: {"api_key": "literal"}}}, "$.spec.tools"),
+        ({"tools": {AWS_KEY: 1}}, "$.spec.tools"),
+        ({"model": {"clientSecret": "hunter2hunter2"}}, "$.spec.model.clientSecret"),
+        ({"model": {"accessToken": "abcdef123456"}}, "$.spec.model.accessToken"),
+        ({"model": {"headers": {"x-api-key": "abcdef123456"}}}, '["x-api-key"]'),
+    ]
+    for i, (spec, where) in enumerate(cases):
+        path = tmp_path / f"a{i}" / "agent.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"kind": "Agent", "spec": spec}), encoding="utf-8")
+        refused = cli("session", "open", "--manifest", str(path))
+        assert refused.code == 9, (spec, refused.out, refused.err)
+        assert where in refused.err, refused.err
+        assert AWS_KEY not in refused.out + refused.err
+        assert len(refused.err.strip().splitlines()) <= 2 and "Traceback" not in refused.err
+    assert not (run_root / "traces").exists()
+    assert AWS_KEY.encode() not in bytes_under(run_root)
+    # ordinary camelCase keys and references still pass
+    path = tmp_path / "fine" / "agent.json"
+    path.parent.mkdir()
+    spec = {"model": {"maxTokens": 4096, "apiKey": "${env:KEY}", "secretName": "prod"}}
+    path.write_text(json.dumps({"kind": "Agent", "spec": spec}), encoding="utf-8")
+    assert cli("session", "open", "--manifest", str(path)).code == 0

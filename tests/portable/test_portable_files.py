@@ -319,7 +319,20 @@ def test_manifest_secret_blocks_write(tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
 
 
-@pytest.mark.parametrize("key", ["api_key", "API_KEY", "Password", "ClientSecret_Token", "aPi_KeY"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "api_key",
+        "API_KEY",
+        "Password",
+        "ClientSecret_Token",
+        "aPi_KeY",
+        "apiKey",
+        "x-api-key",
+        "clientSecret",
+        "accessToken",
+    ],
+)
 def test_fast_precheck_never_hides_a_finding(key: str) -> None:
     from alpstore.portable.secrets import require_no_secrets
 
