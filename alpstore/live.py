@@ -752,13 +752,15 @@ def prepare_manifest(
     checkpoint_dir: Path | None = None,
     workspace_config: Path | None = None,
     cwd: Path,
+    path: Path | None = None,
 ) -> Prepared:
     """Load (from a path) and validate a manifest and its policy; touches no archive.
+    ``path`` is where a manifest given as a mapping was read from (its folder is where
+    ``storage.path`` and the workspace config are looked up).
 
     Raises:
         PolicyError, SecretError, UsageError: the manifest cannot be used.
     """
-    path: Path | None = None
     if isinstance(manifest, str | Path):
         path = Path(manifest)
         manifest = load_manifest(path)
@@ -780,9 +782,16 @@ def prepare_manifest(
     return Prepared(effective, bound, path, workspace, notice)
 
 
-def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) -> Opened:
-    """Resume the newest matching file (auto_resume_latest) or create a session, and record
-    the policy with it.
+def open_prepared(
+    store: Store,
+    prepared: Prepared,
+    *,
+    name: str | None = None,
+    session_id: str | None = None,
+    resume: bool = True,
+) -> Opened:
+    """Resume the newest matching file (auto_resume_latest, unless ``resume`` is False) or
+    create a session (``session_id``, ``name``), and record the policy with it.
     """
     from alpstore.portable.importing import import_file
     from alpstore.portable.resume import select_latest
@@ -793,7 +802,9 @@ def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) 
     reason = "auto_resume_latest is off"
     session: Session | None = None
     folder = bound.checkpoint_dir
-    if policy.auto_resume_latest and folder is not None:
+    if not resume:
+        reason = "a new session was asked for"
+    elif policy.auto_resume_latest and folder is not None:
         assert bound.manifest_hash is not None
         selection = select_latest(folder, bound.manifest_hash)
         if selection.chosen is not None:
@@ -809,7 +820,10 @@ def open_prepared(store: Store, prepared: Prepared, *, name: str | None = None) 
             )
     if session is None:
         session = store.create_session(
-            name=name, manifest=prepared.effective_manifest, retention=session_retention(policy)
+            session_id=session_id,
+            name=name,
+            manifest=prepared.effective_manifest,
+            retention=session_retention(policy),
         )
     store.bind_policy(session.id, bound.as_record(), session_retention(policy))
     session.info()

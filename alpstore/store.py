@@ -34,6 +34,7 @@ from alpstore.errors import (
     UsageError,
 )
 from alpstore.events import EventLog
+from alpstore.portable.ids import text_problem
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import (
     CheckpointInfo,
@@ -572,6 +573,13 @@ class Store:
         otherwise it is computed from the view's entries (O(length)).
         """
         stored_label = None if label in (None, default_label(turn)) else label
+        if stored_label is not None:
+            problem = text_problem(stored_label)
+            if problem is not None:  # what an export of it would refuse: refused now
+                raise UsageError(
+                    f"checkpoint label {problem}",
+                    hint="labels are printable text, at most 200 characters",
+                )
         now = time.time()
         if cover is None:
             cover = self.views.cover(conn, view)

@@ -77,25 +77,53 @@ def new(
         str | None, typer.Option("--id", help="Session id (default: a UUID).")
     ] = None,
     manifest: Annotated[
-        Path | None, typer.Option("--manifest", help="Agent manifest (YAML/JSON) to embed.")
+        Path | None,
+        typer.Option(
+            "--manifest",
+            help="Agent manifest (YAML/JSON): its checkpoint policy runs on the new session, "
+            "as with `session open`, which can also resume.",
+        ),
     ] = None,
     retention: Annotated[
-        str, typer.Option("--retention", help="Keep all, single or last_n checkpoints.")
-    ] = "all",
+        str | None,
+        typer.Option(
+            "--retention",
+            help="Keep all, single or last_n checkpoints (default all; with --manifest, the "
+            "manifest's spec.checkpoint.retention).",
+        ),
+    ] = None,
     retention_n: Annotated[
         int, typer.Option("--retention-n", min=1, max=MAX_COUNT, help="n for last_n.")
     ] = 5,
 ) -> None:
-    """Create an empty session and print its id."""
+    """Create an empty session and print its id.
+
+    With --manifest, the manifest is validated (an inline credential or an invalid policy is
+    refused before anything is stored) and its checkpoint policy is recorded with the session:
+    every later command on it applies it, as for `session open`.
+    """
     from alpstore.sessions import Retention
 
-    doc = _load_manifest(manifest) if manifest else None
-    if doc is not None:  # CK-11: refused before the archive is even opened
-        require_no_secrets(doc, what=str(manifest))
-    session = store(ctx).create_session(
-        session_id=session_id, name=name, manifest=doc, retention=Retention(retention, retention_n)
-    )
-    echo(session.uuid)
+    if manifest is None:
+        session = store(ctx).create_session(
+            session_id=session_id, name=name, retention=Retention(retention or "all", retention_n)
+        )
+        echo(session.uuid)
+        return
+    if retention is not None:
+        raise UsageError(
+            "--retention cannot be used with --manifest: the manifest's "
+            "spec.checkpoint.retention is the session's"
+        )
+    doc = _load_manifest(manifest)
+    require_no_secrets(doc, what=str(manifest))  # CK-11: before the archive is even opened
+    from alpstore.live import open_prepared, prepare_manifest
+
+    prepared = prepare_manifest(doc, path=manifest, cwd=Path.cwd())
+    if prepared.notice:
+        warn(prepared.notice)
+    opened = open_prepared(store(ctx), prepared, name=name, session_id=session_id, resume=False)
+    echo(opened.live.session.uuid)
 
 
 def _load_manifest(path: Path) -> Any:

@@ -164,3 +164,24 @@ def test_claude_code_transcript_import(cli: Any, tmp_path: Path) -> None:
     assert result.code == 0, result.err
     assert "5 messages in 2 turns" in result.out and "claude format" in result.out
     assert "1 non-message records skipped" in result.out
+
+
+@pytest.mark.parametrize(
+    "label", ["\x1b[31mred\x1b[0m", "two\nlines", "bidi\u202eevil", " padded", "x" * 201]
+)
+def test_a_label_an_export_would_refuse_is_refused_when_taken(
+    cli: Any, label: str, tmp_path: Path
+) -> None:
+    """A checkpoint label must be one `checkpoint export` can write: refused when taken (one
+    line, exit 2, nothing stored), not only later by the export."""
+    assert cli("session", "new", "--name", "lab").code == 0
+    assert cli("session", "append", "lab", "--role", "user", "--content", "q").code == 0
+    result = cli("session", "checkpoint", "lab", "--label", label)
+    assert result.code == 2, result.err
+    assert "checkpoint label" in result.err and "Traceback" not in result.err
+    assert "\x1b" not in result.err and "\u202e" not in result.err
+    assert json.loads(cli("session", "log", "lab", "--json").out) == []
+    fine = cli("session", "checkpoint", "lab", "--label", "before refactor ✓")
+    assert fine.code == 0, fine.err
+    exported = cli("checkpoint", "export", "lab@latest", "-o", str(tmp_path / "lab.json"))
+    assert exported.code == 0, exported.err

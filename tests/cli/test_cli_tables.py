@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import update
 
 from alpstore.cli._table import Kind, fit_widths, plain_cell
+from alpstore.db.tables import checkpoints
 from alpstore.sessions import CheckpointInfo, SessionInfo
 from alpstore.store import Store
 from tests.backend_pass import database_env_for, suite_backend
@@ -51,7 +53,11 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
             s.commit_turn(
                 [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": "a"}]
             )
-        s.checkpoint(label=LABEL, trigger="after_tool_call")
+        ck = s.checkpoint(label="evil", trigger="after_tool_call")
+        # alpstore refuses such a label now; an archive written before that, or edited with
+        # SQL, can still hold one
+        with store.db.atomic() as conn:
+            conn.execute(update(checkpoints).where(checkpoints.c.id == ck.id).values(label=LABEL))
         s.backtrack(1, STEER)
         kid = store.fork_checkpoint(store.resolve_checkpoint("demo@2"), name="kid")
         kid.checkpoint(kernel={"q": {"goal": "x" * 200}, "run": {}}, label="with-kernel")

@@ -246,3 +246,35 @@ def test_checkpoint_save_is_what_auto_resume_loads(
     moved = run_cli("--root", str(other), "session", "open", "--manifest", str(path), "--json")
     report = json.loads(ok(moved).out)
     assert report["session"] == sid and report["resumed_from"] == str(saved)
+
+
+def test_session_new_with_a_manifest_runs_its_policy(cli: Any, tmp_path: Path) -> None:
+    """`session new --manifest` (the help's own example) records the manifest's policy as
+    `session open` does, and never resumes: the same manifest twice gives two sessions."""
+    path = manifest(tmp_path / "new", {"mode": "every_turn", "auto_resume_latest": True})
+    first = ok(cli("session", "new", "--manifest", str(path), "--name", "made")).out.strip()
+    for i in range(2):
+        ok(cli("session", "append", first, "--role", "user", "--content", f"q{i}"))
+    assert triggers(cli, first) == ["every_turn", "every_turn"]
+    assert "every_turn" in ok(cli("session", "show", first, "--policy")).out
+    assert files(tmp_path / "new" / ".mas" / "checkpoints") == [
+        f"{first}-turn-0001.json",
+        f"{first}-turn-0002.json",
+    ]
+    second = ok(cli("session", "new", "--manifest", str(path), "--id", "fixed-id")).out.strip()
+    assert second == "fixed-id" != first
+    assert triggers(cli, second) == []
+
+
+def test_session_new_refuses_an_invalid_policy_and_a_second_retention(
+    cli: Any, tmp_path: Path
+) -> None:
+    bad = manifest(tmp_path / "bad", {"mode": "every_turn", "every_n_turns": "often"})
+    refused = cli("session", "new", "--manifest", str(bad), "--name", "bad")
+    assert refused.code == 8 and "every_n_turns" in refused.err, refused.err
+    assert len(refused.err.strip().splitlines()) == 1 and "Traceback" not in refused.err
+    good = manifest(tmp_path / "good", {"mode": "every_turn"})
+    both = cli("session", "new", "--manifest", str(good), "--retention", "single")
+    assert both.code == 2 and "--retention" in both.err, both.err
+    listed = json.loads(ok(cli("session", "list", "--json")).out)
+    assert listed == []
