@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from alpstore.portable.files import (
     MAX_INT,
     MAX_MESSAGE_BYTES,
     check_depth,
+    check_text_values,
     is_compressed,
     validate_document,
 )
@@ -87,6 +89,7 @@ def check_header(doc: dict[str, Any], *, where: str) -> Header:
     for key in ("kernel", "manifest", "working_memory", *OPTIONAL_FIELDS):
         if key in doc:
             check_depth(doc[key], f"{where}: $.{key}")
+    check_text_values(doc, where, messages=True)  # all the import stores but the streamed part
     validate_document(doc, where=where)
     turn = _bounded_int(doc, "turn", where)
     backtracks = _bounded_int(doc, "backtrack_count", where)
@@ -328,8 +331,17 @@ class _Out:
 
     def flush(self) -> None:
         if self._write is not None and self._parts:
-            self._write("".join(self._parts))
+            self._write(_LONE_SURROGATE.sub(_escaped, "".join(self._parts)))
         self._parts, self._size = [], 0
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""What ``json`` decodes a lone ``\\ud800`` escape to (a pair becomes one character): no UTF-8
+text holds it, so it is printed as the file spells it."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _pretty(js: JsonStream, out: _Out, path: tuple[str, ...], level: int) -> None:

@@ -4,6 +4,7 @@ file driving the terminal (stderr included)."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -52,3 +53,84 @@ def test_a_deep_file_error_naming_a_key_escapes_it(run_root: Path, tmp_path: Pat
         assert res.code == 10, res
         _one_line_error(res.err)
         assert _raw_controls(res.err) == [], res.err
+
+
+# ---------------------------------------------------------------- lone surrogates (`\ud800`)
+def _with_lone_surrogate(where: str) -> dict[str, object]:
+    """A mas-lab file with a lone surrogate (valid JSON, no valid text) in one place."""
+    lone = "x\ud800"
+    seeds = [{"key": "k", "content": "v"}]
+    doc = copy.deepcopy(mas_doc(memory_seeds=seeds, runtime_profile={"p": "v"}))  # shared manifest
+    wm: list[dict[str, object]] = doc["working_memory"]
+    if where == "manifest":  # written after the hash: the hash cannot be computed over it
+        doc["manifest"]["content"]["metadata"]["name"] = lone
+    elif where == "kernel":
+        doc["kernel"]["run"] = {"x": lone}
+    elif where == "second-agent":
+        agent: dict[str, object] = {
+            "agent_id": "b",
+            "turn_history": [],
+            "conversation_chunks": None,
+        }
+        wm.append({**agent, "committed_messages": [{"role": "user", "content": lone}]})
+    elif where == "memory_seeds":
+        doc["memory_seeds"] = [{"key": lone, "content": "v"}]
+    elif where == "runtime_profile":
+        doc["runtime_profile"] = {"p": lone}
+    elif where == "lineage":
+        doc["lineage"]["forked_from_checkpoint"] = lone
+    return doc
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["manifest", "kernel", "second-agent", "memory_seeds", "runtime_profile", "lineage"],
+)
+def test_a_lone_surrogate_in_a_deep_file_is_refused_by_import_and_validate(
+    run_root: Path, tmp_path: Path, where: str
+) -> None:
+    path = tmp_path / "lone.json"
+    path.write_text(json.dumps(_with_lone_surrogate(where)), encoding="utf-8")  # \ud800
+    assert run_cli("--root", str(run_root), "session", "new", "--name", "mine").code == 0
+    before = _run_root_state(run_root)
+    for command in ("validate", "import", "fork"):
+        res = run_cli("--root", str(run_root), "checkpoint", command, str(path))
+        assert res.code == 10, (command, res)
+        _one_line_error(res.err)
+        assert "surrogate" in res.err, res.err
+    assert _run_root_state(run_root) == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["lone.json"]
+
+
+@pytest.mark.parametrize("where", ["manifest", "kernel", "message"])
+def test_checkpoint_show_prints_a_lone_surrogate_as_the_file_spells_it(
+    tmp_path: Path, where: str
+) -> None:
+    doc = (
+        mas_doc(messages=[{"role": "user", "content": "x\ud800"}])
+        if where == "message"
+        else _with_lone_surrogate(where)
+    )
+    path = tmp_path / "lone.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    res = run_cli("checkpoint", "show", str(path))
+    assert res.code == 0, res
+    assert json.loads(res.out) == json.loads(path.read_text(encoding="utf-8"))
+    assert "\\ud800" in res.out
+
+
+def _run_root_state(root: Path) -> tuple[str, ...]:
+    """What an import may change, through the command line: sessions, checkpoints, blobs, and
+    the run root's files beside the archive (the event log)."""
+    out = []
+    for query in (
+        "select uuid, name, status, turn, head_length from sessions order by uuid",
+        "select count(*) from checkpoints",
+        "select count(*) from blobs",
+    ):
+        res = run_cli("--root", str(root), "sql", query)
+        assert res.code == 0, res
+        out.append(res.out)
+    events = root / "traces" / "events.jsonl"
+    out.append(events.read_text(encoding="utf-8") if events.exists() else "")
+    return tuple(out)
