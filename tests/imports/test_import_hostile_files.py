@@ -134,3 +134,77 @@ def _run_root_state(root: Path) -> tuple[str, ...]:
     events = root / "traces" / "events.jsonl"
     out.append(events.read_text(encoding="utf-8") if events.exists() else "")
     return tuple(out)
+
+
+# ---------------------------------------------------------------- the event log
+def _events(root: Path) -> str:
+    path = root / "traces" / "events.jsonl"
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+def test_an_interrupted_transcript_import_leaves_no_event(
+    run_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rolled-back session and its checkpoints never existed: traces/events.jsonl must not
+    say they did (their ids go to the next ones written)."""
+    from typer.testing import CliRunner
+
+    import alpstore.sessions
+    from alpstore.cli._common import GlobalOptions
+    from alpstore.cli.session import app
+    from alpstore.store import Store
+
+    source = tmp_path / "conv.jsonl"
+    lines = [{"role": r, "content": f"{r} {i}"} for i in range(30) for r in ("user", "assistant")]
+    source.write_text("".join(json.dumps(m) + "\n" for m in lines), encoding="utf-8")
+    with Store.open(run_root) as st:
+        st.create_session(name="other")
+    before = _events(run_root)
+    real = alpstore.sessions.Session.commit_turn
+    calls = {"n": 0}
+
+    def interrupted(self: object, *args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        if calls["n"] > 20:
+            raise KeyboardInterrupt  # Ctrl-C at turn 21 of 30
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(alpstore.sessions.Session, "commit_turn", interrupted)
+    opts = GlobalOptions(root=run_root)
+    result = CliRunner().invoke(app, ["import", str(source)], obj=opts)
+    opts.close()
+    monkeypatch.undo()
+    assert result.exit_code == 130, result
+    assert _events(run_root) == before
+    res = run_cli("--root", str(run_root), "session", "import", str(source))  # then for real
+    assert res.code == 0, res
+    events = [json.loads(line) for line in _events(run_root).splitlines()]
+    checkpoints = [e["checkpoint"] for e in events if e["event"] == "checkpoint"]
+    assert len(checkpoints) == len(set(checkpoints)) == 30
+
+
+def test_a_deep_import_refused_after_its_session_was_made_leaves_no_event(
+    run_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import alpstore.store
+    from alpstore.errors import CheckpointFileError
+    from alpstore.portable.importing import import_file
+    from alpstore.store import Store
+
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(mas_doc()), encoding="utf-8")
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise CheckpointFileError("refused late")
+
+    with Store.open(run_root) as st:
+        st.create_session(name="other")
+        before = _events(run_root)
+        monkeypatch.setattr(alpstore.store.Store, "insert_checkpoint", refused)
+        with pytest.raises(CheckpointFileError):
+            import_file(st, path)
+        monkeypatch.undo()
+        assert _events(run_root) == before
+        import_file(st, path)
+    events = [json.loads(line)["event"] for line in _events(run_root).splitlines()]
+    assert events == ["session", "session", "checkpoint"]
