@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,6 +234,8 @@ def open_stream(path: Path, *, limit: int | None = None) -> Iterator[JsonStream]
         CheckpointFileError: not a regular file, unreadable, or a corrupt zstd frame.
     """
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block open() for ever
+            raise CheckpointFileError(f"{path}: not a regular file")
         handle: IO[bytes] = path.open("rb")
     except FileNotFoundError:
         raise NotFoundError(f"{path}: no such checkpoint file") from None

@@ -208,3 +208,32 @@ def test_a_deep_import_refused_after_its_session_was_made_leaves_no_event(
         import_file(st, path)
     events = [json.loads(line)["event"] for line in _events(run_root).splitlines()]
     assert events == ["session", "session", "checkpoint"]
+
+
+# ---------------------------------------------------------------- what is not a file
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("checkpoint", "import"),
+        ("checkpoint", "validate"),
+        ("checkpoint", "show"),
+        ("session", "import"),
+    ],
+)
+def test_a_pipe_or_a_device_is_refused_at_once(
+    run_root: Path, tmp_path: Path, kind: str, command: tuple[str, str]
+) -> None:
+    """A FIFO (a tar from another machine can hold one) used to block the command forever; a
+    link to /dev/zero had `session import` read 512 MiB of it (1 GB of memory) first."""
+    import os
+
+    path = tmp_path / ("conv.jsonl" if command[0] == "session" else "demo.json")
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    res = run_cli("--root", str(run_root), *command, str(path), timeout=30)
+    assert res.code in (3, 10), res
+    _one_line_error(res.err)
+    assert "not a regular file" in res.err, res.err
