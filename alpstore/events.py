@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 EVENTS_FILE = Path("traces") / "events.jsonl"
+HELD_IN_MEMORY = 64 * 1024
+"""Bytes of event lines a write transaction holds in memory before they go to a temporary file."""
 
 
 class EventLog:
@@ -17,25 +21,61 @@ class EventLog:
     def __init__(self, root: Path) -> None:
         self.path = root / EVENTS_FILE
         self._fd: int | None = None
+        self._held = threading.local()
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Append one event line. A failure to log never fails the operation it describes."""
-        line = (
-            json.dumps(
-                {"at": time.time(), "event": kind, **fields},
-                ensure_ascii=False,
-                sort_keys=True,
-                default=str,
-            )
-            + "\n"
+        self.write(self.line(kind, **fields))
+
+    @staticmethod
+    def line(kind: str, **fields: Any) -> bytes:
+        """The event's line, stamped now (:meth:`write` appends it, maybe later)."""
+        text = json.dumps(
+            {"at": time.time(), "event": kind, **fields},
+            ensure_ascii=False,
+            sort_keys=True,
+            default=str,
         )
+        return (text + "\n").encode("utf-8")
+
+    def write(self, line: bytes) -> None:
+        """Append a line made by :meth:`line`; a failure to log is ignored (see :meth:`emit`)."""
         try:
             if self._fd is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._fd, line.encode("utf-8"))
+            os.write(self._fd, line)
         except OSError:
             self.close()
+
+    def hold(self, line: bytes) -> None:
+        """Keep a line until this thread's write transaction ends (:meth:`settle`): in memory,
+        then in an unnamed temporary file (an import of thousands of turns holds no list).
+        """
+        try:
+            held: IO[bytes] | None = getattr(self._held, "file", None)
+            if held is None:  # closed by settle
+                held = self._held.file = tempfile.SpooledTemporaryFile(HELD_IN_MEMORY)  # noqa: SIM115
+            held.write(line)
+        except OSError:  # as in write: never fails the operation it describes
+            pass
+
+    def settle(self, committed: bool) -> None:
+        """The transaction ended: append the lines it held when it committed (one write a line,
+        as :meth:`emit`), else drop them.
+        """
+        held: IO[bytes] | None = getattr(self._held, "file", None)
+        if held is None:
+            return
+        self._held.file = None
+        try:
+            with held:
+                if committed:
+                    held.seek(0)
+                    for line in held:
+                        self.write(line)
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Close the file."""

@@ -10,6 +10,7 @@ imports nothing and memory is bounded by the longest line, not the transcript.
 from __future__ import annotations
 
 import json
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,9 +69,12 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     is refused before it is held whole.
     """
     try:
-        size = path.stat().st_size
+        info = path.stat()
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
+    if not stat.S_ISREG(info.st_mode):  # a FIFO blocks, a device never ends
+        raise InputError(f"{path}: not a regular file")
+    size = info.st_size
     if size > MAX_IMPORT_BYTES:
         raise InputError(f"{path}: {size} bytes is over the {MAX_IMPORT_BYTES}-byte import limit")
     number = 0

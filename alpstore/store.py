@@ -90,6 +90,7 @@ class Store:
         self.views = ViewStore()
         db.on_rollback(self.views.forget)  # segment ids of a failed write may be reused
         self.events = EventLog(root)
+        db.on_write_end(self.events.settle)
 
     @classmethod
     def open(
@@ -128,8 +129,14 @@ class Store:
         self.close()
 
     def emit(self, kind: str, **fields: Any) -> None:
-        """Append an event to ``traces/events.jsonl``."""
-        self.events.emit(kind, **fields)
+        """Append an event to ``traces/events.jsonl``; inside a write transaction, once it
+        commits (a rolled-back import, Ctrl-C, leaves no event for what never happened).
+        """
+        line = self.events.line(kind, **fields)
+        if self.db.in_write():
+            self.events.hold(line)  # written by events.settle when the transaction ends
+        else:
+            self.events.write(line)
 
     def emit_checkpoint(self, ck: CheckpointInfo) -> None:
         """Append the ``checkpoint`` event of a committed checkpoint."""

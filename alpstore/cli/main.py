@@ -230,9 +230,12 @@ def main() -> None:
     try:
         app()
     except AlpstoreError as err:
-        sys.stderr.write(f"alpstore: error: {err.message}\n")
+        from alpstore.cli._terminal import term
+
+        # messages name keys, paths and values from other people's files: escaped, one line
+        sys.stderr.write(f"alpstore: error: {term(err.message)}\n")
         if err.hint:
-            sys.stderr.write(f"alpstore: hint: {err.hint}\n")
+            sys.stderr.write(f"alpstore: hint: {term(err.hint)}\n")
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         sys.stderr.write("alpstore: interrupted\n")
@@ -240,14 +243,18 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except OSError as err:
+        from alpstore.cli._terminal import term
+
         where = f" {err.filename}:" if getattr(err, "filename", None) else ""
-        sys.stderr.write(f"alpstore: error:{where} {err.strerror or err}\n")
+        sys.stderr.write(f"alpstore: error:{term(where)} {term(err.strerror or err)}\n")
         sys.exit(14)
     except Exception as err:  # a bug: say so in one line, keep the traceback on demand
         if os.environ.get("ALPSTORE_DEBUG"):
             raise
+        from alpstore.cli._terminal import term
+
         first = (str(err).strip().splitlines() or [""])[0]
-        sys.stderr.write(f"alpstore: internal error: {type(err).__name__}: {first}\n")
+        sys.stderr.write(f"alpstore: internal error: {type(err).__name__}: {term(first)}\n")
         sys.stderr.write(
             "alpstore: hint: this is a bug; rerun with ALPSTORE_DEBUG=1 for the "
             "traceback and report it\n"

@@ -143,6 +143,7 @@ class Database:
         self._queue_fds: list[int] = []
         self._queue_lock = threading.Lock()
         self._rollback_hooks: list[Callable[[], None]] = []
+        self._end_hooks: list[Callable[[bool], None]] = []
         database = engine.url.database
         path = (  # absolute now, as SQLAlchemy makes the file's: the process may change directory
             os.path.abspath(database)
@@ -231,20 +232,43 @@ class Database:
                     yield current
                 return
             with self._checked_out() as conn:
-                if self.is_sqlite:
-                    conn.execution_options(sqlite_begin="IMMEDIATE")
-                    with self._writer_queue(), translate_errors(self.location), conn.begin():
-                        yield conn
-                    if self.wal is not None:  # committed: checkpoint off this transaction
-                        self.wal.committed(conn.connection.driver_connection)  # type: ignore[arg-type]
-                    return
-                if snapshot:
-                    conn.execution_options(isolation_level="REPEATABLE READ")
-                with translate_errors(self.location), conn.begin():
-                    yield conn
+                self._local.writing = True
+                try:
+                    if self.is_sqlite:
+                        conn.execution_options(sqlite_begin="IMMEDIATE")
+                        with self._writer_queue(), translate_errors(self.location), conn.begin():
+                            yield conn
+                        if self.wal is not None:  # committed: checkpoint off this transaction
+                            self.wal.committed(conn.connection.driver_connection)  # type: ignore[arg-type]
+                    else:
+                        if snapshot:
+                            conn.execution_options(isolation_level="REPEATABLE READ")
+                        with translate_errors(self.location), conn.begin():
+                            yield conn
+                except BaseException:
+                    self._ended(committed=False)
+                    raise
+                finally:
+                    self._local.writing = False
+            self._ended(committed=True)
         except BaseException:
             self._rolled_back()
             raise
+
+    def on_write_end(self, hook: Callable[[bool], None]) -> None:
+        """Call ``hook(committed)`` whenever one of this thread's outermost write transactions
+        (``atomic``) ends: after its commit, or once it rolled back. For what must not tell of
+        a write that never happened (the run root's event log).
+        """
+        self._end_hooks.append(hook)
+
+    def _ended(self, *, committed: bool) -> None:
+        for hook in self._end_hooks:
+            hook(committed)
+
+    def in_write(self) -> bool:
+        """True while this thread is inside a write transaction (``atomic``)."""
+        return bool(getattr(self._local, "writing", False))
 
     def writer_queue(self) -> contextlib.AbstractContextManager[None]:
         """Wait for this archive's turn to write (SQLite), for work that must not use

@@ -266,12 +266,34 @@ def _short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def check_text_values(doc: Any, where: str, *, messages: bool = False) -> None:
+    r"""Refuse a document whose parts other than its message arrays (with ``messages``, whose
+    every part) hold what no UTF-8 text can: a lone surrogate (JSON lets a file spell one,
+    ``"\ud800"``). The manifest's hash, the archive's canonical JSON and every writer would
+    fail on it later.
+
+    Raises:
+        CheckpointFileError: naming the JSON path.
+    """
+    if not isinstance(doc, dict):
+        return
+    for key, value in (doc if messages else _skeleton(doc)[0]).items():
+        try:
+            canonical_json(value)
+        except CanonicalJSONError as exc:
+            raise CheckpointFileError(f"{where}: $.{key}: {exc.message}") from exc
+        except RecursionError:
+            raise CheckpointFileError(f"{where}: $.{key}: nested too deeply") from None
+
+
 def validate_document(doc: Any, *, where: str, check_hash: bool = True) -> dict[str, Any]:
     """Check a checkpoint document against the schema and (version 2) its manifest hash.
 
     Raises:
-        CheckpointFileError: schema violations (first few listed) or a manifest hash mismatch.
+        CheckpointFileError: schema violations (first few listed), a manifest hash mismatch, or
+            a lone surrogate outside the message arrays (:func:`check_text_values`).
     """
+    check_text_values(doc, where)
     problems = schema_errors(doc)
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -300,7 +322,8 @@ def read_document(path: Path, *, max_bytes: int = MAX_CHECKPOINT_BYTES) -> dict[
 
     Raises:
         NotFoundError: no such file.
-        CheckpointFileError: too large, not zstd, a decompression bomb, not JSON, not an object.
+        CheckpointFileError: too large, not zstd, a decompression bomb, not JSON, not an object,
+            or a value no canonical JSON holds (a lone surrogate, a number beyond a float).
     """
     try:
         size = path.stat().st_size
@@ -329,6 +352,12 @@ def read_document(path: Path, *, max_bytes: int = MAX_CHECKPOINT_BYTES) -> dict[
         raise CheckpointFileError(exc.message) from exc
     if not isinstance(doc, dict):
         raise CheckpointFileError(f"{path}: a checkpoint file must hold a JSON object")
+    try:
+        canonical_json(doc)  # every message too: a lone surrogate ("\\ud800") is no text
+    except CanonicalJSONError as exc:
+        raise CheckpointFileError(f"{path}: {exc.message}") from exc
+    except RecursionError:
+        raise CheckpointFileError(f"{path}: not valid JSON (nested too deeply)") from None
     return doc
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from alpstore.portable.files import (
     MAX_INT,
     MAX_MESSAGE_BYTES,
     check_depth,
+    check_text_values,
     is_compressed,
     validate_document,
 )
@@ -87,6 +90,7 @@ def check_header(doc: dict[str, Any], *, where: str) -> Header:
     for key in ("kernel", "manifest", "working_memory", *OPTIONAL_FIELDS):
         if key in doc:
             check_depth(doc[key], f"{where}: $.{key}")
+    check_text_values(doc, where, messages=True)  # all the import stores but the streamed part
     validate_document(doc, where=where)
     turn = _bounded_int(doc, "turn", where)
     backtracks = _bounded_int(doc, "backtrack_count", where)
@@ -230,6 +234,8 @@ def open_stream(path: Path, *, limit: int | None = None) -> Iterator[JsonStream]
         CheckpointFileError: not a regular file, unreadable, or a corrupt zstd frame.
     """
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block open() for ever
+            raise CheckpointFileError(f"{path}: not a regular file")
         handle: IO[bytes] = path.open("rb")
     except FileNotFoundError:
         raise NotFoundError(f"{path}: no such checkpoint file") from None
@@ -328,8 +334,17 @@ class _Out:
 
     def flush(self) -> None:
         if self._write is not None and self._parts:
-            self._write("".join(self._parts))
+            self._write(_LONE_SURROGATE.sub(_escaped, "".join(self._parts)))
         self._parts, self._size = [], 0
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+"""What ``json`` decodes a lone ``\\ud800`` escape to (a pair becomes one character): no UTF-8
+text holds it, so it is printed as the file spells it."""
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _pretty(js: JsonStream, out: _Out, path: tuple[str, ...], level: int) -> None:
