@@ -34,7 +34,7 @@ from alpstore.errors import (
     UsageError,
 )
 from alpstore.events import EventLog
-from alpstore.portable.ids import text_problem
+from alpstore.portable.ids import session_id_problem, shown, text_problem
 from alpstore.portable.secrets import require_no_secrets
 from alpstore.sessions import (
     CheckpointInfo,
@@ -64,6 +64,18 @@ NAME_LIMIT = 200
 
 NAME_RACE_ATTEMPTS = 5
 """How often ``Store.session_named`` re-reads after losing a creation race before giving up."""
+
+
+def _acceptable_id(session_id: str | None) -> str:
+    """``session_id``, or a new UUID when None; ``UsageError`` for an id an import would
+    refuse (the same rule: letters, digits, ``.``, ``_``, ``-``, at most 64; a UUID).
+    """
+    if session_id is None:
+        return new_session_uuid()
+    problem = session_id_problem(session_id)
+    if problem is not None:
+        raise UsageError(f"session id {shown(session_id)}: {problem}")
+    return session_id
 
 
 def _name_taken(name: str, owner: str | None) -> SessionNameTakenError:
@@ -163,19 +175,17 @@ class Store:
         """Create an empty session.
 
         Raises:
-            UsageError: the session id is already taken or empty.
+            UsageError: the session id is taken (an id or another session's name) or not an
+                acceptable id (letters, digits, ".", "_", "-"; a UUID).
             SessionNameTakenError: another session has this name (names are unique).
         """
-        uuid = session_id or new_session_uuid()
-        if not uuid.strip() or "@" in uuid:
-            raise UsageError(f"session id {uuid!r}: must be non-empty and contain no '@'")
+        uuid = _acceptable_id(session_id)
         retention = retention or Retention()
         if manifest is not None:  # CK-11: a credential never enters the archive
             require_no_secrets(manifest, what="manifest")
         now = time.time()
         with self.db.atomic() as conn:
-            if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
-                raise UsageError(f"session {uuid} already exists in this archive")
+            self._require_free_id(conn, uuid)
             self._require_free_name(conn, name)
             mid = manifest_blob(conn, self, manifest)
             sid = self._insert_session(
@@ -317,6 +327,18 @@ class Store:
         """
         self._require_free_name(conn, name)
         conn.execute(update(sessions).where(sessions.c.id == session_id).values(name=name))
+
+    def _require_free_id(self, conn: Connection, uuid: str) -> None:
+        """Raise ``UsageError`` when ``uuid`` is a session's id, or another session's name
+        (lookups try ids first: the new id would hide that session's name).
+        """
+        if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
+            raise UsageError(f"session {uuid} already exists in this archive")
+        if conn.execute(select(sessions.c.id).where(sessions.c.name == uuid)).first():
+            raise UsageError(
+                f"session id {shown(uuid)} is the name of another session here",
+                hint="choose another id, or rename that session",
+            )
 
     def _require_free_name(self, conn: Connection, name: str | None) -> None:
         """Raise ``SessionNameTakenError`` when another session has ``name``, ``UsageError``
@@ -678,11 +700,10 @@ class Store:
         """Create a session from ``checkpoint``: same history, parent and source recorded, and a
         first checkpoint (trigger ``fork``) at the fork point.
         """
-        uuid = session_id or new_session_uuid()
+        uuid = _acceptable_id(session_id)
         now = time.time()
         with self.db.atomic() as conn:
-            if conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first():
-                raise UsageError(f"session {uuid} already exists in this archive")
+            self._require_free_id(conn, uuid)
             parent = conn.execute(
                 select(sessions)
                 .join(checkpoints, checkpoints.c.session_id == sessions.c.id)

@@ -185,3 +185,32 @@ def test_a_label_an_export_would_refuse_is_refused_when_taken(
     assert fine.code == 0, fine.err
     exported = cli("checkpoint", "export", "lab@latest", "-o", str(tmp_path / "lab.json"))
     assert exported.code == 0, exported.err
+
+
+def test_an_id_that_is_another_sessions_name_or_not_an_id_is_refused(
+    cli: Any, tmp_path: Path
+) -> None:
+    """Lookups try ids first, so a new session whose id is another session's name would take
+    that name over (`session show demo` showed the newcomer); and an id follows the rule an
+    imported one does. new, import and fork alike: exit 2, one line, nothing stored."""
+    assert cli("session", "new", "--name", "demo").code == 0
+    assert cli("session", "append", "demo", "--role", "user", "--content", "mine").code == 0
+    assert cli("session", "checkpoint", "demo").code == 0
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({"role": "user", "content": "theirs"}) + "\n")
+    before = cli("session", "list", "--json").out
+    for args in [
+        ("session", "new", "--id", "demo"),
+        ("session", "import", str(transcript), "--id", "demo"),
+        ("session", "fork", "demo@latest", "--id", "demo"),
+        ("session", "new", "--id", "x\x1b[2J"),
+        ("session", "new", "--id", "a/b"),
+        ("session", "new", "--id", "openai-agents:x"),
+    ]:
+        result = cli(*args)
+        assert result.code == 2, (args, result.err)
+        assert "session id" in result.err and "Traceback" not in result.err, result.err
+        assert "\x1b" not in result.err and len(result.err.strip().splitlines()) <= 2
+    assert cli("session", "list", "--json").out == before
+    shown = cli("session", "show", "demo", "--json")
+    assert "mine" in shown.out and "theirs" not in shown.out
