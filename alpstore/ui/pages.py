@@ -17,6 +17,7 @@ from alpstore.debug.bisect import grep_predicate
 from alpstore.debug.lineage import lineage_forest
 from alpstore.errors import ContinuityError, UsageError
 from alpstore.maintenance import verify
+from alpstore.store import MAX_SQL_INTEGER
 from alpstore.ui import diffs, queries
 from alpstore.ui.present import bytes_chart, size, when
 
@@ -35,9 +36,12 @@ def _int(request: Request, name: str) -> int | None:
     if raw is None or raw == "":
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise UsageError(f"parameter {name}={raw!r}: expected a whole number") from None
+        raise UsageError(f"parameter {name}={raw[:40]!r}: expected a whole number") from None
+    if abs(value) > MAX_SQL_INTEGER:  # the database could not even compare it
+        raise UsageError(f"parameter {name}={raw[:40]!r}: out of range")
+    return value
 
 
 def _names(settings: Settings) -> dict[str, str]:
@@ -112,7 +116,8 @@ def poll(request: Request, settings: Settings) -> dict[str, Any]:
 def conversation(request: Request, settings: Settings) -> dict[str, Any]:
     """A window of the history at one checkpoint."""
     store = settings.store
-    ck = store.get_checkpoint(request.path_params["ck"])
+    # through its text: an id beyond the database's integers is "no such checkpoint" too
+    ck = store.resolve_checkpoint(str(request.path_params["ck"]))
     window = queries.conversation(store, ck, _int(request, "start"))
     return {
         "w": window,

@@ -196,3 +196,76 @@ def test_timeline_pages_match_session_log(tmp_path: Path) -> None:
         assert [p for p, _ in window.entries] == list(range(260, 460))
     finally:
         ro.close()
+
+
+# ---------------------------------------------------------------- hostile requests and data
+HIDDEN = {
+    "\u061c": "\\u061c",  # ARABIC LETTER MARK (bidi)
+    "\u2028": "\\u2028",  # LINE SEPARATOR
+    "\ufeff": "\\ufeff",  # ZERO WIDTH NO-BREAK SPACE
+    "\u2060": "\\u2060",  # WORD JOINER
+    "\U000e0049": "\\U000e0049",  # TAG LATIN CAPITAL LETTER I (hidden "ASCII smuggling")
+    "\u202e": "\\u202e",
+    "\x1b": "\\x1b",
+}
+HIDDEN_TEXT = "look:" + "".join(f"<{c}>" for c in HIDDEN)
+DEEP_ARGUMENTS = "[" * 100_000
+NEAR_LIMIT_ARGUMENTS = "[" * 950 + "]" * 950
+
+
+@pytest.fixture(scope="module")
+def hostile_store(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Store, dict[str, Any]]]:
+    """An archive whose messages, labels and events carry what the demo's XSS transcript does
+    not: invisible characters, nesting deeper than a JSON parser recurses, odd event details."""
+    root = tmp_path_factory.mktemp("ui-hostile")
+    with Store.open(root) as store:
+        s = store.create_session(name="hostile")
+        first = s.commit_turn([{"role": "user", "content": HIDDEN_TEXT}], label="lbl" + HIDDEN_TEXT)
+        calls = [
+            {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": a}}
+            for n, a in enumerate((DEEP_ARGUMENTS, NEAR_LIMIT_ARGUMENTS))
+        ]
+        s.commit_turn([{"role": "assistant", "content": "calls", "tool_calls": calls}])
+        s.record_decision("fold", {"summary": 5, "start": 0, "end": 1, "covered": 1})
+        s.record_decision("fork", {"child": ["not", "an", "id"]})
+        s.record_decision("fork", {"child": 12345})
+        s.record_decision("note" + HIDDEN_TEXT, {"k": HIDDEN_TEXT})
+        s.commit_turn([{"role": "user", "content": "after the events"}])
+        ids = {"session": s.uuid, "first": first.id}
+    ro = read_only(root)
+    yield ro, ids
+    ro.close()
+
+
+@pytest.fixture
+def hostile(hostile_store: tuple[Store, dict[str, Any]], tmp_path: Path) -> Iterator[Any]:
+    from starlette.testclient import TestClient
+
+    settings_ = Settings(hostile_store[0], "tok", 4242, ["127.0.0.1"], tmp_path)
+    with TestClient(
+        create_app(settings_), base_url="http://127.0.0.1:4242", raise_server_exceptions=False
+    ) as c:
+        c.get("/?token=tok")
+        yield c
+
+
+def test_numbers_beyond_a_sql_integer_are_404_or_400_not_500(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    first = hostile_store[1]["first"]
+    for huge in ("9223372036854775808", "99999999999999999999999"):
+        r = hostile.get(f"/c/{huge}")
+        assert r.status_code == 404, r.text
+        assert 'id="error"' in r.text and "no such checkpoint" in r.text
+        r = hostile.get(f"/s/hostile/poll?after={huge}")
+        assert r.status_code == 400 and "out of range" in r.json()["error"]
+        for page in (
+            f"/s/hostile?page={huge}",
+            f"/c/{first}?start={huge}",
+            f"/s/hostile?page=-{huge}",
+        ):
+            r = hostile.get(page)
+            assert r.status_code == 400 and "out of range" in r.text, page
+    assert hostile.get(f"/c/{first}?start=1000000").status_code == 200  # in range: the last
