@@ -15,7 +15,7 @@ from alpstore.db.info import describe
 from alpstore.debug.bisect import bisect as run_bisect
 from alpstore.debug.bisect import grep_predicate
 from alpstore.debug.lineage import lineage_forest
-from alpstore.errors import ContinuityError, UsageError
+from alpstore.errors import ContinuityError, NotFoundError, UsageError
 from alpstore.maintenance import verify
 from alpstore.store import MAX_SQL_INTEGER
 from alpstore.ui import diffs, queries
@@ -24,7 +24,8 @@ from alpstore.ui.present import bytes_chart, size, when
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from alpstore.sessions import CheckpointInfo
+    from alpstore.sessions import CheckpointInfo, Session
+    from alpstore.store import Store
     from alpstore.ui.app import Settings
 
 MAX_GREP = 500
@@ -42,6 +43,22 @@ def _int(request: Request, name: str) -> int | None:
     if abs(value) > MAX_SQL_INTEGER:  # the database could not even compare it
         raise UsageError(f"parameter {name}={raw[:40]!r}: out of range")
     return value
+
+
+def _session(store: Store, ref: str) -> Session:
+    """The session ``ref`` names. No id or name holds a NUL (PostgreSQL refuses one in any
+    text it is asked to compare), so a reference with one finds nothing on either backend.
+    """
+    if "\x00" in ref:
+        raise NotFoundError(f"no session {ref!r} in this archive")
+    return store.get_session(ref)
+
+
+def _checkpoint(store: Store, ref: str) -> CheckpointInfo:
+    """The checkpoint ``ref`` names: an id, SESSION@TURN or SESSION@latest (NUL: as above)."""
+    if "\x00" in ref:
+        raise NotFoundError(f"checkpoint {ref!r}: no such checkpoint")
+    return store.resolve_checkpoint(ref)
 
 
 def _names(settings: Settings) -> dict[str, str]:
@@ -65,7 +82,7 @@ def sessions(request: Request, settings: Settings) -> dict[str, Any]:
 def timeline(request: Request, settings: Settings) -> dict[str, Any]:
     """A page of one session's timeline with its markers and chart."""
     store = settings.store
-    session = store.get_session(request.path_params["ref"])
+    session = _session(store, request.path_params["ref"])
     info = session.info()
     page = queries.timeline_page(store, info, _int(request, "page"))
     children = queries.fork_children(store, info)
@@ -90,7 +107,7 @@ def timeline(request: Request, settings: Settings) -> dict[str, Any]:
 def poll(request: Request, settings: Settings) -> dict[str, Any]:
     """The checkpoints after ``after`` (a live timeline asks every second)."""
     store = settings.store
-    info = store.get_session(request.path_params["ref"]).info()
+    info = _session(store, request.path_params["ref"]).info()
     rows = queries.checkpoints_after(store, info, _int(request, "after") or 0)
     return {
         "rows": [
@@ -135,8 +152,8 @@ def diff(request: Request, settings: Settings) -> dict[str, Any]:
     b_ref = request.query_params.get("b", "").strip()
     result = None
     if a_ref and b_ref:
-        a = store.resolve_checkpoint(a_ref)
-        b = store.resolve_checkpoint(b_ref)
+        a = _checkpoint(store, a_ref)
+        b = _checkpoint(store, b_ref)
         result = diffs.diff_page(store, a, b, _int(request, "page") or 0)
     return {
         "a_ref": a_ref,
@@ -150,7 +167,7 @@ def diff(request: Request, settings: Settings) -> dict[str, Any]:
 def bisect(request: Request, settings: Settings) -> dict[str, Any]:
     """``debug bisect --grep`` over a session's retained checkpoints."""
     store = settings.store
-    session = store.get_session(request.path_params["ref"])
+    session = _session(store, request.path_params["ref"])
     pattern = request.query_params.get("grep", "")
     result = None
     if pattern:

@@ -269,3 +269,19 @@ def test_numbers_beyond_a_sql_integer_are_404_or_400_not_500(
             r = hostile.get(page)
             assert r.status_code == 400 and "out of range" in r.text, page
     assert hostile.get(f"/c/{first}?start=1000000").status_code == 200  # in range: the last
+
+
+def test_a_nul_character_in_a_reference_is_404_on_every_backend(hostile: Any) -> None:
+    # PostgreSQL refuses NUL in any text parameter; SQLite just finds nothing
+    for path in (
+        "/s/%00",
+        "/s/hostile%00",
+        "/s/%00/bisect?grep=x",
+        "/diff?a=%00@1&b=hostile@latest",
+        "/diff?a=hostile@latest&b=hostile%00@1",
+    ):
+        r = hostile.get(path)
+        assert r.status_code == 404, (path, r.text)
+        assert 'id="error"' in r.text and "\\x00" in r.text
+    r = hostile.get("/s/%00/poll?after=0")
+    assert r.status_code == 404 and "no session" in r.json()["error"]
