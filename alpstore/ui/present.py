@@ -67,17 +67,26 @@ class Message:
         return self.text[:PREVIEW]
 
 
+TOO_DEEP = "(nested too deeply to show here: `alpstore debug show` prints it)"
+
+
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    # the store takes JSON as deep as its writer's stack allowed; a page renders it from a
+    # deeper stack, and the indenting encoder (pure Python) may run out there
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    except RecursionError:
+        return TOO_DEEP
 
 
 def _arguments(raw: Any) -> str:
     if isinstance(raw, str):
+        # a model's text, not stored JSON: it may nest deeper than the parser recurses
         try:
             return json.dumps(json.loads(raw), ensure_ascii=False, indent=2, sort_keys=True)
-        except ValueError:
+        except (ValueError, RecursionError):
             return raw
     return _pretty(raw)
 

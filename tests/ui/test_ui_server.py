@@ -285,3 +285,32 @@ def test_a_nul_character_in_a_reference_is_404_on_every_backend(hostile: Any) ->
         assert 'id="error"' in r.text and "\\x00" in r.text
     r = hostile.get("/s/%00/poll?after=0")
     assert r.status_code == 404 and "no session" in r.json()["error"]
+
+
+def test_tool_arguments_nested_past_the_json_parser_render_as_text(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    store, ids = hostile_store
+    ck = store.resolve_checkpoint(f"{ids['session']}@2")
+    r = hostile.get(f"/c/{ck.id}")
+    assert r.status_code == 200, r.text
+    assert "[" * 1000 in r.text  # the deep one as it was written
+    assert "[\n" in r.text  # the one the parser can still read, pretty-printed
+    r = hostile.get(f"/diff?a={ids['first']}&b={ck.id}")
+    assert r.status_code == 200 and "[" * 1000 in r.text
+    r = hostile.get(f"/s/{ids['session']}/bisect?grep=calls")
+    assert r.status_code == 200 and "[" * 1000 in r.text
+
+
+def test_a_stored_value_nested_past_the_encoder_renders_as_a_note() -> None:
+    from alpstore.codec import Digest
+    from alpstore.sessions import Entry
+    from alpstore.ui.present import TOO_DEEP, message
+
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(5000):  # deeper than any stack: the store takes what its writer's allowed
+        inner.append([])
+        inner = inner[0]
+    m = message(Entry(Digest(bytes(32)), "message", {"role": "tool", "content": deep}))
+    assert m.text == TOO_DEEP
