@@ -233,6 +233,8 @@ def hostile_store(
         s.record_decision("fork", {"child": 12345})
         s.record_decision("note" + HIDDEN_TEXT, {"k": HIDDEN_TEXT})
         s.commit_turn([{"role": "user", "content": "after the events"}])
+        other = store.create_session(name="other")
+        other.commit_turn([{"role": "user", "content": "plain"}])
         ids = {"session": s.uuid, "first": first.id}
     ro = read_only(root)
     yield ro, ids
@@ -314,3 +316,16 @@ def test_a_stored_value_nested_past_the_encoder_renders_as_a_note() -> None:
         inner = inner[0]
     m = message(Entry(Digest(bytes(32)), "message", {"role": "tool", "content": deep}))
     assert m.text == TOO_DEEP
+
+
+def test_invisible_and_bidi_characters_show_as_escapes_on_every_page(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    ids = hostile_store[1]
+    pages = [f"/c/{ids['first']}", f"/diff?a=other@latest&b={ids['first']}"]
+    for path in pages:
+        r = hostile.get(path)
+        assert r.status_code == 200, (path, r.text)
+        for char, escape in HIDDEN.items():
+            assert char not in r.text, (path, escape)
+            assert escape in r.text, (path, escape)
