@@ -19,7 +19,7 @@ from alpstore.errors import ContinuityError, NotFoundError, UsageError
 from alpstore.maintenance import verify
 from alpstore.store import MAX_SQL_INTEGER
 from alpstore.ui import diffs, queries
-from alpstore.ui.present import bytes_chart, size, when
+from alpstore.ui.present import bytes_chart, size, visible, when
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -115,15 +115,16 @@ def poll(request: Request, settings: Settings) -> dict[str, Any]:
                 "seq": r.checkpoint.seq,
                 "id": r.checkpoint.id,
                 "turn": r.checkpoint.turn,
-                "label": r.checkpoint.label,
-                "trigger": r.checkpoint.trigger or "-",
+                # escaped as the page's template escapes them (ui.js sets them as text)
+                "label": visible(r.checkpoint.label),
+                "trigger": visible(r.checkpoint.trigger or "-"),
                 "added": r.entries_added,
                 "bytes": size(r.bytes_added),
                 "head": r.checkpoint.length,
                 "cut": r.checkpoint.abandoned,
                 "at": when(r.checkpoint.created_at),
                 "href": f"/c/{r.checkpoint.id}",
-                "markers": [m.kind for m in r.markers],
+                "markers": [visible(m.kind) for m in r.markers],
             }
             for r in rows
         ]

@@ -329,3 +329,18 @@ def test_invisible_and_bidi_characters_show_as_escapes_on_every_page(
         for char, escape in HIDDEN.items():
             assert char not in r.text, (path, escape)
             assert escape in r.text, (path, escape)
+
+
+def test_the_live_timeline_gets_labels_escaped_like_the_page(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    # ui.js appends polled rows with textContent: what the poll sends is what the reader sees
+    r = hostile.get(f"/s/{hostile_store[1]['session']}/poll?after=0")
+    assert r.status_code == 200
+    rows = r.json()["rows"]
+    texts = [rows[0]["label"], *(m for row in rows for m in row["markers"])]
+    assert any(t.startswith("note") for t in texts[1:])
+    for char, escape in HIDDEN.items():
+        assert not any(char in t for t in texts), escape
+        assert escape in rows[0]["label"]
+        assert any(t.startswith("note") and escape in t for t in texts[1:])
