@@ -172,8 +172,11 @@ def text_diff(old: Entry, new: Entry) -> list[tuple[str, str]]:
 
 
 def when(ts: float) -> str:
-    """A UTC timestamp, to the second."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """A UTC timestamp, to the second (one no calendar date has, as a number)."""
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):  # a damaged or foreign archive's clock
+        return f"{ts:g} (not a date)"
 
 
 def size(n: int) -> str:

@@ -219,6 +219,8 @@ def hostile_store(
 ) -> Iterator[tuple[Store, dict[str, Any]]]:
     """An archive whose messages, labels and events carry what the demo's XSS transcript does
     not: invisible characters, nesting deeper than a JSON parser recurses, odd event details."""
+    from alpstore.db.tables import session_events
+
     root = tmp_path_factory.mktemp("ui-hostile")
     with Store.open(root) as store:
         s = store.create_session(name="hostile")
@@ -233,6 +235,14 @@ def hostile_store(
         s.record_decision("fork", {"child": 12345})
         s.record_decision("note" + HIDDEN_TEXT, {"k": HIDDEN_TEXT})
         s.commit_turn([{"role": "user", "content": "after the events"}])
+        s.record_decision("late", {"note": "a clock far off"})
+        with store.db.atomic() as conn:  # as a damaged or foreign archive may hold it
+            conn.execute(
+                session_events.update()
+                .where(session_events.c.kind == "late")
+                .values(created_at=253402300800.0)  # year 10000
+            )
+            store.record_event(conn, s.id, "listed", None, ["not", "a", "dict"])  # type: ignore[arg-type]
         other = store.create_session(name="other")
         other.commit_turn([{"role": "user", "content": "plain"}])
         ids = {"session": s.uuid, "first": first.id}
@@ -344,3 +354,16 @@ def test_the_live_timeline_gets_labels_escaped_like_the_page(
         assert not any(char in t for t in texts), escape
         assert escape in rows[0]["label"]
         assert any(t.startswith("note") and escape in t for t in texts[1:])
+
+
+def test_a_timeline_shows_events_whatever_their_details_hold(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    # record_decision takes any JSON detail; an archive from elsewhere may hold any timestamp
+    r = hostile.get(f"/s/{hostile_store[1]['session']}")
+    assert r.status_code == 200, r.text
+    assert r.text.count('class="marker ') == 6
+    assert "fold: entries 0..1 (1) into summary <code>5</code>" in r.text
+    assert "session 12345" in r.text and "a clock far off" in r.text
+    for char, escape in HIDDEN.items():
+        assert char not in r.text and escape in r.text
