@@ -367,3 +367,15 @@ def test_a_timeline_shows_events_whatever_their_details_hold(
     assert "session 12345" in r.text and "a clock far off" in r.text
     for char, escape in HIDDEN.items():
         assert char not in r.text and escape in r.text
+
+
+def test_the_host_is_checked_before_the_token(client: Any) -> None:
+    r = client.get(
+        "/?token=s3cret-token", headers={"host": "evil.example:4242"}, follow_redirects=False
+    )
+    assert r.status_code == 400 and "set-cookie" not in r.headers
+    assert r.headers["content-security-policy"]  # security headers on the refusal too
+    r = client.get(
+        "http://127.0.0.1:4242//evil.example/?token=s3cret-token", follow_redirects=False
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/evil.example/"
