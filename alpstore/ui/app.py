@@ -120,20 +120,21 @@ def _error(env: Environment, settings: Settings, status: int, err: AlpstoreError
 
 
 class TokenGate:
-    """ASGI middleware: the token in the query string (then a cookie) or 401; GET/HEAD only;
-    security headers on every response.
+    """ASGI middleware: the Host check first, then the token in the query string (then a
+    cookie) or 401; GET/HEAD only; security headers on every response.
     """
 
     def __init__(self, app: Any, settings: Settings) -> None:
         self.app = app
         self.settings = settings
+        # before the token is looked at: a foreign Host is refused, never given the cookie
+        self.host_check = TrustedHostMiddleware(self._gated, allowed_hosts=settings.hosts)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Gate one ASGI call."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request = Request(scope)
 
         async def send_secure(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -142,11 +143,14 @@ class TokenGate:
                 message = {**message, "headers": headers}
             await send(message)
 
-        response = self._gate(request)
+        await self.host_check(scope, receive, send_secure)
+
+    async def _gated(self, scope: Any, receive: Any, send: Any) -> None:
+        response = self._gate(Request(scope))
         if response is not None:
-            await response(scope, receive, send_secure)
+            await response(scope, receive, send)
             return
-        await self.app(scope, receive, send_secure)
+        await self.app(scope, receive, send)
 
     def _gate(self, request: Request) -> StarletteResponse | None:
         token = self.settings.token
@@ -155,7 +159,8 @@ class TokenGate:
         given = request.query_params.get("token")
         if given is not None and secrets.compare_digest(given.encode(), token.encode()):
             query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + (f"?{urlencode(query)}" if query else "")
+            path = "/" + request.url.path.lstrip("/")  # "//host/…" would leave this server
+            target = path + (f"?{urlencode(query)}" if query else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(
                 self.settings.cookie, token, httponly=True, samesite="strict", path="/"
@@ -184,10 +189,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/continuity", _page("continuity.html", pages.continuity, settings, env)),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    middleware = [
-        Middleware(TokenGate, settings=settings),
-        Middleware(TrustedHostMiddleware, allowed_hosts=settings.hosts),
-    ]
+    middleware = [Middleware(TokenGate, settings=settings)]
     return Starlette(routes=routes, middleware=middleware)
 
 

@@ -15,15 +15,17 @@ from alpstore.db.info import describe
 from alpstore.debug.bisect import bisect as run_bisect
 from alpstore.debug.bisect import grep_predicate
 from alpstore.debug.lineage import lineage_forest
-from alpstore.errors import ContinuityError, UsageError
+from alpstore.errors import ContinuityError, NotFoundError, UsageError
 from alpstore.maintenance import verify
+from alpstore.store import MAX_SQL_INTEGER
 from alpstore.ui import diffs, queries
-from alpstore.ui.present import bytes_chart, size, when
+from alpstore.ui.present import bytes_chart, size, visible, when
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from alpstore.sessions import CheckpointInfo
+    from alpstore.sessions import CheckpointInfo, Session
+    from alpstore.store import Store
     from alpstore.ui.app import Settings
 
 MAX_GREP = 500
@@ -35,9 +37,28 @@ def _int(request: Request, name: str) -> int | None:
     if raw is None or raw == "":
         return None
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise UsageError(f"parameter {name}={raw!r}: expected a whole number") from None
+        raise UsageError(f"parameter {name}={raw[:40]!r}: expected a whole number") from None
+    if abs(value) > MAX_SQL_INTEGER:  # the database could not even compare it
+        raise UsageError(f"parameter {name}={raw[:40]!r}: out of range")
+    return value
+
+
+def _session(store: Store, ref: str) -> Session:
+    """The session ``ref`` names. No id or name holds a NUL (PostgreSQL refuses one in any
+    text it is asked to compare), so a reference with one finds nothing on either backend.
+    """
+    if "\x00" in ref:
+        raise NotFoundError(f"no session {ref!r} in this archive")
+    return store.get_session(ref)
+
+
+def _checkpoint(store: Store, ref: str) -> CheckpointInfo:
+    """The checkpoint ``ref`` names: an id, SESSION@TURN or SESSION@latest (NUL: as above)."""
+    if "\x00" in ref:
+        raise NotFoundError(f"checkpoint {ref!r}: no such checkpoint")
+    return store.resolve_checkpoint(ref)
 
 
 def _names(settings: Settings) -> dict[str, str]:
@@ -61,7 +82,7 @@ def sessions(request: Request, settings: Settings) -> dict[str, Any]:
 def timeline(request: Request, settings: Settings) -> dict[str, Any]:
     """A page of one session's timeline with its markers and chart."""
     store = settings.store
-    session = store.get_session(request.path_params["ref"])
+    session = _session(store, request.path_params["ref"])
     info = session.info()
     page = queries.timeline_page(store, info, _int(request, "page"))
     children = queries.fork_children(store, info)
@@ -86,7 +107,7 @@ def timeline(request: Request, settings: Settings) -> dict[str, Any]:
 def poll(request: Request, settings: Settings) -> dict[str, Any]:
     """The checkpoints after ``after`` (a live timeline asks every second)."""
     store = settings.store
-    info = store.get_session(request.path_params["ref"]).info()
+    info = _session(store, request.path_params["ref"]).info()
     rows = queries.checkpoints_after(store, info, _int(request, "after") or 0)
     return {
         "rows": [
@@ -94,15 +115,16 @@ def poll(request: Request, settings: Settings) -> dict[str, Any]:
                 "seq": r.checkpoint.seq,
                 "id": r.checkpoint.id,
                 "turn": r.checkpoint.turn,
-                "label": r.checkpoint.label,
-                "trigger": r.checkpoint.trigger or "-",
+                # escaped as the page's template escapes them (ui.js sets them as text)
+                "label": visible(r.checkpoint.label),
+                "trigger": visible(r.checkpoint.trigger or "-"),
                 "added": r.entries_added,
                 "bytes": size(r.bytes_added),
                 "head": r.checkpoint.length,
                 "cut": r.checkpoint.abandoned,
                 "at": when(r.checkpoint.created_at),
                 "href": f"/c/{r.checkpoint.id}",
-                "markers": [m.kind for m in r.markers],
+                "markers": [visible(m.kind) for m in r.markers],
             }
             for r in rows
         ]
@@ -112,7 +134,8 @@ def poll(request: Request, settings: Settings) -> dict[str, Any]:
 def conversation(request: Request, settings: Settings) -> dict[str, Any]:
     """A window of the history at one checkpoint."""
     store = settings.store
-    ck = store.get_checkpoint(request.path_params["ck"])
+    # through its text: an id beyond the database's integers is "no such checkpoint" too
+    ck = store.resolve_checkpoint(str(request.path_params["ck"]))
     window = queries.conversation(store, ck, _int(request, "start"))
     return {
         "w": window,
@@ -130,8 +153,8 @@ def diff(request: Request, settings: Settings) -> dict[str, Any]:
     b_ref = request.query_params.get("b", "").strip()
     result = None
     if a_ref and b_ref:
-        a = store.resolve_checkpoint(a_ref)
-        b = store.resolve_checkpoint(b_ref)
+        a = _checkpoint(store, a_ref)
+        b = _checkpoint(store, b_ref)
         result = diffs.diff_page(store, a, b, _int(request, "page") or 0)
     return {
         "a_ref": a_ref,
@@ -145,7 +168,7 @@ def diff(request: Request, settings: Settings) -> dict[str, Any]:
 def bisect(request: Request, settings: Settings) -> dict[str, Any]:
     """``debug bisect --grep`` over a session's retained checkpoints."""
     store = settings.store
-    session = store.get_session(request.path_params["ref"])
+    session = _session(store, request.path_params["ref"])
     pattern = request.query_params.get("grep", "")
     result = None
     if pattern:

@@ -19,18 +19,28 @@ LONG_TEXT = 1200
 PREVIEW = 300
 MAX_DIFF_LINES = 400
 
-_INVISIBLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline), DEL, C1
+    "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"  # bidi marks, overrides, isolates
+    "\u180e\u200b-\u200d\u2060-\u2064\ufeff"  # zero-width spaces, joiners, invisible operators
+    "\u2028\u2029\ufff9-\ufffb"  # line/paragraph separators, interlinear annotations
+    "\U000e0000-\U000e007f]"  # tag characters: invisible text a model still reads
+)
+"""Every character :func:`alpstore.cli._terminal.term` escapes, and the zero-width ones."""
 
 
 def visible(text: Any) -> str:
-    r"""``text`` with control and bidi-override characters written as escapes (``\x1b``,
-    ``\u202e``): an ANSI escape shows as text, never colours or hides anything.
+    r"""``text`` with control, bidi, zero-width and tag characters written as escapes
+    (``\x1b``, ``\u202e``, ``\U000e0041``): an ANSI escape shows as text, never colours or
+    hides anything, and no text is reordered or hidden.
     """
     s = text if isinstance(text, str) else str(text)
 
     def esc(m: re.Match[str]) -> str:
         c = ord(m.group())
-        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+        if c < 0x100:
+            return f"\\x{c:02x}"
+        return f"\\u{c:04x}" if c <= 0xFFFF else f"\\U{c:08x}"
 
     return _INVISIBLE.sub(esc, s)
 
@@ -67,17 +77,26 @@ class Message:
         return self.text[:PREVIEW]
 
 
+TOO_DEEP = "(nested too deeply to show here: `alpstore debug show` prints it)"
+
+
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    # the store takes JSON as deep as its writer's stack allowed; a page renders it from a
+    # deeper stack, and the indenting encoder (pure Python) may run out there
+    try:
+        return json.dumps(value, ensure_ascii=False, indent=2, sort_keys=True)
+    except RecursionError:
+        return TOO_DEEP
 
 
 def _arguments(raw: Any) -> str:
     if isinstance(raw, str):
+        # a model's text, not stored JSON: it may nest deeper than the parser recurses
         try:
             return json.dumps(json.loads(raw), ensure_ascii=False, indent=2, sort_keys=True)
-        except ValueError:
+        except (ValueError, RecursionError):
             return raw
     return _pretty(raw)
 
@@ -124,14 +143,21 @@ def message(entry: Entry) -> Message:
     )
 
 
+def _lines(text: str) -> list[str]:
+    r"""``text``'s lines, ended by newlines only: ``str.splitlines`` also breaks at ``\x0b``,
+    ``\x1c``, ``\x85``, ``\u2028``…, which would then vanish instead of showing as escapes.
+    """
+    return text.removesuffix("\n").split("\n") if text else []
+
+
 def text_diff(old: Entry, new: Entry) -> list[tuple[str, str]]:
     """A line diff of two entries' bodies: ``(tag, line)`` with tag ``' '``, ``'-'``, ``'+'``
     (long unchanged runs shortened).
     """
     a, b = message(old), message(new)
-    left = [f"role: {a.role}", *a.text.splitlines()]
+    left = [f"role: {a.role}", *_lines(a.text)]
     left += [f"call {c.name} {c.arguments}" for c in a.tool_calls]
-    right = [f"role: {b.role}", *b.text.splitlines()]
+    right = [f"role: {b.role}", *_lines(b.text)]
     right += [f"call {c.name} {c.arguments}" for c in b.tool_calls]
     out: list[tuple[str, str]] = []
     for line in difflib.unified_diff(left, right, lineterm="", n=2):
@@ -146,8 +172,11 @@ def text_diff(old: Entry, new: Entry) -> list[tuple[str, str]]:
 
 
 def when(ts: float) -> str:
-    """A UTC timestamp, to the second."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """A UTC timestamp, to the second (one no calendar date has, as a number)."""
+    try:
+        return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):  # a damaged or foreign archive's clock
+        return f"{ts:g} (not a date)"
 
 
 def size(n: int) -> str:

@@ -118,11 +118,11 @@ def count_checkpoints(store: Store, info: SessionInfo) -> int:
 def _markers(store: Store, info: SessionInfo) -> list[Marker]:
     out = [Marker("backtrack", bt["at"], bt) for bt in store.session_backtracks(info.id)]
     for ev in store.session_events(info.id):
-        if ev["kind"] == "status" and ev["detail"].get("status") == "active":
+        # record_decision stores whatever JSON it is given as the detail
+        detail = ev["detail"] if isinstance(ev["detail"], dict) else {"detail": ev["detail"]}
+        if ev["kind"] == "status" and detail.get("status") == "active":
             continue
-        out.append(
-            Marker(ev["kind"], float(ev["at"]), {"checkpoint": ev["checkpoint"], **ev["detail"]})
-        )
+        out.append(Marker(ev["kind"], float(ev["at"]), {"checkpoint": ev["checkpoint"], **detail}))
     out.sort(key=lambda m: m.at)
     return out
 

@@ -196,3 +196,186 @@ def test_timeline_pages_match_session_log(tmp_path: Path) -> None:
         assert [p for p, _ in window.entries] == list(range(260, 460))
     finally:
         ro.close()
+
+
+# ---------------------------------------------------------------- hostile requests and data
+HIDDEN = {
+    "\u061c": "\\u061c",  # ARABIC LETTER MARK (bidi)
+    "\u2028": "\\u2028",  # LINE SEPARATOR
+    "\ufeff": "\\ufeff",  # ZERO WIDTH NO-BREAK SPACE
+    "\u2060": "\\u2060",  # WORD JOINER
+    "\U000e0049": "\\U000e0049",  # TAG LATIN CAPITAL LETTER I (hidden "ASCII smuggling")
+    "\u202e": "\\u202e",
+    "\x1b": "\\x1b",
+}
+HIDDEN_TEXT = "look:" + "".join(f"<{c}>" for c in HIDDEN)
+DEEP_ARGUMENTS = "[" * 100_000
+NEAR_LIMIT_ARGUMENTS = "[" * 950 + "]" * 950
+
+
+@pytest.fixture(scope="module")
+def hostile_store(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Store, dict[str, Any]]]:
+    """An archive whose messages, labels and events carry what the demo's XSS transcript does
+    not: invisible characters, nesting deeper than a JSON parser recurses, odd event details."""
+    from alpstore.db.tables import session_events
+
+    root = tmp_path_factory.mktemp("ui-hostile")
+    with Store.open(root) as store:
+        s = store.create_session(name="hostile")
+        first = s.commit_turn([{"role": "user", "content": HIDDEN_TEXT}], label="lbl" + HIDDEN_TEXT)
+        calls = [
+            {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": a}}
+            for n, a in enumerate((DEEP_ARGUMENTS, NEAR_LIMIT_ARGUMENTS))
+        ]
+        s.commit_turn([{"role": "assistant", "content": "calls", "tool_calls": calls}])
+        s.record_decision("fold", {"summary": 5, "start": 0, "end": 1, "covered": 1})
+        s.record_decision("fork", {"child": ["not", "an", "id"]})
+        s.record_decision("fork", {"child": 12345})
+        s.record_decision("note" + HIDDEN_TEXT, {"k": HIDDEN_TEXT})
+        s.commit_turn([{"role": "user", "content": "after the events"}])
+        s.record_decision("late", {"note": "a clock far off"})
+        with store.db.atomic() as conn:  # as a damaged or foreign archive may hold it
+            conn.execute(
+                session_events.update()
+                .where(session_events.c.kind == "late")
+                .values(created_at=253402300800.0)  # year 10000
+            )
+            store.record_event(conn, s.id, "listed", None, ["not", "a", "dict"])  # type: ignore[arg-type]
+        other = store.create_session(name="other")
+        other.commit_turn([{"role": "user", "content": "plain"}])
+        ids = {"session": s.uuid, "first": first.id}
+    ro = read_only(root)
+    yield ro, ids
+    ro.close()
+
+
+@pytest.fixture
+def hostile(hostile_store: tuple[Store, dict[str, Any]], tmp_path: Path) -> Iterator[Any]:
+    from starlette.testclient import TestClient
+
+    settings_ = Settings(hostile_store[0], "tok", 4242, ["127.0.0.1"], tmp_path)
+    with TestClient(
+        create_app(settings_), base_url="http://127.0.0.1:4242", raise_server_exceptions=False
+    ) as c:
+        c.get("/?token=tok")
+        yield c
+
+
+def test_numbers_beyond_a_sql_integer_are_404_or_400_not_500(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    first = hostile_store[1]["first"]
+    for huge in ("9223372036854775808", "99999999999999999999999"):
+        r = hostile.get(f"/c/{huge}")
+        assert r.status_code == 404, r.text
+        assert 'id="error"' in r.text and "no such checkpoint" in r.text
+        r = hostile.get(f"/s/hostile/poll?after={huge}")
+        assert r.status_code == 400 and "out of range" in r.json()["error"]
+        for page in (
+            f"/s/hostile?page={huge}",
+            f"/c/{first}?start={huge}",
+            f"/s/hostile?page=-{huge}",
+        ):
+            r = hostile.get(page)
+            assert r.status_code == 400 and "out of range" in r.text, page
+    assert hostile.get(f"/c/{first}?start=1000000").status_code == 200  # in range: the last
+
+
+def test_a_nul_character_in_a_reference_is_404_on_every_backend(hostile: Any) -> None:
+    # PostgreSQL refuses NUL in any text parameter; SQLite just finds nothing
+    for path in (
+        "/s/%00",
+        "/s/hostile%00",
+        "/s/%00/bisect?grep=x",
+        "/diff?a=%00@1&b=hostile@latest",
+        "/diff?a=hostile@latest&b=hostile%00@1",
+    ):
+        r = hostile.get(path)
+        assert r.status_code == 404, (path, r.text)
+        assert 'id="error"' in r.text and "\\x00" in r.text
+    r = hostile.get("/s/%00/poll?after=0")
+    assert r.status_code == 404 and "no session" in r.json()["error"]
+
+
+def test_tool_arguments_nested_past_the_json_parser_render_as_text(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    store, ids = hostile_store
+    ck = store.resolve_checkpoint(f"{ids['session']}@2")
+    r = hostile.get(f"/c/{ck.id}")
+    assert r.status_code == 200, r.text
+    assert "[" * 1000 in r.text  # the deep one as it was written
+    assert "[\n" in r.text  # the one the parser can still read, pretty-printed
+    r = hostile.get(f"/diff?a={ids['first']}&b={ck.id}")
+    assert r.status_code == 200 and "[" * 1000 in r.text
+    r = hostile.get(f"/s/{ids['session']}/bisect?grep=calls")
+    assert r.status_code == 200 and "[" * 1000 in r.text
+
+
+def test_a_stored_value_nested_past_the_encoder_renders_as_a_note() -> None:
+    from alpstore.codec import Digest
+    from alpstore.sessions import Entry
+    from alpstore.ui.present import TOO_DEEP, message
+
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(5000):  # deeper than any stack: the store takes what its writer's allowed
+        inner.append([])
+        inner = inner[0]
+    m = message(Entry(Digest(bytes(32)), "message", {"role": "tool", "content": deep}))
+    assert m.text == TOO_DEEP
+
+
+def test_invisible_and_bidi_characters_show_as_escapes_on_every_page(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    ids = hostile_store[1]
+    pages = [f"/c/{ids['first']}", f"/diff?a=other@latest&b={ids['first']}"]
+    for path in pages:
+        r = hostile.get(path)
+        assert r.status_code == 200, (path, r.text)
+        for char, escape in HIDDEN.items():
+            assert char not in r.text, (path, escape)
+            assert escape in r.text, (path, escape)
+
+
+def test_the_live_timeline_gets_labels_escaped_like_the_page(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    # ui.js appends polled rows with textContent: what the poll sends is what the reader sees
+    r = hostile.get(f"/s/{hostile_store[1]['session']}/poll?after=0")
+    assert r.status_code == 200
+    rows = r.json()["rows"]
+    texts = [rows[0]["label"], *(m for row in rows for m in row["markers"])]
+    assert any(t.startswith("note") for t in texts[1:])
+    for char, escape in HIDDEN.items():
+        assert not any(char in t for t in texts), escape
+        assert escape in rows[0]["label"]
+        assert any(t.startswith("note") and escape in t for t in texts[1:])
+
+
+def test_a_timeline_shows_events_whatever_their_details_hold(
+    hostile: Any, hostile_store: tuple[Store, dict[str, Any]]
+) -> None:
+    # record_decision takes any JSON detail; an archive from elsewhere may hold any timestamp
+    r = hostile.get(f"/s/{hostile_store[1]['session']}")
+    assert r.status_code == 200, r.text
+    assert r.text.count('class="marker ') == 6
+    assert "fold: entries 0..1 (1) into summary <code>5</code>" in r.text
+    assert "session 12345" in r.text and "a clock far off" in r.text
+    for char, escape in HIDDEN.items():
+        assert char not in r.text and escape in r.text
+
+
+def test_the_host_is_checked_before_the_token(client: Any) -> None:
+    r = client.get(
+        "/?token=s3cret-token", headers={"host": "evil.example:4242"}, follow_redirects=False
+    )
+    assert r.status_code == 400 and "set-cookie" not in r.headers
+    assert r.headers["content-security-policy"]  # security headers on the refusal too
+    r = client.get(
+        "http://127.0.0.1:4242//evil.example/?token=s3cret-token", follow_redirects=False
+    )
+    assert r.status_code == 303 and r.headers["location"] == "/evil.example/"
