@@ -12,12 +12,12 @@ import json
 import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NewType, TypeVar
+from typing import Any, Final, NewType, TypeVar
 
 import blake3
 import zstandard
 
-from alpstore.errors import CanonicalJSONError, IntegrityError, UsageError
+from alpstore.errors import CanonicalJSONError, IntegrityError, NestedTooDeepError, UsageError
 
 Digest = NewType("Digest", bytes)
 """A 32-byte BLAKE3-256 digest of a blob's canonical bytes (the public, portable id)."""
@@ -58,17 +58,73 @@ _encoder = json.JSONEncoder(
 )
 
 
+MAX_DEPTH: Final = 256
+"""Deepest nesting of a stored document (a message, a state, a kernel, a manifest) and of a
+deep file's content, on every way in: JSON parsers and encoders recurse, and Python's stop
+near 1,000 levels minus the caller's own, so a deeper document could be written and not read
+back."""
+
+
+def nesting_depth(value: Any, *, stop: int = MAX_DEPTH) -> int:
+    """How deeply ``value`` nests (a scalar 0, ``[]`` 1), found without recursion; the walk
+    stops as soon as the depth passes ``stop``.
+    """
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            children: Any = item.values()
+        elif kind is list or kind is tuple:
+            children = item
+        else:
+            continue
+        if depth > deepest:
+            deepest = depth
+            if deepest > stop:
+                return deepest
+        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list, tuple))
+    return deepest
+
+
+def brackets(text: str | bytes, start: int = 0, end: int | None = None) -> int:
+    """An upper bound on the nesting depth of JSON text: its count of ``[`` and ``{`` (C speed)."""
+    stop = len(text) if end is None else end
+    if isinstance(text, bytes):
+        return text.count(b"[", start, stop) + text.count(b"{", start, stop)
+    return text.count("[", start, stop) + text.count("{", start, stop)
+
+
+def _too_deep() -> NestedTooDeepError:
+    return NestedTooDeepError(f"$: nested deeper than {MAX_DEPTH} levels; refused")
+
+
+def _within_depth(raw: bytes, value: Any) -> bytes:
+    """``raw`` when ``value`` nests at most :data:`MAX_DEPTH` deep (its brackets counted at C
+    speed first: only a document with more is walked).
+    """
+    if brackets(raw) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH:
+        raise _too_deep()
+    return raw
+
+
 def canonical_json(value: Any) -> bytes:
     """Return the canonical UTF-8 JSON bytes of ``value``.
 
     Raises:
         CanonicalJSONError: the value holds NaN/Infinity, a non-string key or a non-JSON type;
             the message names the path (``$.messages[3].content``).
+        NestedTooDeepError: it nests deeper than :data:`MAX_DEPTH` (the archive could not read
+            it back).
     """
     # when encoding fails, _find_problem below names where
-    if _keys_are_strings(value):
-        with contextlib.suppress(TypeError, ValueError, UnicodeEncodeError, RecursionError):
-            return _encoder.encode(value).encode("utf-8")
+    try:
+        if _keys_are_strings(value):
+            with contextlib.suppress(TypeError, ValueError, UnicodeEncodeError):
+                return _within_depth(_encoder.encode(value).encode("utf-8"), value)
+    except RecursionError:
+        raise _too_deep() from None
     problem = _find_problem(value, "$") or "$: not canonical JSON"
     raise CanonicalJSONError(problem)
 
@@ -99,11 +155,12 @@ def canonical_json_parsed(value: Any) -> bytes:
     """
     try:
         if _c_encoder is None:
-            return _encoder.encode(value).encode("utf-8")
-        return "".join(_c_encoder(value, 0)).encode("utf-8")
+            raw = _encoder.encode(value).encode("utf-8")
+        else:
+            raw = "".join(_c_encoder(value, 0)).encode("utf-8")
     except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
-        pass
-    return canonical_json(value)  # raises, naming the path
+        return canonical_json(value)  # raises, naming the path
+    return _within_depth(raw, value)
 
 
 def _keys_are_strings(value: Any) -> bool:

@@ -38,6 +38,12 @@ class CanonicalJSONError(AlpstoreError):
     exit_code = 3
 
 
+class NestedTooDeepError(CanonicalJSONError):
+    """A document nests deeper than the archive keeps (``codec.MAX_DEPTH``): it could be
+    written but not read back.
+    """
+
+
 class InputError(AlpstoreError):
     """Input read from a file or stdin is malformed (names the file and line or path)."""
 

@@ -105,7 +105,7 @@ def _parse_document(raw: bytes, where: str) -> Any:
         text = raw.decode("utf-8-sig")  # a byte order mark is fine
     except UnicodeDecodeError as exc:
         raise PolicyError(f"{where}: not UTF-8 text") from exc
-    from alpstore.portable.files import MAX_DEPTH, nesting_depth
+    from alpstore.codec import MAX_DEPTH, nesting_depth
 
     try:
         if where.endswith(".json"):

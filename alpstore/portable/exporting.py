@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 
 import zstandard
 
-from alpstore.codec import Digest, digest_hex
+from alpstore.codec import MAX_DEPTH, Digest, brackets, digest_hex, nesting_depth
 from alpstore.db.tables import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, SecretError, StorageError
 from alpstore.portable.deep import (
@@ -38,14 +38,11 @@ from alpstore.portable.deep import (
     encode_entry,
 )
 from alpstore.portable.files import (
-    MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     PRETTY_MAX_MESSAGES,
     ZST_LEVEL,
-    brackets,
     check_for_secrets,
     is_compressed,
-    nesting_depth,
     validate_document,
     write_checkpoint_file,
 )

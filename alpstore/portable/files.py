@@ -23,16 +23,20 @@ import zstandard
 
 from alpstore import fileio
 from alpstore.codec import (
+    MAX_DEPTH,
     MAX_RAW_SIZE,
+    brackets,
     canonical_json,
     canonical_json_parsed,
     decompress_file_bytes,
+    nesting_depth,
     parse_json,
 )
 from alpstore.errors import (
     CanonicalJSONError,
     CheckpointFileError,
     IntegrityError,
+    NestedTooDeepError,
     NotFoundError,
 )
 from alpstore.portable.secrets import require_no_secrets, scan
@@ -46,37 +50,11 @@ limit on both sides, so what export writes, import reads. Both stream: memory st
 the largest single message."""
 MAX_MESSAGE_BYTES: Final = MAX_RAW_SIZE
 """Largest single message (canonical JSON bytes): the archive's bound on one blob."""
-MAX_DEPTH: Final = 256
-"""Deepest nesting of one message, kernel, working memory or manifest, on both sides (JSON
-parsers and encoders recurse; Python's stop near 1,000 levels, minus the document's own)."""
 MAX_INT: Final = 2**31 - 1
 """Largest ``turn``, ``backtrack_count`` and ``spec_revision`` (the archive's integer columns)."""
 ZST_SUFFIX: Final = ".zst"
 JSON_SUFFIX: Final = ".json"
 ZST_LEVEL: Final = 3
-
-
-def nesting_depth(value: Any, *, stop: int = MAX_DEPTH) -> int:
-    """How deeply ``value`` nests (a scalar 0, ``[]`` 1), found without recursion; the walk
-    stops as soon as the depth passes ``stop``.
-    """
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            children: Any = item.values()
-        elif kind is list or kind is tuple:
-            children = item
-        else:
-            continue
-        if depth > deepest:
-            deepest = depth
-            if deepest > stop:
-                return deepest
-        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list, tuple))
-    return deepest
 
 
 def check_depth(value: Any, where: str) -> None:
@@ -92,14 +70,6 @@ def check_depth(value: Any, where: str) -> None:
         )
 
 
-def brackets(text: str | bytes, start: int = 0, end: int | None = None) -> int:
-    """An upper bound on the nesting depth of JSON text: its count of ``[`` and ``{`` (C speed)."""
-    stop = len(text) if end is None else end
-    if isinstance(text, bytes):
-        return text.count(b"[", start, stop) + text.count(b"{", start, stop)
-    return text.count("[", start, stop) + text.count("{", start, stop)
-
-
 def canonical_bytes(value: Any, where: str, *, parsed: bool = False) -> bytes:
     """The canonical JSON of one message or state document, within the file limits.
 
@@ -113,7 +83,7 @@ def canonical_bytes(value: Any, where: str, *, parsed: bool = False) -> bytes:
     """
     try:
         raw = canonical_json_parsed(value) if parsed else canonical_json(value)
-    except RecursionError:
+    except (RecursionError, NestedTooDeepError):
         raw = None
     if raw is None or (brackets(raw) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH):
         raise CheckpointFileError(

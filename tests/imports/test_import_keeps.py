@@ -84,11 +84,18 @@ def _opts(root: Path) -> Any:
 
 
 # ---------------------------------------------------------------- 7. its own exports
-def test_item7_export_refuses_what_import_would_refuse(run_root: Path, tmp_path: Path) -> None:
+def test_item7_export_refuses_what_import_would_refuse(
+    run_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import alpstore.codec
+
     deep = json.loads("[" * 300 + "]" * 300)
     with Store.open(run_root) as st:
         s = st.create_session(session_id="deep")
+        # the archive refuses it now; an archive written before that can hold one
+        monkeypatch.setattr(alpstore.codec, "MAX_DEPTH", 1_000)
         s.append([{"role": "user", "content": deep}])
+        monkeypatch.undo()
     out = tmp_path / "deep.json"
     res = run_cli("--root", str(run_root), "checkpoint", "export", "deep", "-o", str(out))
     assert res.code == 10 and "deeper than 256" in res.err, res
