@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from alpstore.codec import canonical_json
+from alpstore.codec import MAX_DEPTH, brackets, canonical_json, nesting_depth
 from alpstore.errors import AlpstoreError, InputError
 
 if TYPE_CHECKING:
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 Format = Literal["auto", "openai", "claude"]
 MAX_IMPORT_BYTES = 1024 * 1024 * 1024
 """A transcript larger than 1 GiB is refused before reading."""
-MAX_DEPTH = 256
-"""Deepest nesting of one transcript line (the limit deep files use too)."""
 MAX_LINE_CHARS = 2 * 256 * 1024 * 1024
 """Longest line: one message, bounded as a deep file bounds one value (twice the 256 MiB
 canonical limit of one message, for escapes and blanks)."""
@@ -79,7 +77,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise InputError(f"{path}: {size} bytes is over the {MAX_IMPORT_BYTES}-byte import limit")
     number = 0
     try:
-        with path.open("r", encoding="utf-8") as handle:
+        with path.open("r", encoding="utf-8-sig") as handle:  # a byte order mark is fine
             while line := handle.readline(MAX_LINE_CHARS + 1):
                 number += 1
                 if len(line) > MAX_LINE_CHARS:
@@ -92,19 +90,6 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         raise InputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
-
-
-def _depth(value: Any) -> int:
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        deepest = max(deepest, depth)
-        if deepest > MAX_DEPTH:
-            break
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return deepest
 
 
 def _check_openai(obj: dict[str, Any], where: str) -> None:
@@ -143,7 +128,10 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
         try:
             obj = json.loads(line)
         except (ValueError, RecursionError) as err:
-            reason = getattr(err, "msg", None) or "nested too deeply"
+            if isinstance(err, RecursionError):
+                reason = "nested too deeply"
+            else:  # json's own message, or (an integer past Python's digit limit) the error's
+                reason = getattr(err, "msg", None) or str(err).split(";")[0]
             hint = DEEP_FILE_HINT if first and line.lstrip().startswith("{") else None
             raise InputError(f"{where}: not valid JSON ({reason})", hint=hint) from err
         if first and isinstance(obj, dict) and obj.keys() >= DEEP_FILE_KEYS:
@@ -153,7 +141,7 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
             )
         if not isinstance(obj, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        if line.count("[") + line.count("{") > MAX_DEPTH and _depth(obj) > MAX_DEPTH:
+        if brackets(line) > MAX_DEPTH and nesting_depth(obj) > MAX_DEPTH:
             raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels; refused")
         try:
             canonical_json(obj)

@@ -249,7 +249,7 @@ def open_stream(path: Path, *, limit: int | None = None) -> Iterator[JsonStream]
             reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
         try:
             yield JsonStream(
-                reader.read,
+                _without_bom(reader.read),
                 where=str(path),
                 limit=MAX_DOCUMENT_BYTES if limit is None else limit,
                 value_limit=2 * MAX_MESSAGE_BYTES,
@@ -258,6 +258,32 @@ def open_stream(path: Path, *, limit: int | None = None) -> Iterator[JsonStream]
             raise CheckpointFileError(f"{path}: not a valid zstd file ({exc})") from exc
         except OSError as exc:
             raise CheckpointFileError(f"{path}: cannot read ({exc.strerror})") from exc
+
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(read: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """``read`` without a UTF-8 byte order mark at the start of the file (an editor's, on
+    another machine: JSON's own readers accept it too).
+    """
+    first = True
+
+    def read_(n: int) -> bytes:
+        nonlocal first
+        data = read(n)
+        if first:
+            first = False
+            while len(data) < len(_BOM) and _BOM.startswith(data):  # a short first read
+                more = read(n)
+                if not more:
+                    break
+                data += more
+            if data.startswith(_BOM):
+                data = data[len(_BOM) :]
+        return data
+
+    return read_
 
 
 # ---------------------------------------------------------------------- header only

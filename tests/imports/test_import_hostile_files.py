@@ -237,3 +237,40 @@ def test_a_pipe_or_a_device_is_refused_at_once(
     assert res.code in (3, 10), res
     _one_line_error(res.err)
     assert "not a regular file" in res.err, res.err
+
+
+# ---------------------------------------------------------------- a byte order mark
+@pytest.mark.parametrize("suffix", [".json", ".json.zst"])
+def test_a_deep_file_with_a_byte_order_mark_is_read(
+    run_root: Path, tmp_path: Path, suffix: str
+) -> None:
+    """An editor on another machine may start the file with a UTF-8 BOM; JSON readers accept
+    it, and so do validate, show and import (they said "must hold a JSON object")."""
+    import zstandard
+
+    body = b"\xef\xbb\xbf" + json.dumps(mas_doc()).encode("utf-8")
+    path = tmp_path / f"bom{suffix}"
+    path.write_bytes(zstandard.compress(body) if suffix.endswith(".zst") else body)
+    for command in ("validate", "show", "import"):
+        res = run_cli("--root", str(run_root), "checkpoint", command, str(path))
+        assert res.code == 0, (command, res.err)
+
+
+def test_a_transcript_with_a_byte_order_mark_is_read(run_root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"role": "user", "content": "hi"}\n')
+    res = run_cli("--root", str(run_root), "session", "import", str(path), "--name", "bom")
+    assert res.code == 0, res.err
+    shown = run_cli("--root", str(run_root), "session", "show", "bom", "--json")
+    assert json.loads(shown.out)[0]["value"]["content"] == "hi"
+
+
+def test_a_transcript_integer_past_the_digit_limit_is_named_as_such(
+    run_root: Path, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"role": "user", "content": "x", "n": ' + "9" * 5_000 + "}\n")
+    res = run_cli("--root", str(run_root), "session", "import", str(path))
+    assert res.code == 3, res.err
+    _one_line_error(res.err)
+    assert "digits" in res.err and "nested" not in res.err, res.err
