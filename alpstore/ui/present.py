@@ -18,6 +18,11 @@ LONG_TEXT = 1200
 """Characters above which a message body is collapsed behind its first lines."""
 PREVIEW = 300
 MAX_DIFF_LINES = 400
+MAX_DIFF_INPUT = 1_000
+"""Lines of each side a row's diff compares once the common start and end are set aside:
+difflib's matcher takes quadratic time (two 20,000-line tool outputs took 17 s)."""
+DIFF_CONTEXT = 2
+_HUNK = re.compile(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@$")
 
 _INVISIBLE = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f"  # C0 (but tab and newline), DEL, C1
@@ -152,23 +157,56 @@ def _lines(text: str) -> list[str]:
 
 def text_diff(old: Entry, new: Entry) -> list[tuple[str, str]]:
     """A line diff of two entries' bodies: ``(tag, line)`` with tag ``' '``, ``'-'``, ``'+'``
-    (long unchanged runs shortened).
+    (long unchanged runs shortened). Lines both share at the start and at the end are set
+    aside before difflib compares what is between (hunk headers keep the bodies' own line
+    numbers); of that, at most :data:`MAX_DIFF_INPUT` lines a side are compared, and a last
+    ``'@'`` line says so.
     """
     a, b = message(old), message(new)
     left = [f"role: {a.role}", *_lines(a.text)]
     left += [f"call {c.name} {c.arguments}" for c in a.tool_calls]
     right = [f"role: {b.role}", *_lines(b.text)]
     right += [f"call {c.name} {c.arguments}" for c in b.tool_calls]
+    shortest = min(len(left), len(right))
+    head = 0
+    while head < shortest and left[head] == right[head]:
+        head += 1
+    tail = 0
+    while tail < shortest - head and left[-1 - tail] == right[-1 - tail]:
+        tail += 1
+    start = max(head - DIFF_CONTEXT, 0)
+    stop = max(tail - DIFF_CONTEXT, 0)
+    mid_left, mid_right = left[start : len(left) - stop], right[start : len(right) - stop]
+    cut = max(len(mid_left), len(mid_right)) > MAX_DIFF_INPUT
     out: list[tuple[str, str]] = []
-    for line in difflib.unified_diff(left, right, lineterm="", n=2):
+    for line in difflib.unified_diff(
+        mid_left[:MAX_DIFF_INPUT], mid_right[:MAX_DIFF_INPUT], lineterm="", n=DIFF_CONTEXT
+    ):
         if line.startswith(("---", "+++")):
             continue
         tag = line[:1] if line[:1] in "+-@" else " "
-        out.append((tag, line[1:] if tag != "@" else line))
+        out.append((tag, line[1:] if tag != "@" else _shifted(line, start)))
         if len(out) >= MAX_DIFF_LINES:
             out.append(("@", "… (diff cut)"))
-            break
+            return out
+    if cut:
+        out.append(
+            (
+                "@",
+                f"… (compared {MAX_DIFF_INPUT:,} of the {len(mid_left):,} and "
+                f"{len(mid_right):,} lines that differ from line {start + 1:,} on)",
+            )
+        )
     return out
+
+
+def _shifted(hunk: str, offset: int) -> str:
+    """A unified-diff hunk header with ``offset`` added to both start lines."""
+    m = _HUNK.match(hunk)
+    if m is None or not offset:
+        return hunk
+    a, b = int(m.group(1)) + offset, int(m.group(3)) + offset
+    return f"@@ -{a}{m.group(2) or ''} +{b}{m.group(4) or ''} @@"
 
 
 def when(ts: float) -> str:

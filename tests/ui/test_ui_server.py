@@ -219,12 +219,12 @@ def hostile_store(
 ) -> Iterator[tuple[Store, dict[str, Any]]]:
     """An archive whose messages, labels and events carry what the demo's XSS transcript does
     not: invisible characters, nesting deeper than a JSON parser recurses, odd event details."""
-    from alpstore.db.tables import session_events
+    from alpstore.db.tables import checkpoints, session_events
 
     root = tmp_path_factory.mktemp("ui-hostile")
     with Store.open(root) as store:
         s = store.create_session(name="hostile")
-        first = s.commit_turn([{"role": "user", "content": HIDDEN_TEXT}], label="lbl" + HIDDEN_TEXT)
+        first = s.commit_turn([{"role": "user", "content": HIDDEN_TEXT}], label="lbl")
         calls = [
             {"id": f"c{n}", "type": "function", "function": {"name": "f", "arguments": a}}
             for n, a in enumerate((DEEP_ARGUMENTS, NEAR_LIMIT_ARGUMENTS))
@@ -237,6 +237,11 @@ def hostile_store(
         s.commit_turn([{"role": "user", "content": "after the events"}])
         s.record_decision("late", {"note": "a clock far off"})
         with store.db.atomic() as conn:  # as a damaged or foreign archive may hold it
+            conn.execute(  # (alpstore refuses such a label when a checkpoint is taken)
+                checkpoints.update()
+                .where(checkpoints.c.id == first.id)
+                .values(label="lbl" + HIDDEN_TEXT)
+            )
             conn.execute(
                 session_events.update()
                 .where(session_events.c.kind == "late")
