@@ -121,7 +121,7 @@ def test_gc_beside_writers_keeps_everything_they_acknowledged(
     def collect() -> None:
         report = gc(collector)
         runs.append(report.blobs_removed)
-        time.sleep(0.05)
+        time.sleep(0.01)
 
     turns = 120
     results = _launch("writer.py", backend, 4, turns, tmp_path, during=collect)

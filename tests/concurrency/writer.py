@@ -55,6 +55,9 @@ def main(argv: list[str]) -> int:
         for t in range(n):
             if t % 10 == 0:
                 store.archive.put_many([shared_message(t + k) for k in range(10, 13)])
+                # the window the GC test is about: on a fast machine the turns that follow
+                # took a few milliseconds, and no collection ever ran inside it
+                time.sleep(0.04)
             ck = session.commit_turn([shared_message(t), own_message(idx, t)], kernel=kernel(t))
             acked.append({"id": ck.id, "seq": ck.seq, "turn": t})
         store.close()
