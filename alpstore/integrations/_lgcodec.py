@@ -534,25 +534,29 @@ class FrozenMessages:
                 out[p] = copy.deepcopy(m)
         return out
 
-    def first_difference(self, messages: Sequence[Any]) -> int:
-        """The first position where ``messages`` (as long as this) differs from the kept ones
-        in class or fields (compared in C), or their length when none does.
+    def first_difference(self, messages: Sequence[Any], start: int = 0) -> int:
+        """The first position from ``start`` on where ``messages`` (at most as long as this)
+        differs from the kept ones in class or fields (compared in C), or their length when
+        none does.
         """
         self._ready()
-        n = len(self.classes)
-        states = self._states(n)
-        if not _SPLITTABLE.keys() >= set(map(type, messages)):  # not all messages: slow path
-            pairs = zip(self.classes, states, messages, strict=True)
-            for i, (cls, state, theirs) in enumerate(pairs):
-                if cls is not type(theirs) or state[0] != theirs.__dict__:
+        n = len(messages)
+        if n > len(self.classes):
+            raise ValueError(f"{n} messages compared with {len(self.classes)} kept ones")
+        states = self._states(n)[start:]
+        classes, theirs = self.classes[start:n], messages[start:n]
+        if not _SPLITTABLE.keys() >= set(map(type, theirs)):  # not all messages: slow path
+            pairs = zip(classes, states, theirs, strict=True)
+            for i, (cls, state, their) in enumerate(pairs, start):
+                if cls is not type(their) or state[0] != their.__dict__:
                     return i
             return n
         differs = map(
             or_,
-            map(is_not, self.classes, map(type, messages)),
-            map(ne, map(_fields_of, states), map(_dict_of, messages)),
+            map(is_not, classes, map(type, theirs)),
+            map(ne, map(_fields_of, states), map(_dict_of, theirs)),
         )
-        return next(compress(count(), differs), n)
+        return next(compress(count(start), differs), n)
 
 
 def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:
