@@ -62,9 +62,15 @@ _SPLITTABLE = {cls: name for name, cls in MESSAGE_CLASSES.items()}
 
 
 def is_plain_json(value: Any, depth: int = 0) -> bool:
-    """True when ``value`` survives canonical JSON unchanged (types included)."""
+    r"""True when ``value`` survives canonical JSON unchanged (types included): not a string
+    holding a lone surrogate (``"\udcff"``: an undecodable file name, a broken ``\u``
+    escape), which canonical JSON refuses; such a value goes through LangGraph's serde, as in
+    LangGraph's own savers.
+    """
     kind = type(value)
-    if value is None or kind is str or kind is bool or kind is int:
+    if kind is str:
+        return value.isascii() or _utf8(value)
+    if value is None or kind is bool or kind is int:
         return True
     if kind is float:
         return not (math.isnan(value) or math.isinf(value))
@@ -73,8 +79,20 @@ def is_plain_json(value: Any, depth: int = 0) -> bool:
     if kind is list:
         return all(is_plain_json(v, depth + 1) for v in value)
     if kind is dict:
-        return all(type(k) is str and is_plain_json(v, depth + 1) for k, v in value.items())
+        return all(
+            type(k) is str and (k.isascii() or _utf8(k)) and is_plain_json(v, depth + 1)
+            for k, v in value.items()
+        )
     return False
+
+
+def _utf8(text: str) -> bool:
+    """True when ``text`` has no lone surrogate (it can be written as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def is_message(value: Any) -> bool:
