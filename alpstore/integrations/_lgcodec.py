@@ -62,9 +62,15 @@ _SPLITTABLE = {cls: name for name, cls in MESSAGE_CLASSES.items()}
 
 
 def is_plain_json(value: Any, depth: int = 0) -> bool:
-    """True when ``value`` survives canonical JSON unchanged (types included)."""
+    r"""True when ``value`` survives canonical JSON unchanged (types included): not a string
+    holding a lone surrogate (``"\udcff"``: an undecodable file name, a broken ``\u``
+    escape), which canonical JSON refuses; such a value goes through LangGraph's serde, as in
+    LangGraph's own savers.
+    """
     kind = type(value)
-    if value is None or kind is str or kind is bool or kind is int:
+    if kind is str:
+        return value.isascii() or _utf8(value)
+    if value is None or kind is bool or kind is int:
         return True
     if kind is float:
         return not (math.isnan(value) or math.isinf(value))
@@ -73,8 +79,20 @@ def is_plain_json(value: Any, depth: int = 0) -> bool:
     if kind is list:
         return all(is_plain_json(v, depth + 1) for v in value)
     if kind is dict:
-        return all(type(k) is str and is_plain_json(v, depth + 1) for k, v in value.items())
+        return all(
+            type(k) is str and (k.isascii() or _utf8(k)) and is_plain_json(v, depth + 1)
+            for k, v in value.items()
+        )
     return False
+
+
+def _utf8(text: str) -> bool:
+    """True when ``text`` has no lone surrogate (it can be written as UTF-8)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def is_message(value: Any) -> bool:
@@ -534,25 +552,29 @@ class FrozenMessages:
                 out[p] = copy.deepcopy(m)
         return out
 
-    def first_difference(self, messages: Sequence[Any]) -> int:
-        """The first position where ``messages`` (as long as this) differs from the kept ones
-        in class or fields (compared in C), or their length when none does.
+    def first_difference(self, messages: Sequence[Any], start: int = 0) -> int:
+        """The first position from ``start`` on where ``messages`` (at most as long as this)
+        differs from the kept ones in class or fields (compared in C), or their length when
+        none does.
         """
         self._ready()
-        n = len(self.classes)
-        states = self._states(n)
-        if not _SPLITTABLE.keys() >= set(map(type, messages)):  # not all messages: slow path
-            pairs = zip(self.classes, states, messages, strict=True)
-            for i, (cls, state, theirs) in enumerate(pairs):
-                if cls is not type(theirs) or state[0] != theirs.__dict__:
+        n = len(messages)
+        if n > len(self.classes):
+            raise ValueError(f"{n} messages compared with {len(self.classes)} kept ones")
+        states = self._states(n)[start:]
+        classes, theirs = self.classes[start:n], messages[start:n]
+        if not _SPLITTABLE.keys() >= set(map(type, theirs)):  # not all messages: slow path
+            pairs = zip(classes, states, theirs, strict=True)
+            for i, (cls, state, their) in enumerate(pairs, start):
+                if cls is not type(their) or state[0] != their.__dict__:
                     return i
             return n
         differs = map(
             or_,
-            map(is_not, self.classes, map(type, messages)),
-            map(ne, map(_fields_of, states), map(_dict_of, messages)),
+            map(is_not, classes, map(type, theirs)),
+            map(ne, map(_fields_of, states), map(_dict_of, theirs)),
         )
-        return next(compress(count(), differs), n)
+        return next(compress(count(start), differs), n)
 
 
 def message_docs(messages: Sequence[BaseMessage]) -> list[dict[str, Any]] | None:

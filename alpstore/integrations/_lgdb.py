@@ -183,8 +183,11 @@ class ThreadState:
     - ``private``: the head's messages as this process keeps them (marshalled states: reads
       build new objects from them at C speed, see ``FrozenMessages``);
     - ``digests``: the head entries' digests, when known;
-    - ``seen``: lists of message objects the caller holds for the head (what this saver last
-      stored or handed out), compared by identity so a put finds the new tail in O(delta);
+    - ``seen``: lists of message objects the caller passed to a put for the head, compared
+      by identity so a put finds the new tail in O(delta);
+    - ``handed``: lists of message objects a read handed out for the head; the caller may
+      have changed those in place, so a prefix found through them counts only as far as it
+      still equals the kept states;
     - ``last_put``: the last checkpoint stored (id, channel versions, refs).
 
     Nothing here is keyed by a row id another transaction could delete and reuse.
@@ -196,6 +199,7 @@ class ThreadState:
         self.private: FrozenMessages | None = None
         self.digests: list[bytes] | None = None
         self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
+        self.handed: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
         self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
 
     def validate(self, row: HeadRow) -> bool:
@@ -206,6 +210,7 @@ class ThreadState:
         self.private = None
         self.digests = None
         self.seen.clear()
+        self.handed.clear()
         self.last_put = None
         return False
 
@@ -215,6 +220,7 @@ class ThreadState:
         self.private = None
         self.digests = None
         self.seen.clear()
+        self.handed.clear()
         self.last_put = None
 
 
@@ -222,7 +228,8 @@ _ids = itemgetter(0)
 _kinds = itemgetter(1)
 
 SEEN_LISTS = 4
-"""How many caller-held message lists a thread remembers for identity comparison."""
+"""How many caller-held message lists (of each kind) a thread remembers for identity
+comparison."""
 
 
 def identity_prefix(a: list[Any], b: list[Any]) -> int:

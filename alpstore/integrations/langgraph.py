@@ -10,9 +10,10 @@ values are content-addressed blobs; pending writes keep one blob per message too
 
 Reads hand out fresh message objects (copies of the ones this process keeps), so a message
 taken from ``get_state`` and edited in place changes nothing until it is written back, as with
-LangGraph's own savers. A put finds the new tail by identity with the lists it last stored or
-handed out (O(delta)), else compares with the kept copies (in C) or by digest, and encodes only
-what differs: a message object the caller passed to ``put`` and then changed in place is not
+LangGraph's own savers. A put finds the new tail by identity with the lists it last stored
+(O(delta)) or handed out (those objects compared with the kept copies, in C: the caller may
+have edited them), else compares with the kept copies or by digest, and encodes only what
+differs: a message object the caller passed to ``put`` and then changed in place is not
 noticed (LangGraph's reducers never do that; return a new message instead).
 """
 
@@ -407,27 +408,36 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         once committed (True: this process's picture of the thread is kept); None when the
         list cannot be split (not all standard messages, or not plain JSON).
 
-        The common prefix is found against the lists this saver last stored or handed out
-        (``held_prefix``: a C loop at pointer speed), so a growing conversation costs O(delta)
-        in Python and a few nanoseconds a message in C; only when that
-        is inconclusive — another process moved the head, or the channel changed but no new
-        message is found by identity (a message edited in place and written back) — are the
-        messages compared by digest, which costs O(n).
+        The common prefix is found against the lists this saver last stored (``held_prefix``:
+        a C loop at pointer speed), so a growing conversation costs O(delta) in Python and a
+        few nanoseconds a message in C. Objects a read handed out and the caller has not yet
+        passed to a put may have been changed in place, so a prefix found only through the
+        lists reads handed out is compared field by field with the kept states (in C, once
+        per read that a put follows). Only when that is inconclusive — another process moved
+        the head, or the channel changed but no new message is found by identity (a message
+        edited in place and written back) — are the messages compared by digest, which costs
+        O(n).
         """
         store = self.store
         n_old = row.view.length
         k = -1
         if th.private is not None and len(th.private) == n_old:
-            k = lgdb.held_prefix(th.seen, messages)
-            k = min(k, n_old)
-            if k == n_old == len(messages) and changed:
+            k = min(lgdb.held_prefix(th.seen, messages), n_old)
+            handed = min(lgdb.held_prefix(th.handed, messages), n_old)
+            if max(k, handed) == n_old == len(messages) and changed:
                 # written back without a new object: an edit in place? Compare the fields
                 # with this process's own copies (C-speed), encode from the first difference
                 k = th.private.first_difference(messages)
                 if k == n_old:
                     return row.view, row.turn, cover, lambda: True
-            elif k == n_old and not is_message_list(messages[k:]):
-                return None
+            else:
+                if handed > k:
+                    # objects a read handed out: the caller may have changed them in place
+                    # (the human-in-the-loop edit) and written them back with new ones, so
+                    # they count only as far as they equal this process's copies (in C)
+                    k = th.private.first_difference(messages[:handed], k)
+                if k == n_old and not is_message_list(messages[k:]):
+                    return None
         if k < 0 or k < n_old:
             if not is_message_list(messages):
                 return None
@@ -491,6 +501,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 th.digests = kept_digests + new_digests
             if not appended:  # lists held for the old head no longer match it past k
                 th.seen.clear()
+                th.handed.clear()
             th.seen.append(held)
             return True
 
@@ -727,7 +738,7 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                     th.private = kept  # from the documents' bytes: nothing handed out
                     th.digests = None
         if view == head.view:
-            th.seen.append(list(out))  # our own list: the caller may change theirs in place
+            th.handed.append(list(out))  # our own list: the caller may change theirs in place
         return out
 
     def _values(
