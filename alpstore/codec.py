@@ -192,7 +192,7 @@ def _find_problem(value: Any, path: str) -> str | None:
         item, where = stack.pop()
         kind = type(item)
         if kind is str or kind is int or kind is bool or item is None:
-            if kind is str and _has_lone_surrogate(item):
+            if kind is str and has_lone_surrogate(item):
                 return f"{where}: string holds a lone surrogate, not valid UTF-8"
             continue
         if kind is float:
@@ -217,7 +217,8 @@ def _find_problem(value: Any, path: str) -> str | None:
     return None
 
 
-def _has_lone_surrogate(text: str) -> bool:
+def has_lone_surrogate(text: str) -> bool:
+    """True when ``text`` holds a lone surrogate (it cannot be written as UTF-8)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

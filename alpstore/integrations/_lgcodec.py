@@ -30,6 +30,7 @@ from langchain_core.messages import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from pydantic import BaseModel
 
+from alpstore.codec import has_lone_surrogate
 from alpstore.errors import IntegrityError
 
 KIND_JSON = 0
@@ -69,7 +70,7 @@ def is_plain_json(value: Any, depth: int = 0) -> bool:
     """
     kind = type(value)
     if kind is str:
-        return value.isascii() or _utf8(value)
+        return value.isascii() or not has_lone_surrogate(value)
     if value is None or kind is bool or kind is int:
         return True
     if kind is float:
@@ -80,19 +81,12 @@ def is_plain_json(value: Any, depth: int = 0) -> bool:
         return all(is_plain_json(v, depth + 1) for v in value)
     if kind is dict:
         return all(
-            type(k) is str and (k.isascii() or _utf8(k)) and is_plain_json(v, depth + 1)
+            type(k) is str
+            and (k.isascii() or not has_lone_surrogate(k))
+            and is_plain_json(v, depth + 1)
             for k, v in value.items()
         )
     return False
-
-
-def _utf8(text: str) -> bool:
-    """True when ``text`` has no lone surrogate (it can be written as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def is_message(value: Any) -> bool:
