@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from alpstore.codec import has_lone_surrogate
 from alpstore.errors import IntegrityError
+from alpstore.gcpause import no_gc_pause
 
 KIND_JSON = 0
 """The blob is the value itself (plain JSON that round-trips exactly)."""
@@ -549,14 +550,24 @@ class FrozenMessages:
     def first_difference(self, messages: Sequence[Any], start: int = 0) -> int:
         """The first position from ``start`` on where ``messages`` (at most as long as this)
         differs from the kept ones in class or fields (compared in C), or their length when
-        none does.
+        none does. The kept states are made for the comparison and freed before it returns,
+        with the collector held off meanwhile (thousands of short-lived objects would
+        otherwise trigger collections that walk the whole heap).
         """
         self._ready()
         n = len(messages)
         if n > len(self.classes):
             raise ValueError(f"{n} messages compared with {len(self.classes)} kept ones")
-        states = self._states(n)[start:]
-        classes, theirs = self.classes[start:n], messages[start:n]
+        with no_gc_pause():
+            states = self._states(n)[start:]
+            found = self._first_difference(states, messages[start:n], start, n)
+            del states  # freed now, while the collector is off
+        return found
+
+    def _first_difference(
+        self, states: list[Any], theirs: Sequence[Any], start: int, n: int
+    ) -> int:
+        classes = self.classes[start:n]
         if not _SPLITTABLE.keys() >= set(map(type, theirs)):  # not all messages: slow path
             pairs = zip(classes, states, theirs, strict=True)
             for i, (cls, state, their) in enumerate(pairs, start):

@@ -501,7 +501,11 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
                 th.digests = kept_digests + new_digests
             if not appended:  # lists held for the old head no longer match it past k
                 th.seen.clear()
-                th.handed.clear()
+            # the reads' lists go: what a put took from them is in `held` now, and a list a
+            # caller still holds is compared by digest (O(n), still right); kept, each would
+            # hold a whole read's fresh objects alive (6,001 at 1,000 turns) for the collector
+            # to walk, turn after turn
+            th.handed.clear()
             th.seen.append(held)
             return True
 
