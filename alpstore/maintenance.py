@@ -117,7 +117,16 @@ def blob_root_columns() -> list[tuple[str, str]]:
 
 
 def gc(store: Store, *, dry_run: bool = False) -> GcReport:
-    """Remove what no view and no row references, in one write transaction."""
+    """Remove what no view and no row references, in one write transaction.
+
+    On PostgreSQL the transaction may be chosen as a deadlock's victim (its table locks meet a
+    writer's row locks taken in the other order); it is then run again from the start, as
+    every writer's is (``Database.retrying``), instead of failing the collection.
+    """
+    return store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
+
+
+def _gc_once(store: Store, dry_run: bool) -> GcReport:
     report = GcReport(dry_run=dry_run)
     with store.db.atomic(snapshot=True) as conn:
         store.db.exclude_writers(conn)  # no blob may gain a reference between mark and sweep
