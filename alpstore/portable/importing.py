@@ -433,9 +433,7 @@ def _write(
                 hint="use --fork to load the file as a new session with a fresh id",
             )
     elif opts.fork:
-        uuid = opts.session_id or new_session_uuid()
-        if _id_shadows_name(conn, uuid):
-            raise UsageError(f"session id {shown(uuid)} is the name of another session here")
+        uuid = opts.session_id or new_session_uuid()  # create_session refuses a local name
     wanted = opts.name if opts.name is not None else head.name
     name = claim_name(conn, store, wanted, suffix=opts.name is None) if wanted else None
     session = store.create_session(
