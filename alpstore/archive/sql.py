@@ -26,12 +26,9 @@ from alpstore.codec import (
     CODEC_ZSTD,
     CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
-    DEFAULT_LEVEL,
-    DICT_LEVEL,
     Decompressor,
     parse_json,
 )
-from alpstore.db.database import Database
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.db.tables import blob_refs, blobs, zstd_dicts
 from alpstore.errors import IntegrityError
@@ -55,16 +52,6 @@ __all__ = [
 
 class SqlArchive(ArchiveWriter):
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary."""
-
-    def __init__(
-        self,
-        db: Database,
-        *,
-        level: int = DEFAULT_LEVEL,
-        dict_level: int = DICT_LEVEL,
-        auto_train: bool = True,
-    ) -> None:
-        super().__init__(db, level=level, dict_level=dict_level, auto_train=auto_train)
 
     def stats(self) -> ArchiveStats:
         """Counts and sizes of the stored blobs."""

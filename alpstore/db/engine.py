@@ -193,4 +193,3 @@ def _ping_if_idle(dbapi_conn: Any, record: Any, proxy: Any) -> None:
 
 def _note_last_use(dbapi_conn: Any, record: Any) -> None:
     record.info["last_use"] = time.monotonic()
-
