@@ -1,5 +1,5 @@
 """Content-addressed blobs: put / get / has / verify / gc. Knows nothing of sessions.
-May import alpstore.db, alpstore.codec, alpstore.fileio and the layers below them only.
+May import alpstore.db, alpstore.codec and alpstore.canonical, and the layers below them.
 """
 
 from __future__ import annotations

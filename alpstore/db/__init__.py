@@ -1,5 +1,5 @@
 """Database layer: engine setup, the tables, Alembic glue, and the SQLAlchemy-free reader (lite).
-May import alpstore.errors, alpstore.events, alpstore.gcpause (and alpstore.codec) only.
+May import only the layers below it: alpstore.errors, alpstore.events, alpstore.gcpause.
 """
 
 from __future__ import annotations
