@@ -62,10 +62,7 @@ def run_migrations_online() -> None:
         return
     from sqlalchemy import create_engine
 
-    from alpstore.db.engine import (
-        _sqlite_engine,
-        open_database,  # noqa: F401  (pragmas for sqlite URLs)
-    )
+    from alpstore.db.database import sqlite_engine as _sqlite_engine
 
     url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
         "sqlalchemy.url"

@@ -1,28 +1,68 @@
-"""Canonical JSON, BLAKE3 digests and zstd compression: the bytes every other layer agrees on.
-
-Canonical JSON is UTF-8, object keys sorted recursively, separators ``,`` and ``:``, non-ASCII left
-unescaped. NaN, Infinity, non-string keys and non-JSON types are refused with the path inside the
-document, so the same content always has one digest.
+"""zstd compression (plain, with a trained dictionary, or against another blob as a delta),
+bounded decompression, dictionary training; with canonical JSON and BLAKE3 digests
+(``alpstore.canonical``, re-exported here): the bytes every other layer agrees on.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import math
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, NewType, TypeVar
+from typing import TypeVar
 
-import blake3
 import zstandard
 
-from alpstore.errors import CanonicalJSONError, IntegrityError, NestedTooDeepError, UsageError
+from alpstore.canonical import (
+    DIGEST_SIZE,
+    MAX_DEPTH,
+    Digest,
+    brackets,
+    canonical_json,
+    canonical_json_parsed,
+    digest_bytes,
+    digest_hex,
+    has_lone_surrogate,
+    nesting_depth,
+    parse_digest,
+    parse_json,
+)
+from alpstore.errors import IntegrityError, UsageError
 
-Digest = NewType("Digest", bytes)
-"""A 32-byte BLAKE3-256 digest of a blob's canonical bytes (the public, portable id)."""
+__all__ = [
+    "CODEC_RAW",
+    "CODEC_ZSTD",
+    "CODEC_ZSTD_BASE",
+    "CODEC_ZSTD_DICT",
+    "DEFAULT_LEVEL",
+    "DICT_LEVEL",
+    "DICT_STORE_LEVEL",
+    "DIGEST_SIZE",
+    "MAX_DEPTH",
+    "MAX_RAW_SIZE",
+    "Compressor",
+    "Decompressor",
+    "Digest",
+    "bounded_decompress",
+    "brackets",
+    "canonical_json",
+    "canonical_json_parsed",
+    "decompress_file_bytes",
+    "delta_compressor",
+    "digest_bytes",
+    "digest_dictionary",
+    "digest_hex",
+    "has_lone_surrogate",
+    "line_hashes",
+    "nesting_depth",
+    "pack_dictionary",
+    "parse_digest",
+    "parse_json",
+    "pool_give",
+    "pool_take",
+    "ratio",
+    "raw_content_dict",
+    "train_dictionary",
+]
 
-DIGEST_SIZE = 32
 DEFAULT_LEVEL = 3
 """zstd level for blobs: level 3 is zstd's default and within a few % of level 9 on chat text."""
 
@@ -52,223 +92,6 @@ benchmark corpus, which it stores in 6.6 KB (level 3: 8.1 KB)."""
 
 MAX_RAW_SIZE = 256 * 1024 * 1024
 """No single blob may claim more than this many raw bytes (bounds every decompression)."""
-
-_encoder = json.JSONEncoder(
-    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-)
-
-
-MAX_DEPTH: Final = 256
-"""Deepest nesting of a stored document (a message, a state, a kernel, a manifest) and of a
-deep file's content, on every way in: JSON parsers and encoders recurse, and Python's stop
-near 1,000 levels minus the caller's own, so a deeper document could be written and not read
-back."""
-
-
-def nesting_depth(value: Any, *, stop: int = MAX_DEPTH) -> int:
-    """How deeply ``value`` nests (a scalar 0, ``[]`` 1), found without recursion; the walk
-    stops as soon as the depth passes ``stop``.
-    """
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            children: Any = item.values()
-        elif kind is list or kind is tuple:
-            children = item
-        else:
-            continue
-        if depth > deepest:
-            deepest = depth
-            if deepest > stop:
-                return deepest
-        stack.extend((c, depth + 1) for c in children if type(c) in (dict, list, tuple))
-    return deepest
-
-
-def brackets(text: str | bytes, start: int = 0, end: int | None = None) -> int:
-    """An upper bound on the nesting depth of JSON text: its count of ``[`` and ``{`` (C speed)."""
-    stop = len(text) if end is None else end
-    if isinstance(text, bytes):
-        return text.count(b"[", start, stop) + text.count(b"{", start, stop)
-    return text.count("[", start, stop) + text.count("{", start, stop)
-
-
-def _too_deep() -> NestedTooDeepError:
-    return NestedTooDeepError(f"$: nested deeper than {MAX_DEPTH} levels; refused")
-
-
-def _within_depth(raw: bytes, value: Any) -> bytes:
-    """``raw`` when ``value`` nests at most :data:`MAX_DEPTH` deep (its brackets counted at C
-    speed first: only a document with more is walked).
-    """
-    if brackets(raw) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH:
-        raise _too_deep()
-    return raw
-
-
-def canonical_json(value: Any) -> bytes:
-    """Return the canonical UTF-8 JSON bytes of ``value``.
-
-    Raises:
-        CanonicalJSONError: the value holds NaN/Infinity, a non-string key or a non-JSON type;
-            the message names the path (``$.messages[3].content``).
-        NestedTooDeepError: it nests deeper than :data:`MAX_DEPTH` (the archive could not read
-            it back).
-    """
-    # when encoding fails, _find_problem below names where
-    try:
-        if _keys_are_strings(value):
-            with contextlib.suppress(TypeError, ValueError, UnicodeEncodeError):
-                return _within_depth(_encoder.encode(value).encode("utf-8"), value)
-    except RecursionError:
-        raise _too_deep() from None
-    problem = _find_problem(value, "$") or "$: not canonical JSON"
-    raise CanonicalJSONError(problem)
-
-
-def _not_json(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-_make_c_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # None without _json
-_c_encoder: Any = (
-    None
-    if _make_c_encoder is None
-    else _make_c_encoder(
-        None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False
-    )
-)
-"""``_encoder``'s own C encoder (the arguments ``JSONEncoder.iterencode`` passes it: keys
-sorted, no NaN, non-ASCII kept), made once where ``json`` makes one per call. No cycle check:
-a parsed value is a tree. The property test in tests/core checks it against ``_encoder``."""
-
-
-def canonical_json_parsed(value: Any) -> bytes:
-    """:func:`canonical_json` of a value ``json`` parsed (a file's message): its keys are strings
-    already and it holds no cycle, so the walk that checks keys is skipped; errors are the same.
-
-    Raises:
-        CanonicalJSONError: as :func:`canonical_json`.
-    """
-    try:
-        if _c_encoder is None:
-            raw = _encoder.encode(value).encode("utf-8")
-        else:
-            raw = "".join(_c_encoder(value, 0)).encode("utf-8")
-    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
-        return canonical_json(value)  # raises, naming the path
-    return _within_depth(raw, value)
-
-
-def _keys_are_strings(value: Any) -> bool:
-    """True when every object key is a string (the one thing ``json`` would silently coerce)."""
-    kind = type(value)
-    if kind is dict:
-        for key, sub in value.items():
-            if type(key) is not str:
-                return False
-            sub_kind = type(sub)
-            if (sub_kind is dict or sub_kind is list) and not _keys_are_strings(sub):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        for sub in value:
-            sub_kind = type(sub)
-            if (sub_kind is dict or sub_kind is list) and not _keys_are_strings(sub):
-                return False
-        return True
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _keys_are_strings(v) for k, v in value.items())
-    return True
-
-
-def _find_problem(value: Any, path: str) -> str | None:
-    """Walk ``value`` and describe the first thing JSON cannot hold exactly, or None."""
-    stack: list[tuple[Any, str]] = [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            if kind is str and has_lone_surrogate(item):
-                return f"{where}: string holds a lone surrogate, not valid UTF-8"
-            continue
-        if kind is float:
-            if math.isnan(item) or math.isinf(item):
-                return f"{where}: {item!r} is not allowed in canonical JSON"
-            continue
-        if kind is dict:
-            for key, sub in item.items():
-                if type(key) is not str:
-                    return f"{where}: object key {key!r} is not a string"
-                stack.append((sub, f"{where}.{key}"))
-            continue
-        if kind is list or kind is tuple:
-            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
-            continue
-        if isinstance(item, bool | int | str):
-            continue
-        if isinstance(item, float):
-            stack.append((float(item), where))
-            continue
-        return f"{where}: value of type {kind.__name__} is not JSON"
-    return None
-
-
-def has_lone_surrogate(text: str) -> bool:
-    """True when ``text`` holds a lone surrogate (it cannot be written as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def parse_json(data: bytes | str, *, where: str) -> Any:
-    """Parse JSON, refusing NaN/Infinity literals; errors name ``where`` and the position.
-
-    Raises:
-        CanonicalJSONError: the text is not strict JSON.
-    """
-
-    def _no_constants(name: str) -> Any:
-        raise ValueError(f"{name} is not allowed")
-
-    if isinstance(data, bytes) and data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]  # a UTF-8 byte order mark is no part of the document
-    elif isinstance(data, str):
-        data = data.removeprefix("\ufeff")
-    try:
-        return json.loads(data, parse_constant=_no_constants)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CanonicalJSONError(f"{where}: not valid JSON ({exc})") from exc
-
-
-def digest_bytes(data: bytes) -> Digest:
-    """BLAKE3-256 of ``data``."""
-    return Digest(blake3.blake3(data).digest())
-
-
-def digest_hex(d: bytes) -> str:
-    """Hex spelling of a digest, as the CLI and exports show it."""
-    return d.hex()
-
-
-def parse_digest(text: str) -> Digest:
-    """Parse a 64-character hex digest.
-
-    Raises:
-        UsageError: the text is not 64 hex characters.
-    """
-    cleaned = text.strip().lower()
-    if len(cleaned) != 2 * DIGEST_SIZE:
-        raise UsageError(f"digest {text!r}: expected 64 hex characters, got {len(cleaned)}")
-    try:
-        return Digest(bytes.fromhex(cleaned))
-    except ValueError as exc:
-        raise UsageError(f"digest {text!r}: not hexadecimal") from exc
 
 
 T = TypeVar("T")

@@ -15,8 +15,9 @@ from sqlalchemy import exc as sa_exc
 from alpstore.archive.sql import SqlArchive, encode, parse_documents
 from alpstore.codec import Digest, parse_json
 from alpstore.db import raw as rsql
-from alpstore.db.engine import Database, inserted_id, open_database
+from alpstore.db.engine import Database, inserted_id
 from alpstore.db.migrate import require_current_schema
+from alpstore.db.opening import open_database
 from alpstore.db.tables import (
     BLOB_STATE,
     BLOB_SUMMARY,

@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import count
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
-from alpstore.db.engine import inserted_id
-from alpstore.db.tables import segments
 from alpstore.errors import IntegrityError, UsageError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from alpstore.db.raw import AnyConnection
 
 READ_RANGE = (
     "SELECT blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? AND position < ?"
@@ -191,7 +192,7 @@ class ViewStore:
         and a shape never changes; a collected segment is simply never asked for again by a
         live view (a stale view finds its entries missing)."""
 
-    def segment(self, conn: Connection, segment_id: int) -> SegmentRow:
+    def segment(self, conn: AnyConnection, segment_id: int) -> SegmentRow:
         """The (cached) shape of a segment.
 
         Raises:
@@ -210,7 +211,7 @@ class ViewStore:
             self._shape[segment_id] = row
         return row
 
-    def chain(self, conn: Connection, view: View) -> list[tuple[int, int, int]]:
+    def chain(self, conn: AnyConnection, view: View) -> list[tuple[int, int, int]]:
         """The ranges ``(segment_id, lo, hi)`` that make up ``view``, oldest first."""
         out: list[tuple[int, int, int]] = []
         seg_id, hi = view.segment_id, view.length
@@ -224,7 +225,7 @@ class ViewStore:
         return out
 
     def _read_ranges(
-        self, conn: Connection, view: View, sql: str, start: int = 0, verb: str = "resolves"
+        self, conn: AnyConnection, view: View, sql: str, start: int = 0, verb: str = "resolves"
     ) -> list[Any]:
         """The rows ``sql`` gives for each segment range of ``view`` from position ``start``,
         in order: one range scan per segment of the chain.
@@ -243,7 +244,7 @@ class ViewStore:
             rows.extend(part)
         return rows
 
-    def read_ids(self, conn: Connection, view: View) -> list[int]:
+    def read_ids(self, conn: AnyConnection, view: View) -> list[int]:
         """The blob ids of ``view`` in order.
 
         Raises:
@@ -251,7 +252,7 @@ class ViewStore:
         """
         return [r[0] for r in self._read_ranges(conn, view, READ_RANGE, verb="holds")]
 
-    def read_blob_rows(self, conn: Connection, view: View, start: int = 0) -> list[Any]:
+    def read_blob_rows(self, conn: AnyConnection, view: View, start: int = 0) -> list[Any]:
         """The blob rows of ``view`` at positions ``start`` and after, in order, joined in the
         range scans (no id round trip): ``(id, digest, kind, raw_size, codec, dict_id, payload,
         base_id)``.
@@ -261,7 +262,7 @@ class ViewStore:
         """
         return self._read_ranges(conn, view, READ_RANGE_BLOBS, start)
 
-    def read_lean_rows(self, conn: Connection, view: View) -> list[Any]:
+    def read_lean_rows(self, conn: AnyConnection, view: View) -> list[Any]:
         """The blob rows of ``view`` in order without their digests: ``(id, kind, raw_size,
         codec, dict_id, payload, base_id)``, for ``alpstore.archive.batch.decode_lean``.
 
@@ -270,7 +271,7 @@ class ViewStore:
         """
         return self._read_ranges(conn, view, READ_RANGE_LEAN)
 
-    def cut(self, conn: Connection, view: View, keep: int) -> View:
+    def cut(self, conn: AnyConnection, view: View, keep: int) -> View:
         """The first ``keep`` entries of ``view``, named by the segment that holds the last of
         them (a view never names a segment it takes no entry from: GC marks through chains
         and would not keep that segment).
@@ -283,7 +284,7 @@ class ViewStore:
             seg = shape.parent_id
         return View(seg, keep)
 
-    def read_digests(self, conn: Connection, view: View, start: int = 0) -> list[bytes]:
+    def read_digests(self, conn: AnyConnection, view: View, start: int = 0) -> list[bytes]:
         """The blob digests of ``view`` at positions ``start`` and after (O(length - start)).
 
         Raises:
@@ -291,11 +292,11 @@ class ViewStore:
         """
         return [bytes(r[0]) for r in self._read_ranges(conn, view, READ_RANGE_DIGESTS, start)]
 
-    def cover(self, conn: Connection, view: View) -> int:
+    def cover(self, conn: AnyConnection, view: View) -> int:
         """The covering digest of ``view`` computed from its entries (O(length))."""
         return cover_add(0, 0, self.read_digests(conn, view)) if view.length else 0
 
-    def depth(self, conn: Connection, view: View) -> int:
+    def depth(self, conn: AnyConnection, view: View) -> int:
         """How many segments the view's chain spans."""
         return len(self.chain(conn, view))
 
@@ -367,6 +368,10 @@ class ViewStore:
     def _new_segment(
         self, conn: Connection, session_id: int, parent: int | None, base: int, length: int
     ) -> int:
+        # SQLAlchemy only on the write path: the readers of views load without it
+        from alpstore.db.database import inserted_id
+        from alpstore.db.tables import segments
+
         seg_id = inserted_id(
             conn.execute(
                 segments.insert().values(

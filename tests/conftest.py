@@ -281,7 +281,7 @@ def _postgresql_pass() -> Iterator[None]:
     base = postgres_base_url()
     if base is None:
         pytest.fail(f"ALPSTORE_TEST_BACKEND=postgresql needs {POSTGRES_URL_ENV}")
-    import alpstore.db.engine
+    import alpstore.db.opening
 
     schemas = RootSchemas(_pg_admin(), base)
 
@@ -292,7 +292,7 @@ def _postgresql_pass() -> Iterator[None]:
 
     ROOT_SCHEMAS.append(schemas)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(alpstore.db.engine, "default_database_url", default_database_url)
+        mp.setattr(alpstore.db.opening, "default_database_url", default_database_url)
         try:
             yield
         finally:

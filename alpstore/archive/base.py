@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from alpstore.codec import Digest, digest_hex
-from alpstore.db.tables import BLOB_MESSAGE
+from alpstore.db.names import BLOB_MESSAGE
 
 
 def summary_document(text: str, covers: Sequence[bytes]) -> dict[str, Any]:

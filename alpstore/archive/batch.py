@@ -1,13 +1,13 @@
 """Decoding many blobs at once: the unverified fast path of every bulk read.
 
 Two row layouts come here. Full rows ``(id, digest, kind, raw_size, codec, dict_id, payload,
-base_id)`` (``FULL``) from ``SqlArchive.decode_rows`` unverified: hydration, ``pop_last``, the
+base_id)`` (``FULL``) from ``ArchiveReader.decode_rows`` unverified: hydration, ``pop_last``, the
 dictionary trainer (a verified read re-hashes every blob in ``_decode_row``). Lean rows ``(id,
 kind, raw_size, codec, dict_id, payload, base_id)`` (``LEAN``, ``Views.read_lean_rows``) from
 ``decode_lean``, a LangGraph cold read: without the digest, whose 32 bytes cost about a third
 of the range scan. A row that does not decode on the fast path takes the caller's slow path,
-``SqlArchive._decode_row``, which names the blob by its digest (a lean row is read again whole
-for it: ``SqlArchive._decode_id``).
+``ArchiveReader._decode_row``, which names the blob by its digest (a lean row is read again whole
+for it: ``ArchiveReader._decode_id``).
 
 Fast path, per group of rows sharing a codec and dictionary: every recorded size must be
 within bounds and every frame must declare exactly it (checked before anything is
@@ -16,7 +16,7 @@ decompressed, so a frame claiming more is never expanded: the bound on output ho
 output's length checked. A delta (a frame made against a base blob) whose base is in the same
 batch takes the base's bytes from it instead of a query per base; the delta frame carries a
 checksum of its content, so a wrong base cannot pass unnoticed; a base outside the batch is
-the slow path's (``SqlArchive._base``). Nothing is kept between calls.
+the slow path's (``ArchiveReader._base``). Nothing is kept between calls.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count, repeat
 from operator import eq, itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import zstandard
-from sqlalchemy import Connection
 
 from alpstore.codec import (
     CODEC_RAW,
@@ -36,12 +35,26 @@ from alpstore.codec import (
     CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
     MAX_RAW_SIZE,
+    Decompressor,
     raw_content_dict,
 )
 from alpstore.errors import IntegrityError
 
 if TYPE_CHECKING:
-    from alpstore.archive.sql import SqlArchive
+    from alpstore.db.raw import AnyConnection
+
+
+class BlobDecoding(Protocol):
+    """What decoding needs of the archive (``reading.ArchiveReader`` offers it): its
+    decompressor, dictionaries loaded on demand, and a blob read again whole by id.
+    """
+
+    @property
+    def _dec(self) -> Decompressor: ...
+
+    def _ensure_dictionary(self, conn: AnyConnection, dict_id: int) -> None: ...
+
+    def _decode_id(self, conn: AnyConnection, blob_id: int) -> bytes: ...
 
 
 class Columns(NamedTuple):
@@ -65,7 +78,7 @@ _declared = zstandard.frame_content_size
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
-def decode_lean(archive: SqlArchive, conn: Connection, rows: Sequence[Any]) -> list[bytes]:
+def decode_lean(archive: BlobDecoding, conn: AnyConnection, rows: Sequence[Any]) -> list[bytes]:
     """The canonical bytes of lean blob rows, in order (digests not checked: a read, not
     ``verify``).
 
@@ -77,8 +90,8 @@ def decode_lean(archive: SqlArchive, conn: Connection, rows: Sequence[Any]) -> l
 
 
 def decode_batch(
-    archive: SqlArchive,
-    conn: Connection,
+    archive: BlobDecoding,
+    conn: AnyConnection,
     rows: Sequence[Any],
     cols: Columns,
     slow: Callable[[Any], bytes],
@@ -124,8 +137,8 @@ def decode_batch(
 
 
 def _decode_group(
-    archive: SqlArchive,
-    conn: Connection,
+    archive: BlobDecoding,
+    conn: AnyConnection,
     codec: int,
     dict_id: int | None,
     part: list[Any],

@@ -17,7 +17,7 @@ from alpstore.codec import (
     digest_hex,
     parse_json,
 )
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_SUMMARY
+from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
 
 

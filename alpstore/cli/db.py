@@ -18,7 +18,7 @@ app = typer.Typer(
 
 
 def _open(ctx: typer.Context, *, create: bool) -> Database:
-    from alpstore.db.engine import open_database
+    from alpstore.db.opening import open_database
 
     opts = options(ctx)
     return open_database(root=opts.root, url=opts.db_url, create=create, migrate=False)

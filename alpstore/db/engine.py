@@ -1,536 +1,85 @@
-"""Engine setup for SQLite (embedded, the default) and any SQLAlchemy URL, plus the one
-transaction helper every write goes through.
+"""Opening an archive: the SQLite file of a run root or any supported URL (SQLite,
+PostgreSQL on psycopg 3), brought to the schema head unless told otherwise.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import random
-import re
-import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Engine, create_engine, event, exc
+from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine import URL, make_url
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: SQLite's busy timeout alone serialises
-    fcntl = None  # type: ignore[assignment]
-
-from alpstore.db.walcheckpoint import WalCheckpointer
-from alpstore.errors import CorruptArchiveError, DatabaseError, StorageError, UsageError
-
-T = TypeVar("T")
-
-ARCHIVE_DIR = Path("traces") / "archive"
-ARCHIVE_FILE = "archive.db"
-
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-"""Writers wait up to 30 s for the write lock before we retry (bounded) and report."""
-
-SQLITE_QUEUE_SUFFIX = "-writers"
-"""Beside ``archive.db``: the file SQLite writers queue on (an OS lock, never any content)."""
-
-SQLITE_PAGE_SIZE = 2048
-"""2 KiB pages (set when an archive is created): compressed messages are mostly well under 2 KiB,
-so rows rarely overflow, and every empty table or index costs 2 KiB instead of 4. Measured on a
-1,000-turn coding-agent conversation with every-turn checkpoints: 0.494x raw against 0.507x with
-4 KiB pages, at the same time per turn."""
-
-SQLITE_SYNCHRONOUS = "NORMAL"
-"""In WAL mode NORMAL never corrupts and never loses a committed transaction to a process
-crash (kill -9); only an OS crash or power loss may drop the last transactions. FULL would
-fsync the WAL on every commit and cost ~10x per checkpoint for that last case only."""
-
-WRITE_RETRIES = 8
-"""Bounded retries with backoff when the database asks for one (busy, serialization, deadlock)."""
+from alpstore.db.database import (  # re-exported: the names engine has always offered
+    SQLITE_PAGE_SIZE as SQLITE_PAGE_SIZE,
+)
+from alpstore.db.database import (
+    SQLITE_QUEUE_SUFFIX as SQLITE_QUEUE_SUFFIX,
+)
+from alpstore.db.database import (
+    SQLITE_SYNCHRONOUS as SQLITE_SYNCHRONOUS,
+)
+from alpstore.db.database import (
+    WRITE_RETRIES as WRITE_RETRIES,
+)
+from alpstore.db.database import (
+    Database as Database,
+)
+from alpstore.db.database import (
+    inserted_id as inserted_id,
+)
+from alpstore.db.database import (
+    sqlite_engine,
+)
+from alpstore.db.database import (
+    translate_errors as translate_errors,
+)
+from alpstore.db.failures import (
+    DAMAGED_HINT as DAMAGED_HINT,
+)
+from alpstore.db.failures import (
+    redact as redact,
+)
+from alpstore.db.migrate import current_revision, ensure_schema
+from alpstore.db.names import (
+    ARCHIVE_DIR as ARCHIVE_DIR,
+)
+from alpstore.db.names import (
+    ARCHIVE_FILE as ARCHIVE_FILE,
+)
+from alpstore.db.names import (
+    NO_ARCHIVE_HINT,
+)
+from alpstore.db.names import (
+    SQLITE_BUSY_TIMEOUT_MS as SQLITE_BUSY_TIMEOUT_MS,
+)
+from alpstore.db.names import (
+    sqlite_path_for_root as sqlite_path_for_root,
+)
+from alpstore.errors import NotFoundError, StorageError, UsageError
 
 PG_CONNECT_TIMEOUT_S = 10
+"""An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
 
 PG_PING_AFTER_IDLE_S = 2.0
 """A pooled PostgreSQL connection idle longer than this is pinged before use (a dead one is
 replaced); one used more recently is trusted, saving a round trip per transaction."""
 
-ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"
-"""Names the archive's database when no URL is passed (CLI and library alike)."""
-"""An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
-
 PG_MIGRATION_LOCK = 0x616C7073  # "alps"
 """Advisory lock key that serialises concurrent schema upgrades of one PostgreSQL database."""
 
-TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
-"""PostgreSQL asks for a retry: serialization failure, deadlock detected, lock not available."""
 
-CONNECTION_SQLSTATE_PREFIXES = ("08", "57P")
-"""Connection exceptions and operator intervention (server shut down, connection terminated)."""
-
-
-def inserted_id(result: CursorResult[Any]) -> int:
-    """The primary key an INSERT produced."""
-    key = result.inserted_primary_key
-    if key is None or key[0] is None:  # pragma: no cover - every table has an integer key
-        raise DatabaseError("the database did not report the inserted row's id")
-    return int(key[0])
-
-
-def sqlite_path_for_root(root: Path) -> Path:
-    """Where the embedded archive of a run root lives (AR-4)."""
-    return root / ARCHIVE_DIR / ARCHIVE_FILE
-
-
-def _sqlite_on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _sqlite_on_begin)
-    cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cur.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
-    mode = _wal_mode(cur)
-    if mode and str(mode[0]).lower() not in {"wal", "memory"}:
-        cur.execute("PRAGMA journal_mode").fetchone()
-    cur.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.close()
-
-
-def _wal_mode(cur: sqlite3.Cursor) -> Any:
-    """``PRAGMA journal_mode=WAL``, waiting like ``busy_timeout`` when another connection holds
-    a lock: switching a new file to WAL answers "database is locked" at once, without calling
-    the busy handler, while other processes open the same new archive (1 in 10 of four
-    threads opening one new file, measured).
-    """
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    delay = 0.001
-    while True:
-        try:
-            return cur.execute("PRAGMA journal_mode=WAL").fetchone()
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or time.monotonic() > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
-
-
-def _sqlite_on_begin(conn: Connection) -> None:
-    # Writers take the write lock up front (BEGIN IMMEDIATE): a deferred transaction that later
-    # upgrades to a writer can fail with SQLITE_BUSY regardless of busy_timeout.
-    # On the driver connection: through ``exec_driver_sql`` the BEGIN of every transaction
-    # paid SQLAlchemy's statement machinery (about a tenth of a turn); errors are wrapped as
-    # SQLAlchemy would, so ``translate_errors`` still names them (and retries a busy one).
-    mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-    statement = f"BEGIN {mode}"
-    try:
-        conn.connection.driver_connection.execute(statement)  # type: ignore[union-attr]
-    except sqlite3.Error as err:
-        raise exc.DBAPIError.instance(statement, None, err, sqlite3.Error) from err
-
-
-class Database:
-    """An engine plus the transaction helpers (``atomic`` for writes, ``read`` for reads)."""
-
-    def __init__(
-        self, engine: Engine, *, location: str, background_checkpoints: bool = False
-    ) -> None:
-        self.engine = engine
-        self.location = location
-        self.dialect = engine.dialect.name
-        self._local = threading.local()
-        self._queue_fds: list[int] = []
-        self._queue_lock = threading.Lock()
-        self._rollback_hooks: list[Callable[[], None]] = []
-        self._end_hooks: list[Callable[[bool], None]] = []
-        database = engine.url.database
-        path = (  # absolute now, as SQLAlchemy makes the file's: the process may change directory
-            os.path.abspath(database)
-            if self.is_sqlite
-            and database
-            and database != ":memory:"
-            and not database.startswith("file:")
-            else None
-        )
-        self._queue_path = None if path is None else path + SQLITE_QUEUE_SUFFIX
-        self.wal: WalCheckpointer | None = None
-        """SQLite file opened for writing: checkpoints the WAL off the committing transaction
-        (``background_checkpoints``; read-only opens leave it None)."""
-        if background_checkpoints and path is not None:
-            self.wal = WalCheckpointer(path, exclusive=self._writer_queue)
-            event.listen(engine, "connect", self.wal.on_connect)
-
-    def on_rollback(self, hook: Callable[[], None]) -> None:
-        """Call ``hook`` whenever a write transaction (or savepoint) is rolled back.
-
-        Caches of ids written inside a transaction must forget them when it fails: SQLite
-        hands a rolled-back rowid to the next insert, so a cached id could name another row.
-        """
-        self._rollback_hooks.append(hook)
-
-    def _rolled_back(self) -> None:
-        for hook in self._rollback_hooks:
-            hook()
-
-    @property
-    def is_sqlite(self) -> bool:
-        """True for the embedded SQLite backend."""
-        return self.dialect == "sqlite"
-
-    @property
-    def is_postgresql(self) -> bool:
-        """True for the PostgreSQL backend."""
-        return self.dialect == "postgresql"
-
-    def _current(self) -> Connection | None:
-        """This thread's connection while it is inside a transaction, else None."""
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is not None and not conn.closed and conn.in_transaction():
-            return conn
-        return None
-
-    @contextmanager
-    def _checked_out(self) -> Iterator[Connection]:
-        """A pooled connection for one outermost transaction, back in the pool after it.
-
-        Nothing is pinned to a thread between transactions: a framework that calls in from
-        short-lived threads (LangGraph's executor) reuses pooled connections instead of
-        opening one per thread and leaving it behind.
-        """
-        with translate_errors(self.location):
-            conn = self.engine.connect()
-        self._local.conn = conn
-        try:
-            yield conn
-        finally:
-            self._local.conn = None
-            with contextlib.suppress(Exception):  # a connection the server dropped
-                conn.close()
-
-    def in_transaction(self) -> bool:
-        """True while this thread's connection is inside a transaction."""
-        return self._current() is not None
-
-    @contextmanager
-    def atomic(self, *, snapshot: bool = False) -> Iterator[Connection]:
-        """One write transaction; nested calls become savepoints.
-
-        ``snapshot``: every statement sees the same snapshot (on PostgreSQL REPEATABLE READ,
-        taken at the first statement after ``exclude_writers``; SQLite's transactions always
-        do). For work that reads the whole archive in several statements and must see it
-        whole: GC's mark, repair.
-
-        Raises:
-            DatabaseError: the database refused the write (after bounded retries are exhausted
-                by ``retrying``) or went away.
-        """
-        try:
-            current = self._current()
-            if current is not None:
-                with translate_errors(self.location), current.begin_nested():
-                    yield current
-                return
-            with self._checked_out() as conn:
-                self._local.writing = True
-                try:
-                    if self.is_sqlite:
-                        conn.execution_options(sqlite_begin="IMMEDIATE")
-                        with self._writer_queue(), translate_errors(self.location), conn.begin():
-                            yield conn
-                        if self.wal is not None:  # committed: checkpoint off this transaction
-                            self.wal.committed(conn.connection.driver_connection)  # type: ignore[arg-type]
-                    else:
-                        if snapshot:
-                            conn.execution_options(isolation_level="REPEATABLE READ")
-                        with translate_errors(self.location), conn.begin():
-                            yield conn
-                except BaseException:
-                    self._ended(committed=False)
-                    raise
-                finally:
-                    self._local.writing = False
-            self._ended(committed=True)
-        except BaseException:
-            self._rolled_back()
-            raise
-
-    def on_write_end(self, hook: Callable[[bool], None]) -> None:
-        """Call ``hook(committed)`` whenever one of this thread's outermost write transactions
-        (``atomic``) ends: after its commit, or once it rolled back. For what must not tell of
-        a write that never happened (the run root's event log).
-        """
-        self._end_hooks.append(hook)
-
-    def _ended(self, *, committed: bool) -> None:
-        for hook in self._end_hooks:
-            hook(committed)
-
-    def in_write(self) -> bool:
-        """True while this thread is inside a write transaction (``atomic``)."""
-        return bool(getattr(self._local, "writing", False))
-
-    def writer_queue(self) -> contextlib.AbstractContextManager[None]:
-        """Wait for this archive's turn to write (SQLite), for work that must not use
-        ``atomic`` (a VACUUM runs outside a transaction); nothing on PostgreSQL.
-        """
-        return self._writer_queue() if self.is_sqlite else contextlib.nullcontext()
-
-    @contextmanager
-    def _writer_queue(self) -> Iterator[None]:
-        """SQLite writers of one archive queue on an OS file lock before ``BEGIN IMMEDIATE``.
-
-        SQLite's own busy handler polls with growing sleeps, so with many writers the write
-        lock sits idle while they sleep (measured: 8 writers reached a third of one writer's
-        rate, p99 latency 0.6 s). A blocking ``flock`` hands the lock to the next writer the
-        moment it is free. ``busy_timeout`` stays as the fallback for writers outside alpstore.
-        """
-        fd = self._take_queue_fd()
-        if fd is None:
-            yield
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            with self._queue_lock:
-                self._queue_fds.append(fd)
-
-    def _take_queue_fd(self) -> int | None:
-        """A free descriptor of the queue file (opened on demand, reused after).
-
-        Each is its own open file description, so ``flock`` excludes the threads of this
-        process from one another as well as other processes.
-        """
-        with self._queue_lock:
-            if self._queue_fds:
-                return self._queue_fds.pop()
-        if fcntl is None or self._queue_path is None:
-            return None
-        try:
-            return os.open(self._queue_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            return None  # e.g. a read-only directory: the busy timeout alone serialises
-
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
-        """A read transaction: one consistent snapshot for the duration of the block.
-
-        On PostgreSQL that takes REPEATABLE READ: under the default READ COMMITTED each
-        statement would see what was committed when it began, so a read in several statements
-        (the views, then their segments; every table, for ``verify``) could see a writer's
-        commit in some of them and not in others.
-        """
-        current = self._current()
-        if current is not None:
-            yield current
-            return
-        with self._checked_out() as conn, translate_errors(self.location):
-            if self.is_postgresql:
-                conn.execution_options(isolation_level="REPEATABLE READ")
-            with conn.begin():
-                yield conn
-
-    def exclude_writers(self, conn: Connection) -> None:
-        """Inside a write transaction: make every other writer wait until it ends.
-
-        GC's mark and sweep must see an archive no one adds references to. SQLite's
-        ``BEGIN IMMEDIATE`` already excludes other writers; on PostgreSQL, EXCLUSIVE locks on
-        ``blobs`` and ``segments`` wait for the writers that touched them and hold off new ones
-        (every reference to a blob or a segment locks it), while readers go on.
-        """
-        if self.is_postgresql:
-            conn.exec_driver_sql("LOCK TABLE blobs, segments IN EXCLUSIVE MODE")
-            # A writer that only set NULL references (a new session, an empty checkpoint)
-            # took and released its share lock at once: it may still commit during our
-            # transaction. ``atomic(snapshot=True)`` keeps the reads that follow on one
-            # snapshot, taken now, with every writer that holds a reference committed.
-
-    def retrying(self, fn: Callable[[], T], *, what: str) -> T:
-        """Run ``fn`` (which opens its own transaction), retrying transient conflicts.
-
-        Each attempt re-runs the whole transaction. Inside an enclosing transaction ``fn`` runs
-        once: only the outermost transaction can be retried.
-
-        Raises:
-            DatabaseError: still conflicting after ``WRITE_RETRIES`` attempts.
-        """
-        if self._current() is not None:
-            return fn()
-        delay = 0.01
-        for attempt in range(WRITE_RETRIES):
-            try:
-                return fn()
-            except DatabaseError as err:
-                if not getattr(err, "transient", False) or attempt == WRITE_RETRIES - 1:
-                    if getattr(err, "transient", False):
-                        raise DatabaseError(
-                            f"{what}: gave up after {WRITE_RETRIES} attempts ({err.message})",
-                            hint="another writer held the archive too long; try again",
-                        ) from err
-                    raise
-                time.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def committed_outside(self, dbapi_conn: Any) -> None:
-        """After a write that did not go through ``atomic`` (a VACUUM) on ``dbapi_conn``: let
-        the WAL checkpointer see what it added.
-        """
-        if self.wal is not None:
-            self.wal.committed(dbapi_conn)
-
-    def close(self) -> None:
-        """Stop the WAL checkpointer (it folds the WAL in), then dispose of the engine (every
-        pooled connection) and the queue file descriptors.
-        """
-        if self.wal is not None:
-            self.wal.close()
-        with self._queue_lock:
-            fds, self._queue_fds = self._queue_fds, []
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.engine.dispose()
-
-
-DAMAGED_HINT = (
-    "the database file itself is damaged, so `alpstore archive verify` (which checks the blobs "
-    "of an archive that opens) cannot help: restore it from a copy, or salvage what SQLite can "
-    "read with `sqlite3 BROKEN.db .recover | sqlite3 NEW.db`"
-)
-"""What to do when the archive cannot be opened or read as a database at all."""
-
-TRANSIENT_MARKERS = (
-    "database is locked",
-    "busy",
-    "could not serialize",
-    "deadlock detected",
-    "serialization failure",
-)
-
-
-def _sqlstate(err: exc.DBAPIError) -> str:
-    return str(getattr(err.orig, "sqlstate", None) or "")
-
-
-def _unwritable_folder(location: str) -> bool:
-    """True when ``location`` is a file path whose folder exists but cannot be written."""
-    folder = Path(location).parent
-    return folder.is_dir() and not os.access(folder, os.W_OK)
-
-
-@contextmanager
-def translate_errors(location: str) -> Iterator[None]:
-    """Turn driver errors into one-line alpstore errors that name the archive.
-
-    The location is always rendered without its password, and so are the driver's messages.
-    """
-    try:
-        yield
-    except UnicodeDecodeError as err:  # sqlite3 decoding a damaged schema or error text
-        raise CorruptArchiveError(
-            f"archive {location} is damaged: it holds text that is not UTF-8 ({err.reason})",
-            hint=DAMAGED_HINT,
-        ) from err
-    except exc.DBAPIError as err:
-        text = redact(str(err.orig) if err.orig is not None else str(err))
-        first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
-        low = first.lower()
-        state = _sqlstate(err)
-        if (
-            err.connection_invalidated
-            or state.startswith(CONNECTION_SQLSTATE_PREFIXES)
-            or (isinstance(err, exc.OperationalError) and _is_connection_failure(low))
-        ):
-            raise DatabaseError(
-                f"database {location}: {first}",
-                hint="check that the server is running and reachable, and the URL's user and "
-                "password; the transaction was rolled back, nothing was written",
-            ) from err
-        if (
-            "file is not a database" in low
-            or "malformed" in low
-            or "disk image" in low
-            or "could not decode to utf-8" in low
-        ):
-            raise CorruptArchiveError(
-                f"archive {location} is damaged: {first}",
-                hint=DAMAGED_HINT,
-            ) from err
-        if "readonly" in low or "read-only" in low:
-            raise StorageError(f"archive {location} is read-only: {first}") from err
-        if "unable to open database file" in low and _unwritable_folder(location):
-            raise StorageError(
-                f"archive {location}: its folder is read-only ({first})",
-                hint="SQLite writes its -wal and -shm files beside the archive; make the run root "
-                "writable",
-            ) from err
-        if "disk is full" in low or "no space" in low or "disk i/o" in low:
-            raise StorageError(
-                f"archive {location}: {first}", hint="free space and try again; nothing was written"
-            ) from err
-        dberr = DatabaseError(f"archive {location}: {first}")
-        dberr.transient = state in TRANSIENT_SQLSTATES or any(  # type: ignore[attr-defined]
-            m in low for m in TRANSIENT_MARKERS
-        )
-        raise dberr from err
-
-
-CONNECTION_MARKERS = (
-    "connection failed",
-    "could not connect",
-    "connection refused",
-    "password authentication failed",
-    "server closed the connection",
-    "terminating connection",
-    "connection is closed",
-    "connection timeout",
-    "timeout expired",
-    "does not exist",
-    "no such host",
-    "could not translate host name",
-    "name or service not known",
-    "failed to resolve host",
-)
-
-
-def _is_connection_failure(low: str) -> bool:
-    return any(m in low for m in CONNECTION_MARKERS)
-
-
-_PASSWORD_IN_URL = re.compile(r"(\w[\w+.-]*://[^:/@\s]*:)([^@\s]*)(@)")
-_PASSWORD_KV = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """``text`` with any password of a URL or ``password=…`` setting replaced by ``***``."""
-    return _PASSWORD_KV.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\3", text))
-
-
-def default_database_url(root: Path | None) -> str | None:
-    """The database an archive opened without a URL uses: ``$ALPSTORE_DATABASE_URL`` when it is
-    set, else None — the SQLite file of the run root.
-    """
-    return os.environ.get(ENV_DATABASE_URL) or None
-
-
-def open_database(
+def open_engine(
     *,
     root: Path | None = None,
     url: str | None = None,
     create: bool = True,
     migrate: bool = True,
 ) -> Database:
-    """Open (and, unless ``migrate`` is False, migrate to head) the archive of ``root`` or at
-    ``url``.
-
-    Without ``url``, ``$ALPSTORE_DATABASE_URL`` names the database when it is set (so an agent
-    embedding the library and the ``alpstore`` command agree on one archive); otherwise the
-    archive is the SQLite file of ``root``.
+    """Open (and, unless ``migrate`` is False, migrate to head) the archive at ``url``, or
+    without one the SQLite file of ``root``, on SQLAlchemy (``opening.open_database`` has
+    resolved ``$ALPSTORE_DATABASE_URL`` already).
 
     Raises:
         UsageError: neither given, or the URL is malformed.
@@ -539,17 +88,12 @@ def open_database(
         DatabaseError: the server cannot be reached or refuses the login.
         SchemaVersionError: the archive comes from a newer alpstore.
     """
-    from alpstore.db.migrate import current_revision, ensure_schema
-    from alpstore.errors import NotFoundError
-
     if root is not None and root.exists() and not root.is_dir():
         raise StorageError(f"run root {root} is not a directory")
-    if url is None:
-        url = default_database_url(root)
     if url:
         parsed, location = parse_database_url(url)
         if parsed.get_backend_name() == "sqlite":
-            engine = _sqlite_engine(url)
+            engine = sqlite_engine(url)
         else:
             engine = postgresql_engine(parsed, location)
     else:
@@ -560,7 +104,7 @@ def open_database(
             if not create:
                 raise NotFoundError(
                     f"no archive at {path}",
-                    hint="a writing command creates it, e.g. `alpstore session import FILE`",
+                    hint=NO_ARCHIVE_HINT,
                 )
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -569,13 +113,13 @@ def open_database(
         elif path.is_dir():
             raise UsageError(f"{path} is a directory, expected an archive file")
         location = str(path)
-        engine = _sqlite_engine(f"sqlite:///{path}")
+        engine = sqlite_engine(f"sqlite:///{path}")
     db = Database(engine, location=location, background_checkpoints=True)
     try:
         if migrate and url and not create and current_revision(db) is None:
             raise NotFoundError(
                 f"no archive at {location}",
-                hint="a writing command creates it, e.g. `alpstore session import FILE`",
+                hint=NO_ARCHIVE_HINT,
             )
         if migrate:
             ensure_schema(db)
@@ -649,10 +193,3 @@ def _ping_if_idle(dbapi_conn: Any, record: Any, proxy: Any) -> None:
 
 def _note_last_use(dbapi_conn: Any, record: Any) -> None:
     record.info["last_use"] = time.monotonic()
-
-
-def _sqlite_engine(url: str) -> Engine:
-    engine = create_engine(url, future=True)
-    event.listen(engine, "connect", _sqlite_on_connect)
-    event.listen(engine, "begin", _sqlite_on_begin)
-    return engine

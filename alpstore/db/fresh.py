@@ -19,7 +19,7 @@ from typing import Final
 
 from sqlalchemy import Connection
 
-from alpstore.db.engine import Database
+from alpstore.db.database import Database
 
 SNAPSHOT: Final = Path(__file__).with_name("sqlite_head.sql")
 """The head schema as SQL statements (generated; see the module docstring)."""
@@ -120,22 +120,3 @@ def create_head_schema(db: Database, head: str) -> bool:
         for statement in statements:
             driver.execute(statement)
     return True
-
-
-def migrated_snapshot(path: Path) -> str:
-    """Build a new SQLite archive at ``path`` by running every migration (Alembic), and return
-    the snapshot text of its schema (what ``scripts/schema_snapshot`` writes).
-    """
-    from alpstore.db.engine import open_database
-    from alpstore.db.migrate import SCHEMA_HEAD, upgrade
-
-    db = open_database(url=f"sqlite:///{path}", migrate=False)
-    try:
-        upgrade(db)
-    finally:
-        db.close()
-    conn = sqlite3.connect(path)
-    try:
-        return render(dump_statements(conn), SCHEMA_HEAD)
-    finally:
-        conn.close()

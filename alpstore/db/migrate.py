@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, text
 
-from alpstore.db.engine import Database, translate_errors
-from alpstore.db.fresh import create_head_schema
-from alpstore.errors import NotFoundError, SchemaVersionError
+from alpstore.db.database import Database, sqlite_engine, translate_errors
+from alpstore.db.fresh import create_head_schema, dump_statements, render
+from alpstore.db.names import SCHEMA_HEAD as SCHEMA_HEAD
+from alpstore.db.names import check_revision
+from alpstore.errors import SchemaVersionError
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 # Alembic (about 0.2 s to import) is imported only where a migration or the revision list is
 # needed: opening an archive already at SCHEMA_HEAD reads alembic_version with plain SQL.
-
-SCHEMA_HEAD = "0006"
-"""The newest migration this alpstore knows; a test checks it equals Alembic's head."""
 
 
 def script_location() -> Path:
@@ -91,26 +91,7 @@ def require_current_schema(db: Database) -> None:
         NotFoundError: the database holds no archive (no schema at all).
         SchemaVersionError: the schema is older (run ``alpstore db upgrade``) or newer.
     """
-    rev = current_revision(db)
-    if rev == SCHEMA_HEAD:
-        return
-    if rev is None:
-        raise NotFoundError(
-            f"no archive at {db.location}",
-            hint="a writing command creates it, e.g. `alpstore session import FILE`",
-        )
-    if rev not in known_revisions():
-        raise SchemaVersionError(
-            f"archive {db.location} has schema revision {rev!r}, which this alpstore does not "
-            f"know (newest known: {SCHEMA_HEAD})",
-            hint="upgrade alpstore to open it; nothing was changed",
-        )
-    raise SchemaVersionError(
-        f"archive {db.location} has schema revision {rev}, older than this alpstore's "
-        f"{SCHEMA_HEAD}; a reading command does not upgrade it",
-        hint="run `alpstore db upgrade` (older alpstore versions cannot open it after that), "
-        "or use the alpstore that wrote it; nothing was changed",
-    )
+    check_revision(db.location, current_revision(db), known_revisions)
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
@@ -119,3 +100,20 @@ def upgrade(db: Database, revision: str = "head") -> None:
 
     with translate_errors(db.location):
         command.upgrade(alembic_config(db), revision)
+
+
+def migrated_snapshot(path: Path) -> str:
+    """Build a new SQLite archive at ``path`` by running every migration (Alembic), and return
+    the snapshot text of its schema (what ``scripts/schema_snapshot`` writes).
+    """
+    url = f"sqlite:///{path}"
+    db = Database(sqlite_engine(url), location=url, background_checkpoints=True)
+    try:
+        upgrade(db)
+    finally:
+        db.close()
+    conn = sqlite3.connect(path)
+    try:
+        return render(dump_statements(conn), SCHEMA_HEAD)
+    finally:
+        conn.close()

@@ -6,6 +6,9 @@ PostgreSQL alike, run on the same DBAPI connection and transaction as the Core o
 parameter marker differs (``?`` vs ``%s``), translated once. A trailing row-lock clause
 (``FOR NO KEY UPDATE``, ``FOR KEY SHARE``) is for PostgreSQL; SQLite, whose write transactions
 hold the whole database (``BEGIN IMMEDIATE``), runs the statement without it.
+
+Every function takes an SQLAlchemy ``Connection`` or a ``lite.LiteConnection``; SQLAlchemy is
+imported only for type checking, so a reader on a LiteDatabase never loads it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+from alpstore.db.lite import LiteConnection
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    AnyConnection = Connection | LiteConnection
+    """An SQLAlchemy connection, or a :class:`LiteConnection` (an SQLite file opened for
+    reading without SQLAlchemy)."""
 
 ROW_LOCKS = (
     " FOR NO KEY UPDATE OF s",
@@ -41,10 +51,17 @@ def placeholders(n: int) -> str:
     return ",".join("?" * n)
 
 
-def execute(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+def _cursor(conn: AnyConnection) -> tuple[Any, str]:
+    """A DBAPI cursor of ``conn`` and its dialect's name."""
+    if isinstance(conn, LiteConnection):
+        return conn.cursor(), conn.dialect_name
+    return conn.connection.dbapi_connection.cursor(), conn.dialect.name  # type: ignore[union-attr]
+
+
+def execute(conn: AnyConnection, sql: str, params: Sequence[Any] = ()) -> Any:
     """Run one statement on the connection's DBAPI cursor; returns the cursor."""
-    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    cur.execute(_translate(sql, conn.dialect.name), tuple(params))
+    cur, dialect = _cursor(conn)
+    cur.execute(_translate(sql, dialect), tuple(params))
     return cur
 
 
@@ -57,7 +74,7 @@ SQLITE_MULTI_ROW_FROM = 64
 """Rows from which an SQLite ``executemany`` of an INSERT becomes multi-row statements."""
 
 
-def executemany(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+def executemany(conn: AnyConnection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
     """Run one statement for many parameter rows.
 
     On PostgreSQL an ``INSERT … VALUES (?, …)`` becomes one multi-row ``VALUES (…), (…)``
@@ -69,8 +86,7 @@ def executemany(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> No
     """
     if not rows:
         return
-    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    dialect = conn.dialect.name
+    cur, dialect = _cursor(conn)
     many = len(rows) > 1 if dialect == "postgresql" else len(rows) >= SQLITE_MULTI_ROW_FROM
     split = _values_split(sql, dialect) if many else None
     if split is None:
@@ -98,11 +114,11 @@ def _values_split(sql: str, dialect: str) -> tuple[str, str, str, int] | None:
     return head, group, tail, match.group(1).count("?")
 
 
-def fetchall(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+def fetchall(conn: AnyConnection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """All rows of a query."""
     return list(execute(conn, sql, params).fetchall())
 
 
-def fetchone(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+def fetchone(conn: AnyConnection, sql: str, params: Sequence[Any] = ()) -> Any:
     """The first row of a query (or None)."""
     return execute(conn, sql, params).fetchone()

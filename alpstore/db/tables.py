@@ -27,6 +27,25 @@ from sqlalchemy import (
     text,
 )
 
+from alpstore.db.names import (  # re-exported: readers take them from names (no SQLAlchemy)
+    ARCHIVE_TABLES as ARCHIVE_TABLES,
+)
+from alpstore.db.names import (
+    BLOB_KINDS as BLOB_KINDS,
+)
+from alpstore.db.names import (
+    BLOB_MANIFEST as BLOB_MANIFEST,
+)
+from alpstore.db.names import (
+    BLOB_MESSAGE as BLOB_MESSAGE,
+)
+from alpstore.db.names import (
+    BLOB_STATE as BLOB_STATE,
+)
+from alpstore.db.names import (
+    BLOB_SUMMARY as BLOB_SUMMARY,
+)
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -36,16 +55,6 @@ NAMING = {
 
 metadata = MetaData(naming_convention=NAMING)
 
-BLOB_MESSAGE = 0
-BLOB_SUMMARY = 1
-BLOB_STATE = 2
-BLOB_MANIFEST = 3
-BLOB_KINDS = {
-    BLOB_MESSAGE: "message",
-    BLOB_SUMMARY: "summary",
-    BLOB_STATE: "state",
-    BLOB_MANIFEST: "manifest",
-}
 
 zstd_dicts = Table(
     "zstd_dicts",
@@ -190,17 +199,6 @@ session_events = Table(
     sqlite_autoincrement=True,
 )
 
-ARCHIVE_TABLES = (
-    "zstd_dicts",
-    "blobs",
-    "blob_refs",
-    "sessions",
-    "segments",
-    "segment_entries",
-    "checkpoints",
-    "backtracks",
-    "session_events",
-)
 
 # ---------------------------------------------------------------- LangGraph checkpointer (0002)
 # Ids that are UUIDs (LangGraph's checkpoint and task ids) are stored as their 16 bytes.

@@ -19,12 +19,12 @@ from sqlalchemy.engine import Engine
 from alpstore.db.engine import (
     SQLITE_BUSY_TIMEOUT_MS,
     Database,
-    default_database_url,
     parse_database_url,
     postgresql_engine,
     sqlite_path_for_root,
 )
 from alpstore.db.migrate import SCHEMA_HEAD, current_revision
+from alpstore.db.opening import default_database_url
 from alpstore.errors import NotFoundError, SchemaVersionError
 from alpstore.store import Store
 

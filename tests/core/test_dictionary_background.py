@@ -18,8 +18,9 @@ import pytest
 import zstandard
 from sqlalchemy import func, select
 
-import alpstore.archive.sql as archive_sql
+import alpstore.archive.training as archive_sql
 from alpstore import codec
+from alpstore.archive.sql import SqlArchive
 from alpstore.codec import CODEC_ZSTD_DICT
 from alpstore.db.tables import blobs, zstd_dicts
 from alpstore.gcpause import no_gc_pause
@@ -358,13 +359,13 @@ def _dictionary_in_use(
     monkeypatch.setattr(archive_sql, "AUTO_TRAIN_SAMPLES", THRESHOLD)
     monkeypatch.setattr(archive_sql, "RECLAIM_IDLE", idle)
     called: list[float] = []
-    real = archive_sql.SqlArchive._reclaim_space
+    real = SqlArchive._reclaim_space
 
     def spy(self: Any) -> None:  # records when; the real compaction still runs
         called.append(time.monotonic())
         real(self)
 
-    monkeypatch.setattr(archive_sql.SqlArchive, "_reclaim_space", spy)
+    monkeypatch.setattr(SqlArchive, "_reclaim_space", spy)
     store = Store.open(run_root)
     session = store.create_session(name="t")
     turns = iter(_turns(2000))

@@ -10,7 +10,7 @@ import pytest
 import zstandard
 from sqlalchemy import text
 
-import alpstore.archive.sql as archive_sql
+import alpstore.archive.training as archive_sql
 from alembic import command
 from alpstore.codec import CODEC_RAW, CODEC_ZSTD, CODEC_ZSTD_DICT, digest_bytes, pack_dictionary
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision, upgrade

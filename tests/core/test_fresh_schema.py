@@ -16,8 +16,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from alpstore.db import open_database
-from alpstore.db.fresh import SNAPSHOT, create_head_schema, migrated_snapshot, parse
-from alpstore.db.migrate import SCHEMA_HEAD, current_revision
+from alpstore.db.fresh import SNAPSHOT, create_head_schema, parse
+from alpstore.db.migrate import SCHEMA_HEAD, current_revision, migrated_snapshot
 from alpstore.db.tables import metadata
 
 PRAGMAS = ("user_version", "application_id", "auto_vacuum", "page_size", "encoding", "journal_mode")

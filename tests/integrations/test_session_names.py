@@ -63,7 +63,7 @@ def test_session_named_is_atomic_across_processes(backend: Backend) -> None:
 
 def test_migration_0005_renames_old_duplicates_and_records_it(backend: Backend) -> None:
     """An archive from before 0005 with three sessions named alike upgrades without failing."""
-    from alpstore.db.engine import open_database
+    from alpstore.db.opening import open_database
 
     db = open_database(root=backend.root, url=backend.url, migrate=False)
     upgrade(db, "0003")
@@ -103,8 +103,8 @@ def test_migration_0005_renames_old_duplicates_and_records_it(backend: Backend) 
 
 def test_migration_0005_downgrades(tmp_path: Path) -> None:
     from alembic import command
-    from alpstore.db.engine import open_database
     from alpstore.db.migrate import alembic_config
+    from alpstore.db.opening import open_database
 
     db = open_database(root=tmp_path)
     command.downgrade(alembic_config(db), "0003")

@@ -1,0 +1,342 @@
+"""The read path of the SQL blob store: blobs by digest or id, decoded (in bulk through
+``batch``), with the dictionaries and delta bases they need. Plain SQL through
+``alpstore.db.raw`` only, so it runs on a ``LiteDatabase`` (an SQLite file opened for reading
+without SQLAlchemy) as on a ``Database``; SQLAlchemy is imported for type checking only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from alpstore.archive.batch import FULL, decode_batch
+from alpstore.codec import (
+    CODEC_ZSTD_BASE,
+    CODEC_ZSTD_DICT,
+    DEFAULT_LEVEL,
+    DICT_LEVEL,
+    Compressor,
+    Decompressor,
+    Digest,
+    canonical_json,
+    digest_bytes,
+    digest_hex,
+    parse_json,
+)
+from alpstore.db import raw as rsql
+from alpstore.db.names import BLOB_MESSAGE
+from alpstore.errors import IntegrityError, NotFoundError
+
+if TYPE_CHECKING:
+    from alpstore.db.lite import ReadableDatabase
+    from alpstore.db.raw import AnyConnection
+
+CHUNK = 500
+"""Digests per IN (...) query: well under every backend's bound-parameter limit."""
+
+BASE_CACHE = 64
+"""How many decoded delta bases a reader keeps."""
+
+BLOB_SELECT = "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs"
+"""A blob row whole, as :class:`BlobRow` holds it."""
+
+DICT_SELECT = "SELECT id, codec, size, digest, data FROM zstd_dicts"
+"""A dictionary row, as :class:`DictRow` holds it (what :func:`load_dictionary_row` decodes)."""
+
+Encoded = tuple[Digest, int, bytes]
+"""A document ready to store: (digest, kind, canonical bytes)."""
+
+
+class BlobRow(NamedTuple):
+    """One ``blobs`` row whole (the columns of :data:`BLOB_SELECT`)."""
+
+    id: int
+    digest: bytes
+    kind: int
+    raw_size: int
+    codec: int
+    dict_id: int | None
+    payload: bytes
+    base_id: int | None = None
+
+
+class DictRow(NamedTuple):
+    """One ``zstd_dicts`` row (the columns of :data:`DICT_SELECT`)."""
+
+    id: int
+    codec: int
+    size: int
+    digest: bytes
+    data: bytes
+
+
+def load_dictionary_row(dec: Decompressor, row: Any) -> bytes:
+    """Decode and check a dictionary row (``id, codec, size, digest, data`` by name) and make
+    it available to ``dec``; returns it.
+
+    Raises:
+        IntegrityError: the row is damaged or not the dictionary its digest names.
+    """
+    return dec.load_dictionary(
+        int(row.id), int(row.codec), bytes(row.data), int(row.size), bytes(row.digest)
+    )
+
+
+def encode(value: Any, kind: int = BLOB_MESSAGE) -> Encoded:
+    """Canonicalise and hash a document."""
+    raw = canonical_json(value)
+    return digest_bytes(raw), kind, raw
+
+
+def parse_documents(items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
+    """Parse ``(digest, canonical bytes)`` pairs: one ``json.loads`` for the whole batch (canonical
+    documents join into a valid array), per document only to name a damaged one.
+
+    Raises:
+        IntegrityError: a document is not one JSON value.
+    """
+    if not items:
+        return []
+    try:
+        docs = json.loads(b"[" + b",".join(data for _, data in items) + b"]")
+    except ValueError:
+        docs = [parse_json(data, where=f"blob {bytes(d).hex()}") for d, data in items]
+    if not isinstance(docs, list) or len(docs) != len(items):
+        raise IntegrityError("a stored blob holds more than one JSON document")
+    return docs
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class ArchiveReader:
+    """Reading blobs from the ``blobs`` table; ``SqlArchive`` adds writing, dictionary
+    training and verification. Opened on its own (on a database opened for reading), it
+    never writes.
+    """
+
+    def __init__(
+        self,
+        db: ReadableDatabase,
+        *,
+        level: int = DEFAULT_LEVEL,
+        dict_level: int = DICT_LEVEL,
+    ) -> None:
+        self.db = db
+        self.level = level
+        self.dict_level = dict_level
+        """zstd level of the frames made with the dictionary (small blobs)."""
+        self._dec = Decompressor()
+        self._codec: tuple[int | None, Compressor] = (None, Compressor(level))
+        """(dictionary id, compressor) for new blobs: one attribute, swapped whole, so a writer
+        never pairs one dictionary's frames with another's id."""
+        self._base_raw: OrderedDict[int, bytes] = OrderedDict()
+        """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
+        reused, and a blob's content never changes (only its encoding may)."""
+        self._load_newest_dictionary()
+        db.on_rollback(self._forget_uncommitted)
+
+    def _forget_uncommitted(self) -> None:
+        """A write rolled back: forget what it wrote (SQLite hands a rolled-back id out again,
+        AUTOINCREMENT or not).
+        """
+        self._base_raw.clear()
+
+    # ----------------------------------------------------------------- dictionaries
+    @property
+    def dictionary_id(self) -> int | None:
+        """The dictionary new small blobs are compressed with (None before one is trained)."""
+        return self._codec[0]
+
+    def _load_newest_dictionary(self) -> None:
+        with self.db.read() as conn:
+            found = rsql.fetchone(conn, f"{DICT_SELECT} ORDER BY id DESC LIMIT 1")
+        row = None if found is None else DictRow(*found)
+        if row is not None and int(row.id) != self._codec[0]:
+            data = load_dictionary_row(self._dec, row)
+            self._codec = (int(row.id), self._compressor(data))
+
+    def _compressor(self, dictionary: bytes) -> Compressor:
+        return Compressor(self.level, dictionary, dict_level=self.dict_level)
+
+    def _ensure_dictionary(self, conn: AnyConnection, dict_id: int) -> None:
+        if self._dec.has_dictionary(dict_id):
+            return
+        found = rsql.fetchone(conn, f"{DICT_SELECT} WHERE id = ?", (dict_id,))
+        if found is None:
+            raise IntegrityError(f"zstd dictionary {dict_id} is missing from the archive")
+        load_dictionary_row(self._dec, DictRow(*found))
+
+    def ids_for(
+        self, conn: AnyConnection, digests: Sequence[bytes], *, lock: bool = False
+    ) -> dict[bytes, int]:
+        """Surrogate ids of the stored digests among ``digests`` (unknown ones are absent).
+
+        ``lock`` (for a writer about to reference them): on PostgreSQL the rows are locked
+        ``FOR KEY SHARE`` until commit, so a concurrent GC cannot delete a blob between this
+        lookup and the row that references it (SQLite writers exclude GC as a whole). Every id
+        a write refers to comes from a lookup like this in its own transaction, never from a
+        process-local cache.
+        """
+        found: dict[bytes, int] = {}
+        for part in chunks(digests):
+            sql = f"SELECT digest, id FROM blobs WHERE digest IN ({rsql.placeholders(len(part))})"
+            if lock:
+                sql += " FOR KEY SHARE"
+            for digest, blob_id in rsql.fetchall(conn, sql, part):
+                found[bytes(digest)] = int(blob_id)
+        return found
+
+    # ----------------------------------------------------------------- reading
+    def _base(self, conn: AnyConnection, base_id: int, what: str) -> bytes:
+        """The raw bytes of a delta's base blob (cached; a base is never itself a delta)."""
+        raw = self._base_raw.get(base_id)
+        if raw is not None:
+            self._base_raw.move_to_end(base_id)
+            return raw
+        base = self._row_by_id(conn, base_id)
+        if base is None:
+            raise IntegrityError(f"{what}: its delta base (blob id {base_id}) is missing")
+        if base.codec == CODEC_ZSTD_BASE:
+            raise IntegrityError(f"{what}: its delta base is itself a delta")
+        raw = self._decode_row(conn, base, verify=True)
+        self._base_raw[base_id] = raw
+        while len(self._base_raw) > BASE_CACHE:
+            self._base_raw.popitem(last=False)
+        return raw
+
+    def _decode_row(self, conn: AnyConnection, row: Any, *, verify: bool = False) -> bytes:
+        codec = row.codec
+        base = None
+        try:
+            if codec == CODEC_ZSTD_DICT and row.dict_id is not None:
+                self._ensure_dictionary(conn, int(row.dict_id))
+            elif codec == CODEC_ZSTD_BASE:
+                if row.base_id is None:
+                    raise IntegrityError("a delta without a base")
+                base = self._base(conn, int(row.base_id), "its base")
+            raw = self._dec.decompress(
+                codec, bytes(row.payload), row.raw_size, row.dict_id, what="", base=base
+            )
+        except IntegrityError as err:
+            name = f"blob {digest_hex(bytes(row.digest))}"
+            raise IntegrityError(
+                f"{name}{err.message}" if err.message.startswith(":") else f"{name}: {err.message}"
+            ) from err
+        if verify and digest_bytes(raw) != bytes(row.digest):
+            raise IntegrityError(
+                f"blob {digest_hex(bytes(row.digest))}: content does not match its digest"
+            )
+        return raw
+
+    def _row_by_id(self, conn: AnyConnection, blob_id: int) -> BlobRow | None:
+        """Blob row ``blob_id`` whole, or None when there is none."""
+        row = rsql.fetchone(
+            conn,
+            f"{BLOB_SELECT} WHERE id = ?",
+            (blob_id,),
+        )
+        return None if row is None else BlobRow(*row)
+
+    def _decode_id(self, conn: AnyConnection, blob_id: int) -> bytes:
+        """Blob ``blob_id`` read whole and decoded by ``_decode_row`` (errors name its digest).
+
+        Raises:
+            IntegrityError: the blob is gone or damaged.
+        """
+        row = self._row_by_id(conn, blob_id)
+        if row is None:
+            raise IntegrityError(f"blob id {blob_id} is referenced but missing from the archive")
+        return self._decode_row(conn, row)
+
+    def decode_rows(self, conn: AnyConnection, rows: list[Any], *, verify: bool) -> list[bytes]:
+        """Decode ``(id, digest, kind, raw_size, codec, dict_id, payload, base_id)`` rows.
+
+        Unverified, in bulk (``batch.decode_batch``: grouped by codec and dictionary, every
+        frame's declared size checked against the recorded one before anything is
+        decompressed); anything unusual, and every blob when ``verify`` (re-hashed), through
+        ``_decode_row``, which names the blob by its digest.
+        """
+        if verify:
+            return [self._decode_row(conn, BlobRow(*row), verify=True) for row in rows]
+        return decode_batch(
+            self, conn, rows, FULL, lambda row: self._decode_row(conn, BlobRow(*row))
+        )
+
+    def load_raw_by_ids(
+        self, conn: AnyConnection, ids: Iterable[int], *, verify: bool = False
+    ) -> dict[int, tuple[Digest, int, bytes]]:
+        """Load ``{id: (digest, kind, canonical bytes)}``: hydration without parsing.
+
+        Raises:
+            IntegrityError: a blob is damaged, or an id names no blob.
+        """
+        out: dict[int, tuple[Digest, int, bytes]] = {}
+        unique = list(dict.fromkeys(ids))
+        for part in chunks(unique):
+            sql = f"{BLOB_SELECT} WHERE id IN ({rsql.placeholders(len(part))})"
+            rows = rsql.fetchall(conn, sql, part)
+            raws = self.decode_rows(conn, rows, verify=verify)
+            for r, raw in zip(rows, raws, strict=True):
+                out[r[0]] = (Digest(bytes(r[1])), r[2], raw)
+        if len(out) != len(unique):
+            missing = next(i for i in unique if i not in out)
+            raise IntegrityError(
+                f"blob id {missing} is referenced but missing from the archive",
+                hint="`alpstore archive verify` names the rows that refer to it",
+            )
+        return out
+
+    def load_by_ids(
+        self, conn: AnyConnection, ids: Iterable[int], *, verify: bool = False
+    ) -> dict[int, tuple[Digest, int, Any]]:
+        """Load ``{id: (digest, kind, document)}`` for the given surrogate ids."""
+        raw = self.load_raw_by_ids(conn, ids, verify=verify)
+        docs = parse_documents([(d, data) for d, _, data in raw.values()])
+        return {i: (d, kind, doc) for (i, (d, kind, _)), doc in zip(raw.items(), docs, strict=True)}
+
+    def get(self, digest: Digest, *, verify: bool = False) -> Any:
+        """Return the document stored under ``digest``.
+
+        Raises:
+            NotFoundError: no such blob.
+            IntegrityError: the stored bytes are damaged.
+        """
+        return self.get_many([digest], verify=verify)[0]
+
+    def get_many(self, digests: Sequence[Digest], *, verify: bool = False) -> list[Any]:
+        """Return the documents stored under ``digests``, in order.
+
+        Raises:
+            NotFoundError: a digest is not stored (the first one is named).
+        """
+        with self.db.read() as conn:
+            ids = self.ids_for(conn, list(digests))
+            for d in digests:
+                if d not in ids:
+                    raise NotFoundError(f"no blob {digest_hex(d)} in the archive")
+            loaded = self.load_by_ids(conn, ids.values(), verify=verify)
+        return [loaded[ids[d]][2] for d in digests]
+
+    def get_raw(self, digest: Digest, *, verify: bool = True) -> tuple[int, bytes]:
+        """Return ``(kind, canonical bytes)`` of a blob.
+
+        Raises:
+            NotFoundError: no such blob.
+        """
+        with self.db.read() as conn:
+            row = rsql.fetchone(conn, f"{BLOB_SELECT} WHERE digest = ?", (digest,))
+            if row is None:
+                raise NotFoundError(f"no blob {digest_hex(digest)} in the archive")
+            blob = BlobRow(*row)
+            return int(blob.kind), self._decode_row(conn, blob, verify=verify)
+
+    def has(self, digest: Digest) -> bool:
+        """True when ``digest`` is stored."""
+        with self.db.read() as conn:
+            return bool(self.ids_for(conn, [digest]))
