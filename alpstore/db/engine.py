@@ -524,6 +524,7 @@ def open_database(
     url: str | None = None,
     create: bool = True,
     migrate: bool = True,
+    read_only: bool = False,
 ) -> Database:
     """Open (and, unless ``migrate`` is False, migrate to head) the archive of ``root`` or at
     ``url``.
@@ -539,9 +540,17 @@ def open_database(
         DatabaseError: the server cannot be reached or refuses the login.
         SchemaVersionError: the archive comes from a newer alpstore.
     """
-    from alpstore.db.migrate import current_revision, ensure_schema
+    from alpstore.db.migrate import current_revision, ensure_schema, require_current_schema
     from alpstore.errors import NotFoundError
 
+    if read_only:  # TEMPORARY (core branch): the kernel branch's lite.py replaces this
+        db = open_database(root=root, url=url, create=False, migrate=False)
+        try:
+            require_current_schema(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
     if root is not None and root.exists() and not root.is_dir():
         raise StorageError(f"run root {root} is not a directory")
     if url is None:
