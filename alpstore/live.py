@@ -39,7 +39,7 @@ from alpstore.policy.model import CheckpointPolicy
 from alpstore.policy.recorded import SessionPolicy, recorded_policy
 from alpstore.policy.workspace import WorkspaceConfig
 from alpstore.portable.cadence import file_label, plan
-from alpstore.portable.secrets import require_no_secrets
+from alpstore.rules.secrets import require_no_secrets
 from alpstore.sessions import (
     CheckpointInfo,
     Entry,
@@ -52,7 +52,7 @@ from alpstore.sessions import (
 from alpstore.views import View
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 MAX_CONTEXT_DEPTH: Final = 48
 """A context whose chain of branches would be deeper is flattened (one pointer copy), so
