@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from alpstore.core.parts import StoreParts
-    from alpstore.core.store import CoreStore
 
 
 class Session(SessionBase):
