@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from alpstore.codec import MAX_DEPTH, brackets, canonical_json, nesting_depth
 from alpstore.errors import AlpstoreError, InputError
+from alpstore.rules.names import claim_name
+from alpstore.rules.turns import is_user_turn
 
 if TYPE_CHECKING:
+    from alpstore.core.store import CoreStore as Store
     from alpstore.sessions import Session
-    from alpstore.store import Store
 
 Format = Literal["auto", "openai", "claude"]
 MAX_IMPORT_BYTES = 1024 * 1024 * 1024
@@ -44,22 +46,6 @@ DEEP_FILE_HINT = (
     "a transcript holds one JSON message per line; a deep checkpoint file (one JSON document) "
     "is imported with `alpstore checkpoint import FILE`"
 )
-
-
-def is_user_turn(message: Any) -> bool:
-    """True when ``message`` starts a user turn (tool results fed back do not)."""
-    if not isinstance(message, dict):
-        return False
-    if message.get("role") == "user":
-        return True
-    if message.get("type") == "user":
-        inner = message.get("message")
-        content = inner.get("content") if isinstance(inner, dict) else None
-        only_results = isinstance(content, list) and all(
-            isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-        )
-        return not (only_results and bool(content))
-    return False
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -288,8 +274,6 @@ def import_history(
     Raises:
         UsageError: the session id or name is taken.
     """
-    from alpstore.portable.importing import claim_name
-
     messages = turns = 0
     with store.db.atomic() as conn:
         if name is not None:

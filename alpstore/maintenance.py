@@ -27,7 +27,7 @@ from alpstore.db.tables import (
 from alpstore.views import View, cover_bytes, covers_of_views
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 
 @dataclass

@@ -24,7 +24,7 @@ from alpstore.errors import AlpstoreError, Interrupted, UsageError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 DEFAULT_TIMEOUT_S = 10.0
 """A query is stopped after this many seconds unless ``timeout`` says otherwise."""

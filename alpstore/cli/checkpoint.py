@@ -140,7 +140,7 @@ def show(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = Non
 @app.command("validate")
 def validate(ctx: typer.Context, ref: RefArg, checkpoint_dir: CheckpointDirOpt = None) -> None:
     """Check a file against checkpoint.schema.yaml and its embedded manifest hash."""
-    from alpstore.portable.importing import check_file
+    from alpstore.portable.checking import check_file
 
     path = _file(ref, checkpoint_dir)
     head, entries, _ = check_file(path)
@@ -334,8 +334,8 @@ def import_(
 
     A name already taken here is suffixed (demo-2) and said so; --name is refused when taken.
     """
-    from alpstore.portable.ids import check_text
     from alpstore.portable.importing import import_file
+    from alpstore.rules.ids import check_text
 
     path = _file(str(file), checkpoint_dir)
     if name is not None:

@@ -24,7 +24,7 @@ from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, NotFoundError, UsageError
-from alpstore.portable.secrets import require_no_secrets
+from alpstore.rules.secrets import require_no_secrets
 
 if TYPE_CHECKING:
     from alpstore.sessions import Entry, SessionInfo
@@ -723,7 +723,7 @@ def import_history(
     name (the file's stem) is suffixed when taken.
     """
     from alpstore.importers import import_history, parse_history
-    from alpstore.portable.ids import check_text, text_problem
+    from alpstore.rules.ids import check_text, text_problem
 
     if fmt not in ("auto", "openai", "claude"):
         raise UsageError(f"--format {fmt!r}: expected auto, openai or claude")

@@ -26,7 +26,7 @@ from alpstore.continuity.checkpoint import (
 from alpstore.continuity.files import iso_now, locked
 from alpstore.continuity.paths import ExecutionPaths
 from alpstore.errors import ContinuityError, SecretError
-from alpstore.portable.secrets import scan
+from alpstore.rules.secrets import scan
 
 INTERACTIVE_TASK_SENTINEL = "<interactive>"
 """The task an interactive session carries instead of a real one: never an objective (CT-5)."""

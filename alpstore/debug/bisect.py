@@ -24,8 +24,8 @@ from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import EMPTY
 
 if TYPE_CHECKING:
+    from alpstore.core.store import CoreStore as Store
     from alpstore.sessions import Session
-    from alpstore.store import Store
 
 Predicate = Callable[[CheckpointInfo, list[Entry]], bool]
 """``(checkpoint, hydrated history) -> True when bad``."""

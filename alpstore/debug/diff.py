@@ -21,7 +21,7 @@ from alpstore.errors import NotFoundError, UsageError
 from alpstore.sessions import CheckpointInfo, Entry
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 HYDRATE_BATCH = 500
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -18,7 +18,7 @@ from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import View
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 DEFAULT_WIDTH = 100
 """Entry lines are cut at this many characters unless the caller asks otherwise."""

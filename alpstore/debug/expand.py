@@ -15,8 +15,8 @@ from alpstore.errors import IntegrityError
 from alpstore.sessions import CheckpointInfo, Entry
 
 if TYPE_CHECKING:
+    from alpstore.core.store import CoreStore as Store
     from alpstore.sessions import Session
-    from alpstore.store import Store
 
 MAX_DEPTH = 64
 """Summaries nest at most this deep (a guard against a damaged archive)."""

@@ -17,8 +17,8 @@ from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import EMPTY, READ_RANGE, View, clip, common_prefix
 
 if TYPE_CHECKING:
+    from alpstore.core.store import CoreStore as Store
     from alpstore.sessions import Session
-    from alpstore.store import Store
 
 Progress = Callable[[int, int], None]
 """A progress callback: ``(done, total)``."""

@@ -17,7 +17,7 @@ from alpstore.fileio import atomic_write
 from alpstore.sessions import SessionInfo
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 FORMATS = ("tree", "json", "dot", "mermaid")
 DOT_TIMEOUT = 60.0

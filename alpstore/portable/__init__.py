@@ -1,4 +1,5 @@
-"""Portable checkpoints: mas-lab files v1/v2, deep export/import, secret scan, stores, cadence.
+"""Portable checkpoints: mas-lab files v1/v2, deep export/import, stores, cadence.
+May import alpstore.sessions, alpstore.core (typing) and below; never store, live, importers.
 
 The names below are imported on first use (PEP 562): a command that needs only the secret scan
 (``alpstore context pin``) does not pay for jsonschema, PyYAML and zstandard.
@@ -18,17 +19,17 @@ if TYPE_CHECKING:
         validate_document,
         write_checkpoint_file,
     )
-    from alpstore.portable.secrets import Finding, scan
+    from alpstore.rules.secrets import Finding, scan
 
 _WHERE = {
-    "MAX_CHECKPOINT_BYTES": "files",
-    "checkpoint_file_name": "files",
-    "load_checkpoint_file": "files",
-    "manifest_hash": "files",
-    "validate_document": "files",
-    "write_checkpoint_file": "files",
-    "Finding": "secrets",
-    "scan": "secrets",
+    "MAX_CHECKPOINT_BYTES": "alpstore.portable.files",
+    "checkpoint_file_name": "alpstore.portable.files",
+    "load_checkpoint_file": "alpstore.portable.files",
+    "manifest_hash": "alpstore.portable.files",
+    "validate_document": "alpstore.portable.files",
+    "write_checkpoint_file": "alpstore.portable.files",
+    "Finding": "alpstore.rules.secrets",
+    "scan": "alpstore.rules.secrets",
 }
 
 __all__ = [
@@ -47,4 +48,4 @@ def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    return getattr(importlib.import_module(module), name)

@@ -30,12 +30,12 @@ from alpstore.portable.files import (
     iso_from_timestamp,
     validate_document,
 )
-from alpstore.portable.ids import check_session_id, check_text, shown, text_problem
+from alpstore.rules.ids import check_session_id, check_text, shown, text_problem
 from alpstore.sessions import CheckpointInfo, Entry, Session, SessionInfo, default_label
 from alpstore.views import cover_of
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
     from alpstore.views import View
 
 RESERVED: Final = "_alpstore"
@@ -506,40 +506,6 @@ def export_snapshot(store: Store, snap: Snapshot, *, scan: bool = True) -> dict[
     if scan:
         check_for_secrets(doc, what=f"checkpoint of session {snap.session.uuid}")
     return doc
-
-
-# ---------------------------------------------------------------------- import
-# The import lives in alpstore.portable.importing (streamed, one transaction); these names stay
-# here for callers of the in-memory API.
-@dataclass(frozen=True)
-class ImportPlan:
-    """A deep document checked without an archive (see :func:`plan_import`).
-
-    Fields:
-        doc: the document.
-        where: its name in messages.
-        version, session_id, label, turn: from the checked header.
-    """
-
-    doc: dict[str, Any]
-    where: str
-    version: int
-    session_id: str | None
-    label: str | None
-    turn: int
-
-
-def plan_import(doc: dict[str, Any], *, where: str) -> ImportPlan:
-    """Check a checkpoint document as an import would (schema, manifest hash, ids, labels,
-    integers, nesting, every digest and marker), writing nothing.
-
-    Raises:
-        CheckpointFileError: anything wrong, naming the JSON path.
-    """
-    from alpstore.portable.importing import check_document
-
-    head = check_document(doc, where=where)
-    return ImportPlan(doc, where, head.version, head.session_id, head.label, head.turn)
 
 
 def _covering_digest(store: Store, snap: Snapshot) -> str:

@@ -46,11 +46,11 @@ from alpstore.portable.files import (
     validate_document,
     write_checkpoint_file,
 )
-from alpstore.portable.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
+from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
 from alpstore.sessions import Entry, Session
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 SMALL_EXPORT_BYTES: Final = 8 * 1024 * 1024
 """Sessions up to this many raw bytes (and 1,000 entries) are exported in memory, pretty."""

@@ -39,7 +39,7 @@ from alpstore.errors import (
     NestedTooDeepError,
     NotFoundError,
 )
-from alpstore.portable.secrets import require_no_secrets, scan
+from alpstore.rules.secrets import require_no_secrets, scan
 
 MAX_CHECKPOINT_BYTES: Final = 128 * 1024 * 1024
 """Largest checkpoint file (and largest decompressed ``.zst``) read whole into memory (``show``,

@@ -6,7 +6,7 @@ decoded, re-hashed and stored in batches as it is read; everything else (lineage
 manifest, working memory) is small and checked whole at the end. Every write happens inside
 one transaction, so a refusal found late (a bad manifest hash after 4,000 messages, a taken
 id, Ctrl-C) rolls back everything. Nothing a file says is trusted: ids and labels are
-validated (:mod:`alpstore.portable.ids`), an id may not shadow a local name, a name already
+validated (:mod:`alpstore.rules.ids`), an id may not shadow a local name, a name already
 taken is suffixed, integers and nesting are bounded, and every carried digest must match.
 Dictionary training never runs here: it is left to the next ordinary write.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Connection, or_, select, text, update
+from sqlalchemy import Connection, select, update
 
 from alpstore.archive.sql import Encoded, Packed
 from alpstore.codec import Digest, digest_bytes, digest_hex
@@ -39,7 +39,6 @@ from alpstore.portable.deep import (
 from alpstore.portable.files import (
     canonical_bytes,
 )
-from alpstore.portable.ids import shown
 from alpstore.portable.reading import (
     COMMITTED,
     COVERED,
@@ -49,11 +48,13 @@ from alpstore.portable.reading import (
     open_stream,
     stream_document,
 )
+from alpstore.rules.ids import shown
+from alpstore.rules.names import claim_name
 from alpstore.sessions import CheckpointInfo, Session, default_label, new_session_uuid
-from alpstore.views import View, cover_add, cover_bytes, cover_of
+from alpstore.views import View, cover_add, cover_bytes
 
 if TYPE_CHECKING:
-    from alpstore.store import Store
+    from alpstore.core.store import CoreStore as Store
 
 BATCH_ITEMS: Final = 500
 BATCH_BYTES: Final = 16 * 1024 * 1024
@@ -61,10 +62,6 @@ BATCH_BYTES: Final = 16 * 1024 * 1024
 STORED_MAX: Final = 200_000
 """Most message ids an import keeps for repeats (about 20 MB); past it, repeats of earlier
 batches are looked up in the archive like any other message."""
-
-NAME_LOCK: Final = 0x616C7073_6E616D65
-"""PostgreSQL advisory lock taken while a name is checked and claimed (with or without a
-unique index on names, two imports cannot both take one name)."""
 
 
 @dataclass
@@ -275,38 +272,6 @@ class Importer:
 
 
 # ---------------------------------------------------------------------- the target session
-def claim_name(conn: Connection, store: Store, name: str, *, suffix: bool) -> str:
-    """``name``, or with ``suffix`` the first free ``name-2``, ``name-3`` …, checked against
-    every session's name and id inside the caller's transaction.
-
-    Raises:
-        UsageError: the name is taken and ``suffix`` is false.
-    """
-    if store.db.is_postgresql:
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": NAME_LOCK})
-
-    def taken(candidate: str) -> bool:
-        row = conn.execute(
-            select(sessions.c.id)
-            .where(or_(sessions.c.name == candidate, sessions.c.uuid == candidate))
-            .limit(1)
-        ).first()
-        return row is not None
-
-    if not taken(name):
-        return name
-    if not suffix:
-        raise UsageError(
-            f"a session named {shown(name)} already exists in this archive",
-            hint="choose another --name (names are unique within an archive)",
-        )
-    for n in range(2, 10_000):
-        candidate = f"{name[: 200 - len(str(n)) - 1]}-{n}"
-        if not taken(candidate):
-            return candidate
-    raise UsageError(f"no free name like {shown(name)}", hint="pass --name")
-
-
 def _id_shadows_name(conn: Connection, uuid: str) -> bool:
     row = conn.execute(select(sessions.c.id).where(sessions.c.name == uuid).limit(1)).first()
     return row is not None
@@ -566,34 +531,3 @@ def import_document(
     if not isinstance(doc, dict):
         raise CheckpointFileError(f"{source_name}: a checkpoint file must hold a JSON object")
     return _run(store, lambda imp: feed_document(doc, imp), opts, source_name, parsed=False)
-
-
-def check_document(doc: dict[str, Any], *, where: str) -> Header:
-    """Everything :func:`import_document` checks that needs no archive (no write).
-
-    Raises:
-        CheckpointFileError: naming the JSON path.
-    """
-    if not isinstance(doc, dict):
-        raise CheckpointFileError(f"{where}: a checkpoint file must hold a JSON object")
-    imp = Importer(None, None, where)
-    header_doc = feed_document(doc, imp)
-    head = check_header(header_doc, where=where)
-    imp.finish_messages(head.is_export)
-    check_covering_digest(header_doc, cover_of(imp.digests), where)
-    return head
-
-
-def check_file(path: Path) -> tuple[Header, int, int]:
-    """Stream-check a deep file with no archive: ``(header, entries, covered)``.
-
-    Raises:
-        NotFoundError, CheckpointFileError.
-    """
-    with open_stream(path) as js:
-        imp = Importer(None, None, str(path), parsed=True)
-        header_doc = stream_document(js, imp)
-        head = check_header(header_doc, where=str(path))
-        imp.finish_messages(head.is_export)
-        check_covering_digest(header_doc, cover_of(imp.digests), str(path))
-    return head, len(imp.digests), imp.covered

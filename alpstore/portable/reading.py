@@ -30,8 +30,8 @@ from alpstore.portable.files import (
     is_compressed,
     validate_document,
 )
-from alpstore.portable.ids import check_session_id, check_text, shown
 from alpstore.portable.jsonstream import JsonStream
+from alpstore.rules.ids import check_session_id, check_text, shown
 
 OPTIONAL_FIELDS: Final = ("spec_revision", "memory_seeds", "runtime_profile")
 """Top-level fields of a mas-lab file alpstore keeps (in the session's origin) and writes back."""

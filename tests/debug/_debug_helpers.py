@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alpstore.importers import is_user_turn
+from alpstore.rules.turns import is_user_turn
 from alpstore.samples import generate
 from alpstore.sessions import Session
 from alpstore.store import Store

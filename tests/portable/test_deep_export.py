@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alpstore.errors import CheckpointFileError, UsageError
+from alpstore.portable.checking import plan_import
 from alpstore.portable.deep import (
     export_snapshot,
-    plan_import,
     snapshot_of_checkpoint,
     snapshot_of_head,
 )

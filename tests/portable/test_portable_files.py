@@ -21,7 +21,7 @@ from alpstore.portable.files import (
     validate_document,
     write_checkpoint_file,
 )
-from alpstore.portable.secrets import scan
+from alpstore.rules.secrets import scan
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "upstream"
@@ -334,7 +334,7 @@ def test_manifest_secret_blocks_write(tmp_path: Path) -> None:
     ],
 )
 def test_fast_precheck_never_hides_a_finding(key: str) -> None:
-    from alpstore.portable.secrets import require_no_secrets
+    from alpstore.rules.secrets import require_no_secrets
 
     doc = {"kernel": {"run": {key: "literal-value"}}}
     for text in (json.dumps(doc), json.dumps(doc, indent=2)):

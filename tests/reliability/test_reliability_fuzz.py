@@ -25,7 +25,7 @@ from alpstore.errors import AlpstoreError, ValidationFinding
 from alpstore.importers import parse_history
 from alpstore.policy.model import parse_policy
 from alpstore.policy.overlays import load_manifest, load_overlay
-from alpstore.portable.deep import plan_import
+from alpstore.portable.checking import plan_import
 from alpstore.portable.files import load_checkpoint_file
 from alpstore.portable.importing import import_document
 from alpstore.store import Store

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from alpstore.errors import SecretError
-from alpstore.portable.secrets import scan
+from alpstore.rules.secrets import scan
 from alpstore.store import Store
 from tests.conftest import run_cli
 

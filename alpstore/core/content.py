@@ -1,0 +1,218 @@
+"""A store's content reads: hydrated views and checkpoints, states, backtracks and events.
+
+Plain SQL through :mod:`alpstore.db.raw` (no SQLAlchemy on this path), on the connection
+``db.read()`` gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from alpstore.archive.sql import parse_documents
+from alpstore.codec import Digest, parse_json
+from alpstore.core.reads import StoreReads
+from alpstore.db import raw as rsql
+from alpstore.db.tables import BLOB_STATE, BLOB_SUMMARY
+from alpstore.errors import IntegrityError, NotFoundError
+from alpstore.sessions import CheckpointInfo, Entry
+from alpstore.views import View, clip, common_prefix, cover_of
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+
+class StoreContent(StoreReads):
+    """What views and checkpoints hold, hydrated."""
+
+    def hydrate_view(self, view: View, *, verify: bool = False) -> list[Entry]:
+        """The entries of a view, in order: one joined range scan per segment, one JSON parse
+        per batch.
+        """
+        return self.entries_of(self.hydrate_raw(view, verify=verify))
+
+    @staticmethod
+    def entries_of(raws: list[tuple[Digest, int, bytes]]) -> list[Entry]:
+        """Entries from ``(digest, kind, canonical JSON bytes)`` triples (one JSON parse per
+        batch).
+        """
+        values = parse_documents([(d, raw) for d, _, raw in raws])
+        out: list[Entry] = []
+        for (digest, kind, _), value in zip(raws, values, strict=True):
+            if kind == BLOB_SUMMARY:
+                covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
+                out.append(Entry(digest, "summary", value, covers))
+            else:
+                out.append(Entry(digest, "message", value))
+        return out
+
+    def hydrate_raw(self, view: View, *, verify: bool = False) -> list[tuple[Digest, int, bytes]]:
+        """The entries of a view as ``(digest, kind, canonical JSON bytes)``, unparsed.
+
+        What a deep export or a streaming reader needs: no JSON parse, no objects per entry.
+        """
+        if view.length == 0:
+            return []
+        with self.db.read() as conn:
+            return self._hydrate_raw(conn, view, verify=verify)
+
+    def _hydrate_raw(
+        self, conn: Connection, view: View, *, verify: bool
+    ) -> list[tuple[Digest, int, bytes]]:
+        rows = self.views.read_blob_rows(conn, view) if view.length else []
+        raws = self.archive.decode_rows(conn, rows, verify=verify)
+        return [(Digest(bytes(r[1])), r[2], raw) for r, raw in zip(rows, raws, strict=True)]
+
+    def hydrate(self, checkpoint: CheckpointInfo, *, verify: bool = False) -> list[Entry]:
+        """The covering list a checkpoint points at, hydrated.
+
+        The checkpoint row is re-read in the same snapshot: a checkpoint retention or another
+        process removed is reported, never read through a view whose entries may be gone.
+        ``verify``: every blob re-hashed, and the list checked against the checkpoint's
+        covering digest (a swapped or reordered entry is named).
+
+        Raises:
+            NotFoundError: the checkpoint no longer exists.
+            IntegrityError: damaged content, or (``verify``) a list that does not match.
+        """
+        with self.db.read() as conn:
+            row = rsql.fetchone(
+                conn,
+                "SELECT segment_id, length, covering_digest FROM checkpoints WHERE id = ?",
+                (checkpoint.id,),
+            )
+            if row is None:
+                raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
+            view = View(row[0], int(row[1]))
+            raws = self._hydrate_raw(conn, view, verify=verify)
+        recorded = None if row[2] is None else bytes(row[2])
+        if verify and recorded is not None and cover_of([d for d, _, _ in raws]) != recorded:
+            raise IntegrityError(
+                f"checkpoint {checkpoint.id}: its covering list does not match its recorded "
+                "digest (an entry was swapped, lost or reordered)",
+                hint="`alpstore archive verify` names every checkpoint affected",
+            )
+        return self.entries_of(raws)
+
+    def expand(self, entry: Entry) -> list[Entry]:
+        """The entries a summary covers (one level), hydrated."""
+        if entry.kind != "summary":
+            return [entry]
+        with self.db.read() as conn:
+            ids = self.archive.ids_for(conn, list(entry.covers))
+            loaded = self.archive.load_by_ids(conn, ids.values())
+        out = []
+        for d in entry.covers:
+            digest, kind, value = loaded[ids[d]]
+            covers = (
+                tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
+                if (kind == BLOB_SUMMARY)
+                else ()
+            )
+            out.append(
+                Entry(digest, "summary" if kind == BLOB_SUMMARY else "message", value, covers)
+            )
+        return out
+
+    def checkpoint_state(self, checkpoint: CheckpointInfo) -> tuple[Any | None, Any | None]:
+        """The kernel and working-memory documents stored with a checkpoint."""
+        with self.db.read() as conn:
+            row = rsql.fetchone(
+                conn,
+                "SELECT kernel_blob_id, wm_blob_id FROM checkpoints WHERE id = ?",
+                (checkpoint.id,),
+            )
+            if row is None:
+                raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
+            ids = [int(i) for i in row if i is not None]
+            loaded = self.archive.load_by_ids(conn, ids)
+        kernel = loaded[row[0]][2] if row[0] is not None else None
+        wm = loaded[row[1]][2] if row[1] is not None else None
+        return kernel, wm
+
+    def digests_for_ids(self, conn: Connection, ids: Sequence[int]) -> list[Digest]:
+        """The digests of blob ids, in order."""
+        found: dict[int, Digest] = {}
+        unique = list(dict.fromkeys(ids))
+        for start in range(0, len(unique), 500):
+            part = unique[start : start + 500]
+            sql = f"SELECT id, digest FROM blobs WHERE id IN ({rsql.placeholders(len(part))})"
+            for i, d in rsql.fetchall(conn, sql, part):
+                found[int(i)] = Digest(bytes(d))
+        return [found[i] for i in ids]
+
+    def session_backtracks(self, session_id: int) -> list[dict[str, Any]]:
+        """A session's backtracks, oldest first, with their steering text."""
+        with self.db.read() as conn:
+            rows = rsql.fetchall(
+                conn,
+                "SELECT id, steps, from_checkpoint_id, to_checkpoint_id, automatic, "
+                "error_signature, created_at, steering_blob_id FROM backtracks "
+                "WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            )
+            out = []
+            for bt, steps, src, dst, automatic, signature, at, steering_id in rows:
+                steering = None
+                if steering_id is not None:
+                    msg = self.archive.load_by_ids(conn, [int(steering_id)])
+                    steering = msg[int(steering_id)][2].get("content")
+                out.append(
+                    {
+                        "backtrack": int(bt),
+                        "steps": int(steps),
+                        "from_checkpoint": src,
+                        "to_checkpoint": dst,
+                        "automatic": bool(automatic),
+                        "error_signature": signature,
+                        "steering": steering,
+                        "at": float(at),
+                    }
+                )
+        return out
+
+    def session_events(self, session_id: int) -> list[dict[str, Any]]:
+        """A session's recorded events, oldest first."""
+        with self.db.read() as conn:
+            rows = rsql.fetchall(
+                conn,
+                "SELECT kind, checkpoint_id, created_at, detail FROM session_events "
+                "WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            )
+        return [
+            {
+                "kind": kind,
+                "checkpoint": checkpoint,
+                "at": at,
+                "detail": parse_json(detail, where="event") if detail else {},
+            }
+            for kind, checkpoint, at, detail in rows
+        ]
+
+    def put_state(self, value: Any) -> Digest:
+        """Store a kernel/working-memory document; return its digest."""
+        return self.archive.put(value, BLOB_STATE)
+
+
+def checkpoint_deltas(store: StoreContent, cks: list[CheckpointInfo]) -> dict[int, tuple[int, int]]:
+    """For each checkpoint, ``(entries, stored bytes)`` its view adds over the previous one."""
+    out: dict[int, tuple[int, int]] = {}
+    sql = (
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(b.payload)), 0) FROM segment_entries e "
+        "JOIN blobs b ON b.id = e.blob_id WHERE e.segment_id = ? AND e.position >= ? "
+        "AND e.position < ?"
+    )
+    with store.db.read() as conn:
+        previous: list[tuple[int, int, int]] = []
+        for ck in cks:
+            chain = store.views.chain(conn, ck.view)
+            start = common_prefix(previous, chain)
+            entries = total = 0
+            for seg, lo, hi in clip(chain, start):
+                n, size = rsql.fetchone(conn, sql, (seg, lo, hi))
+                entries += int(n)
+                total += int(size)
+            out[ck.id] = (entries, total)
+            previous = chain
+    return out

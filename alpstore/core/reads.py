@@ -1,0 +1,283 @@
+"""A store's session and checkpoint reads, in plain SQL through :mod:`alpstore.db.raw`.
+
+What the reading commands (``session list|log|show``, ``checkpoint list|show``, ``debug diff``)
+call: no SQLAlchemy on this path, so an SQLite archive is read with the ``sqlite3`` driver alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from alpstore.codec import Digest
+from alpstore.core.parts import StoreParts
+from alpstore.core.rows import CHECKPOINT_COLUMNS, SESSION_COLUMNS, CheckpointRow, SessionRow
+from alpstore.db import raw as rsql
+from alpstore.errors import NotFoundError
+from alpstore.sessions import CheckpointInfo, Retention, Session, SessionInfo, default_label
+from alpstore.views import View
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+_CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
+MAX_SQL_INTEGER = 2**63 - 1
+"""The largest id or turn a row can hold (SQLite and PostgreSQL BIGINT)."""
+
+_SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
+_CHECKPOINTS = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"
+
+
+def _like_prefix(text: str) -> str:
+    """A LIKE pattern matching what starts with ``text`` (``%``, ``_``, ``/`` escaped by ``/``)."""
+    return text.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+
+
+class StoreReads(StoreParts):
+    """Sessions and checkpoints read by id, reference or list."""
+
+    def _sessions(self, conn: Connection, where: str, params: tuple[Any, ...]) -> list[SessionRow]:
+        return [SessionRow(*r) for r in rsql.fetchall(conn, f"{_SESSIONS} {where}", params)]
+
+    def session_info(self, session_id: int, *, conn: Connection | None = None) -> SessionInfo:
+        """Read a session row by its internal id.
+
+        Raises:
+            NotFoundError: no such session.
+        """
+        if conn is None:
+            with self.db.read() as c:
+                return self.session_info(session_id, conn=c)
+        rows = self._sessions(conn, "WHERE id = ?", (session_id,))
+        if not rows:
+            raise NotFoundError(f"no session with id {session_id}")
+        return self._info(conn, rows[0])
+
+    def _info(self, conn: Connection, row: Any) -> SessionInfo:
+        names: dict[Any, Any] = {}
+        wanted = sorted({i for i in (row.parent_id, row.root_id) if i is not None})
+        if wanted:
+            names = dict(
+                rsql.fetchall(
+                    conn,
+                    f"SELECT id, uuid FROM sessions WHERE id IN ({rsql.placeholders(len(wanted))})",
+                    wanted,
+                )
+            )
+        return SessionInfo(
+            id=int(row.id),
+            uuid=row.uuid,
+            name=row.name,
+            status=row.status,
+            turn=int(row.turn),
+            head=View(row.head_segment_id, int(row.head_length)),
+            parent=names.get(row.parent_id),
+            root=names.get(row.root_id, row.uuid),
+            source_checkpoint=row.source_checkpoint_id,
+            backtrack_count=int(row.backtrack_count),
+            retention=Retention(row.retention_mode, int(row.retention_n)),
+            created_at=float(row.created_at),
+            updated_at=float(row.updated_at),
+            origin=json.loads(row.origin) if row.origin else None,
+        )
+
+    def get_session(self, ref: str) -> Session:
+        """Find a session by uuid, unique uuid prefix (≥ 4 characters) or name.
+
+        Raises:
+            NotFoundError: no session matches, or the prefix is ambiguous.
+        """
+        with self.db.read() as conn:
+            found = self._sessions(conn, "WHERE uuid = ?", (ref,))
+            row = found[0] if found else None
+            if row is None:
+                rows = self._sessions(conn, "WHERE name = ?", (ref,))
+                if not rows and len(ref) >= 4:
+                    rows = self._sessions(
+                        conn, "WHERE uuid LIKE ? ESCAPE '/'", (_like_prefix(ref),)
+                    )
+                if len(rows) > 1:
+                    raise NotFoundError(
+                        f"session {ref!r} is ambiguous ({len(rows)} match)",
+                        hint="give more of the id",
+                    )
+                row = rows[0] if rows else None
+            if row is None:
+                raise NotFoundError(
+                    f"no session {ref!r} in this archive", hint="`alpstore session list` shows them"
+                )
+            return Session(self, self._info(conn, row))  # type: ignore[arg-type]
+
+    def find_session_named(self, name: str) -> Session | None:
+        """The session called exactly ``name`` (names are unique), or None."""
+        with self.db.read() as conn:
+            rows = self._sessions(conn, "WHERE name = ?", (name,))
+            return None if not rows else Session(self, self._info(conn, rows[0]))  # type: ignore[arg-type]
+
+    def list_sessions(self) -> list[SessionInfo]:
+        """Every session, oldest first."""
+        with self.db.read() as conn:
+            rows = self._sessions(conn, "ORDER BY id", ())
+            return [self._info(conn, r) for r in rows]
+
+    def count_sessions(self) -> int:
+        """How many sessions the archive holds."""
+        with self.db.read() as conn:
+            return int(rsql.fetchone(conn, "SELECT COUNT(*) FROM sessions")[0])
+
+    def session_manifest(self, session_id: int) -> Any | None:
+        """The manifest embedded in a session, or None."""
+        with self.db.read() as conn:
+            row = rsql.fetchone(
+                conn, "SELECT manifest_blob_id FROM sessions WHERE id = ?", (session_id,)
+            )
+            mid = None if row is None else row[0]
+            if mid is None:
+                return None
+            return self.archive.load_by_ids(conn, [int(mid)])[int(mid)][2]
+
+    # ---------------------------------------------------------------- checkpoints
+    def _ck(self, row: Any, uuid: str, digests: dict[int, Digest] | None = None) -> CheckpointInfo:
+        digests = digests or {}
+        return CheckpointInfo(
+            id=int(row.id),
+            session=uuid,
+            seq=int(row.seq),
+            turn=int(row.turn),
+            label=row.label or default_label(int(row.turn)),
+            trigger=row.trigger,
+            view=View(row.segment_id, int(row.length)),
+            abandoned=bool(row.abandoned),
+            created_at=float(row.created_at),
+            kernel_digest=digests.get(row.kernel_blob_id) if row.kernel_blob_id else None,
+            wm_digest=digests.get(row.wm_blob_id) if row.wm_blob_id else None,
+            covering_digest=None if row.covering_digest is None else bytes(row.covering_digest),
+        )
+
+    def _checkpoints(
+        self, conn: Connection, where: str, params: tuple[Any, ...]
+    ) -> list[CheckpointRow]:
+        return [CheckpointRow(*r) for r in rsql.fetchall(conn, f"{_CHECKPOINTS} {where}", params)]
+
+    def checkpoint_in(
+        self, conn: Connection, checkpoint_id: int, info: SessionInfo
+    ) -> CheckpointInfo:
+        """A checkpoint of ``info``'s session re-read inside the caller's transaction.
+
+        Raises:
+            NotFoundError: the row is gone (retention or another process cut it).
+        """
+        rows = self._checkpoints(conn, "WHERE id = ? AND session_id = ?", (checkpoint_id, info.id))
+        if not rows:
+            raise NotFoundError(
+                f"checkpoint {checkpoint_id} of session {info.uuid} no longer exists",
+                hint="retention or another process removed it; `alpstore checkpoint list` "
+                "shows the ones kept",
+            )
+        return self._ck(rows[0], info.uuid)
+
+    def list_checkpoints(
+        self, session_id: int, *, include_abandoned: bool = False, conn: Connection | None = None
+    ) -> list[CheckpointInfo]:
+        """A session's checkpoints by sequence (retained ones only unless asked)."""
+        if conn is None:
+            with self.db.read() as c:
+                return self.list_checkpoints(
+                    session_id, include_abandoned=include_abandoned, conn=c
+                )
+        found = rsql.fetchone(conn, "SELECT uuid FROM sessions WHERE id = ?", (session_id,))
+        uuid = None if found is None else found[0]
+        where: str
+        params: tuple[Any, ...]
+        where, params = "WHERE session_id = ?", (session_id,)
+        if not include_abandoned:
+            where, params = "WHERE session_id = ? AND abandoned = ?", (session_id, False)
+        rows = self._checkpoints(conn, f"{where} ORDER BY seq", params)
+        return [self._ck(r, str(uuid)) for r in rows]
+
+    def recent_checkpoints(
+        self, conn: Connection, info: SessionInfo, limit: int
+    ) -> list[CheckpointInfo]:
+        """A session's newest ``limit`` retained checkpoints, oldest first (O(limit))."""
+        rows = self._checkpoints(
+            conn,
+            "WHERE session_id = ? AND abandoned = ? ORDER BY seq DESC LIMIT ?",
+            (info.id, False, limit),
+        )
+        return [self._ck(r, info.uuid) for r in reversed(rows)]
+
+    def count_retained(self, conn: Connection, session_id: int) -> int:
+        """How many retained checkpoints a session has."""
+        row = rsql.fetchone(
+            conn,
+            "SELECT COUNT(*) FROM checkpoints WHERE session_id = ? AND abandoned = ?",
+            (session_id, False),
+        )
+        return int(row[0])
+
+    def get_checkpoint(self, checkpoint_id: int) -> CheckpointInfo:
+        """A checkpoint by its id.
+
+        Raises:
+            NotFoundError: no such checkpoint.
+        """
+        with self.db.read() as conn:
+            found = rsql.fetchone(
+                conn,
+                f"SELECT s.uuid, c.{CHECKPOINT_COLUMNS.replace(', ', ', c.')} FROM checkpoints c "
+                "JOIN sessions s ON s.id = c.session_id WHERE c.id = ?",
+                (checkpoint_id,),
+            )
+            if found is None:
+                raise NotFoundError(f"no checkpoint {checkpoint_id} in this archive")
+            row = CheckpointRow(*found[1:])
+            ids = [i for i in (row.kernel_blob_id, row.wm_blob_id) if i is not None]
+            digests = {}
+            if ids:
+                digests = {
+                    int(i): Digest(bytes(d))
+                    for i, d in rsql.fetchall(
+                        conn,
+                        f"SELECT id, digest FROM blobs WHERE id IN ({rsql.placeholders(len(ids))})",
+                        ids,
+                    )
+                }
+            return self._ck(row, found[0], digests)
+
+    def resolve_checkpoint(self, ref: str) -> CheckpointInfo:
+        """Resolve ``ID``, ``SESSION@TURN`` (the latest checkpoint at that turn) or
+        ``SESSION@latest``.
+
+        Raises:
+            NotFoundError: nothing matches.
+        """
+        ref = ref.strip()
+        match = _CK_REF.match(ref)
+        number = ref if ref.isdigit() else match["at"] if match else ""
+        if number.isdigit() and (len(number) > 19 or int(number) > MAX_SQL_INTEGER):
+            raise NotFoundError(f"checkpoint {ref[:60]}: no such checkpoint (number out of range)")
+        if ref.isdigit():
+            return self.get_checkpoint(int(ref))
+        if not match:
+            raise NotFoundError(
+                f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest"
+            )
+        session = self.get_session(match["session"])
+        params: tuple[Any, ...]
+        if match["at"] == "latest":
+            where, params = "abandoned = ?", (False,)
+            missing = f"session {session.uuid} has no checkpoint"
+        else:  # the retained one at that turn, else the newest cut one
+            where, params = "turn = ?", (int(match["at"]),)
+            missing = f"session {session.uuid} has no checkpoint at turn {match['at']}"
+        with self.db.read() as conn:
+            found = rsql.fetchone(
+                conn,
+                f"SELECT id FROM checkpoints WHERE session_id = ? AND {where} "
+                "ORDER BY abandoned, seq DESC LIMIT 1",
+                (session.id, *params),
+            )
+        if found is None:
+            raise NotFoundError(missing)
+        return self.get_checkpoint(int(found[0]))

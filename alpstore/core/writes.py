@@ -1,0 +1,268 @@
+"""A store's writes under a session: checkpoints, retention, forks, events, policy binding.
+
+Each runs inside the caller's transaction (or opens one); SQLAlchemy is imported inside the
+writing functions only, so a store opened for reading never loads it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from alpstore.core.naming import StoreNaming, acceptable_id
+from alpstore.db import raw as rsql
+from alpstore.errors import NotFoundError, UsageError
+from alpstore.rules.ids import text_problem
+from alpstore.sessions import (
+    CheckpointInfo,
+    Retention,
+    Session,
+    SessionInfo,
+    default_label,
+    event_detail,
+)
+from alpstore.views import View, cover_bytes, cover_int
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+INSERT_CHECKPOINT = (
+    "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES (?, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checkpoints WHERE session_id = ?), "
+    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
+)
+
+
+class StoreWrites(StoreNaming):
+    """Checkpoints inserted, abandoned and pruned; forks; session events; a bound policy."""
+
+    def bind_policy(self, session_id: int, record: dict[str, Any], retention: Retention) -> None:
+        """Record a session's checkpoint policy (in ``origin``) and apply its retention."""
+        from sqlalchemy import select, update
+
+        from alpstore.db.tables import sessions
+
+        with self.db.atomic() as conn:
+            current = conn.execute(
+                select(sessions.c.origin).where(sessions.c.id == session_id)
+            ).scalar()
+            origin = json.loads(current) if current else {}
+            origin["policy"] = record
+            conn.execute(
+                update(sessions)
+                .where(sessions.c.id == session_id)
+                .values(
+                    origin=json.dumps(origin, sort_keys=True),
+                    retention_mode=retention.mode,
+                    retention_n=retention.n,
+                )
+            )
+
+    def insert_checkpoint(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        view: View,
+        *,
+        turn: int,
+        label: str | None,
+        trigger: str | None,
+        kernel_id: int | None,
+        wm_id: int | None,
+        cover: int | None = None,
+    ) -> CheckpointInfo:
+        """Insert a checkpoint row for ``info`` inside the caller's transaction.
+
+        ``cover``: the view's covering digest when the caller keeps it (a session's head);
+        otherwise it is computed from the view's entries (O(length)).
+        """
+        stored_label = None if label in (None, default_label(turn)) else label
+        if stored_label is not None:
+            problem = text_problem(stored_label)
+            if problem is not None:  # what an export of it would refuse: refused now
+                raise UsageError(
+                    f"checkpoint label {problem}",
+                    hint="labels are printable text, at most 200 characters",
+                )
+        now = time.time()
+        if cover is None:
+            cover = self.views.cover(conn, view)
+        digest = cover_bytes(cover)
+        ck_id, seq = rsql.fetchone(
+            conn,
+            INSERT_CHECKPOINT,
+            (
+                info.id,
+                info.id,
+                turn,
+                view.segment_id,
+                view.length,
+                kernel_id,
+                wm_id,
+                stored_label,
+                trigger,
+                False,
+                now,
+                digest,
+            ),
+        )
+        return CheckpointInfo(
+            ck_id,
+            info.uuid,
+            seq,
+            turn,
+            label or default_label(turn),
+            trigger,
+            view,
+            False,
+            now,
+            covering_digest=digest,
+        )
+
+    def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
+        """Mark a session's checkpoints after ``seq`` as no longer retained (kept for debug)."""
+        from sqlalchemy import update
+
+        from alpstore.db.tables import checkpoints
+
+        result = conn.execute(
+            update(checkpoints)
+            .where(
+                checkpoints.c.session_id == session_id,
+                checkpoints.c.seq > seq,
+                checkpoints.c.abandoned.is_(False),
+            )
+            .values(abandoned=True)
+        )
+        return int(result.rowcount)
+
+    def apply_retention(self, conn: Connection, info: SessionInfo) -> list[int]:
+        """Prune this session's oldest retained checkpoints beyond its retention (never a fork
+        source, never another session's). Returns the pruned ids.
+        """
+        from sqlalchemy import delete, select
+
+        from alpstore.db.tables import checkpoints, sessions
+
+        keep = {"all": None, "single": 1, "last_n": info.retention.n}[info.retention.mode]
+        if keep is None:
+            return []
+        rows = (
+            conn.execute(
+                select(checkpoints.c.id)
+                .where(checkpoints.c.session_id == info.id, checkpoints.c.abandoned.is_(False))
+                .order_by(checkpoints.c.seq.desc())
+                .offset(keep)
+            )
+            .scalars()
+            .all()
+        )
+        if not rows:
+            return []
+        sources = set(
+            conn.execute(
+                select(sessions.c.source_checkpoint_id).where(
+                    sessions.c.source_checkpoint_id.in_(rows)
+                )
+            )
+            .scalars()
+            .all()
+        )
+        doomed = [int(r) for r in rows if r not in sources]
+        if doomed:
+            conn.execute(
+                delete(checkpoints).where(
+                    checkpoints.c.id.in_(doomed), checkpoints.c.session_id == info.id
+                )
+            )
+        return doomed
+
+    def fork_checkpoint(
+        self, checkpoint: CheckpointInfo, *, session_id: str | None = None, name: str | None = None
+    ) -> Session:
+        """Create a session from ``checkpoint``: same history, parent and source recorded, and a
+        first checkpoint (trigger ``fork``) at the fork point.
+        """
+        from sqlalchemy import select
+
+        from alpstore.db.tables import checkpoints, sessions
+
+        uuid = acceptable_id(session_id)
+        now = time.time()
+        with self.db.atomic() as conn:
+            self._require_free_id(conn, uuid)
+            parent = conn.execute(
+                select(sessions)
+                .join(checkpoints, checkpoints.c.session_id == sessions.c.id)
+                .where(checkpoints.c.id == checkpoint.id)
+            ).first()
+            src = conn.execute(select(checkpoints).where(checkpoints.c.id == checkpoint.id)).first()
+            if parent is None or src is None:
+                raise NotFoundError(f"no checkpoint {checkpoint.id} in this archive")
+            cover = cover_int(src.covering_digest)
+            if cover is None:  # not recorded (cannot happen after revision 0004's upgrade)
+                cover = self.views.cover(conn, View(src.segment_id, int(src.length)))
+            self._require_free_name(conn, name)
+            sid = self._insert_session(
+                conn,
+                name,
+                sessions.insert().values(
+                    uuid=uuid,
+                    name=name,
+                    parent_id=parent.id,
+                    source_checkpoint_id=checkpoint.id,
+                    root_id=parent.root_id or parent.id,
+                    origin=None,
+                    manifest_blob_id=parent.manifest_blob_id,
+                    status="active",
+                    head_segment_id=src.segment_id,
+                    head_length=src.length,
+                    turn=src.turn,
+                    backtrack_count=0,
+                    retention_mode=parent.retention_mode,
+                    retention_n=parent.retention_n,
+                    created_at=now,
+                    updated_at=now,
+                    head_digest=cover_bytes(cover),
+                ),
+            )
+            info = self.session_info(sid, conn=conn)
+            self.insert_checkpoint(
+                conn,
+                info,
+                info.head,
+                turn=int(src.turn),
+                label=None,
+                trigger="fork",
+                kernel_id=src.kernel_blob_id,
+                wm_id=src.wm_blob_id,
+                cover=cover,
+            )
+            self.record_event(conn, int(parent.id), "fork", checkpoint.id, {"child": uuid})
+        self.emit(
+            "fork", session=uuid, parent=parent.uuid, checkpoint=checkpoint.id, turn=checkpoint.turn
+        )
+        return Session(self, info)  # type: ignore[arg-type]
+
+    def record_event(
+        self,
+        conn: Connection,
+        session_id: int,
+        kind: str,
+        checkpoint_id: int | None,
+        detail: dict[str, Any],
+    ) -> None:
+        """Insert a row into ``session_events`` inside the caller's transaction."""
+        from alpstore.db.tables import session_events
+
+        conn.execute(
+            session_events.insert().values(
+                session_id=session_id,
+                checkpoint_id=checkpoint_id,
+                kind=kind,
+                detail=event_detail(detail),
+                created_at=time.time(),
+            )
+        )
