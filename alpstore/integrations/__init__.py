@@ -7,9 +7,10 @@ May import ``alpstore.store`` and every layer below it, never the CLI, the UI or
 - ``alpstore.integrations.openai_agents``: ``AlpstoreSession``, an OpenAI Agents SDK session
   (``pip install 'alpstore[openai-agents]'``).
 
-The saver's parts: ``langgraph`` (the ``BaseCheckpointSaver`` protocol, sync and async),
-``_lgwrite`` / ``_lgread`` (its write and read paths), ``_lgthread`` (a thread's state in this
-process), ``_lgpolicy`` (manifest policy events), ``_lgdb`` / ``_lgmaint`` (SQL: rows, head
-loading; deletion and copies), ``_lgcodec`` / ``_lgbuild`` / ``_lgpack`` (values and message
-documents; messages made from documents; packed rows and ids).
+The saver's parts, top down: ``langgraph`` (the ``BaseCheckpointSaver`` protocol, sync and
+async); ``_lgwrite``, ``_lgread``, ``_lgpolicy`` (its write and read paths, manifest policy
+events); ``_lgthread`` (what the process keeps: ``SaverState``, the saver's base class, and each
+thread's ``ThreadState``); ``_lgmaint``, ``_lgdb`` (SQL: deletion and copies; rows and head
+loading); ``_lgpack``, ``_lgcodec``, ``_lgbuild`` (packed rows and ids; values and message
+documents; messages made from documents).
 """

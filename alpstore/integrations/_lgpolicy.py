@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from alpstore.integrations._lgthread import SaverState
 from alpstore.live import LiveSession, prepare_manifest
 from alpstore.policy.recorded import SessionPolicy
 from alpstore.sessions import Retention, Session
-
-if TYPE_CHECKING:
-    from alpstore.integrations.langgraph import AlpstoreSaver
 
 
 def step_events(new_messages: Sequence[Any]) -> list[str]:
@@ -37,7 +35,7 @@ def prepare_policy(manifest: Any | None) -> SessionPolicy | None:
 
 
 def policy_events(
-    saver: AlpstoreSaver, key: tuple[str, str], session_id: int, messages: list[Any]
+    saver: SaverState, key: tuple[str, str], session_id: int, messages: list[Any]
 ) -> None:
     """Raise the events this step shows on the thread's live session (issue 15); called
     with the thread's lock held, after the step's checkpoint committed.

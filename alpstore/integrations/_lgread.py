@@ -6,7 +6,7 @@ Functions of the saver (its first argument), called straight from its protocol m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite, writes_sort_key
@@ -15,15 +15,12 @@ from alpstore.gcpause import no_gc_pause
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgbuild import build_message, copy_json
 from alpstore.integrations._lgcodec import unwrap, value_from_doc
-from alpstore.integrations._lgthread import ThreadState
+from alpstore.integrations._lgthread import SaverState, ThreadState
 from alpstore.views import View
-
-if TYPE_CHECKING:
-    from alpstore.integrations.langgraph import AlpstoreSaver
 
 
 def checkpoint_tuple(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     conn: Any,
     th: ThreadState,
     head: lgdb.HeadRow,
@@ -55,7 +52,7 @@ def checkpoint_tuple(
 
 
 def thread_messages(
-    saver: AlpstoreSaver, conn: Any, th: ThreadState, head: lgdb.HeadRow, view: View
+    saver: SaverState, conn: Any, th: ThreadState, head: lgdb.HeadRow, view: View
 ) -> list[BaseMessage]:
     """New message objects for ``view``: built from this process's kept states when the
     view is (a prefix of) the head it knows, else rebuilt from the archive (and kept, when
@@ -81,7 +78,7 @@ def thread_messages(
 
 
 def channel_values(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     conn: Any,
     th: ThreadState,
     head: lgdb.HeadRow,
@@ -109,7 +106,7 @@ def channel_values(
 
 
 def pending_writes(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     conn: Any,
     thread_ref: int,
     checkpoint_id: str,

@@ -1,19 +1,28 @@
-"""What an ``AlpstoreSaver`` process knows of one LangGraph thread + namespace (``ThreadState``:
-the head's kept messages, digests, the lists a put or a read saw) and how a put finds what is
-new by identity with those lists.
+"""What an ``AlpstoreSaver`` process knows: of one LangGraph thread + namespace (``ThreadState``:
+the head's kept messages, digests, the lists a put or a read saw; how a put finds what is new by
+identity with those lists), and of all of them (``SaverState``, the saver's base class: the
+store, the threads kept, the sessions' infos, the runs known, the live sessions of a policy).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from itertools import compress, count
 from operator import is_not
 from typing import Any
 
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from alpstore.integrations._lgcodec import FrozenMessages
 from alpstore.integrations._lgdb import HeadRow
+from alpstore.integrations._lgpack import Packer
+from alpstore.live import LiveSession
+from alpstore.policy.recorded import SessionPolicy
+from alpstore.sessions import SessionInfo
+from alpstore.store import Store
 from alpstore.views import View
 
 
@@ -94,3 +103,51 @@ def held_prefix(held: Iterable[list[Any]], messages: list[Any]) -> int:
     if whole:
         return max(whole)
     return max((identity_prefix(h, messages) for h in held), default=0)
+
+
+class SaverState(BaseCheckpointSaver[int]):
+    """What an ``AlpstoreSaver`` process keeps between calls (its write and read paths take it
+    as their first argument); ``_lock`` guards the dictionaries, never held over I/O.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        messages_key: str,
+        serde: SerializerProtocol | None,
+        policy: SessionPolicy | None,
+        max_threads: int,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.messages_key = messages_key
+        self._lock = threading.Lock()
+        self._threads: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
+        self._max_threads = max_threads
+        self._infos: dict[str, SessionInfo] = {}  # by session uuid (never reused)
+        self._runs: dict[str, None] = {}  # run ids known to have their lg_runs row
+        self._packer = Packer()
+        self._policy = policy
+        self._live: dict[tuple[str, str], LiveSession] = {}
+
+    def _state(self, thread_id: str, ns: str) -> ThreadState:
+        """This process's state of a thread namespace (the ``max_threads`` most recently used
+        are kept; an evicted one is rebuilt from the archive when next used).
+        """
+        key = (thread_id, ns)
+        with self._lock:
+            th = self._threads.get(key)
+            if th is None:
+                th = self._threads[key] = ThreadState()
+                while len(self._threads) > self._max_threads:
+                    self._threads.popitem(last=False)
+            else:
+                self._threads.move_to_end(key)
+            return th
+
+    def _forget(self, thread_id: str | None = None) -> None:
+        with self._lock:
+            for key in list(self._threads):
+                if thread_id is None or key[0] == thread_id:
+                    self._threads[key].forget()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
@@ -28,20 +28,17 @@ from alpstore.integrations._lgcodec import (
     wrap,
 )
 from alpstore.integrations._lgpack import value_ref
-from alpstore.integrations._lgthread import ThreadState, held_prefix
+from alpstore.integrations._lgthread import SaverState, ThreadState, held_prefix
 from alpstore.sessions import CheckpointInfo, Retention, SessionInfo, count_user_turns
 from alpstore.store import encode
 from alpstore.views import View, cover_add, cover_bytes, cover_int, cover_sub
-
-if TYPE_CHECKING:
-    from alpstore.integrations.langgraph import AlpstoreSaver
 
 TRIGGER_PREFIX = "langgraph:"
 """Checkpoints written by this saver carry the trigger ``langgraph:<source>``."""
 
 
 def put_checkpoint(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     th: ThreadState,
     thread_id: str,
     ns: str,
@@ -150,7 +147,7 @@ def put_checkpoint(
 
 
 def sync_messages(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     conn: Any,
     th: ThreadState,
     row: lgdb.HeadRow,
@@ -269,7 +266,7 @@ def sync_messages(
 
 
 def inherited_refs(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     conn: Any,
     th: ThreadState,
     ref: int,
@@ -304,7 +301,7 @@ def inherited_refs(
 
 
 def session_info(
-    saver: AlpstoreSaver, conn: Any, row: lgdb.HeadRow, view: View, turn: int, status: str
+    saver: SaverState, conn: Any, row: lgdb.HeadRow, view: View, turn: int, status: str
 ) -> SessionInfo:
     info = saver._infos.get(row.uuid)
     if info is None or info.id != row.session_id:
@@ -320,16 +317,14 @@ def session_info(
     )
 
 
-def remember_run(saver: AlpstoreSaver, run_id: str) -> None:
+def remember_run(saver: SaverState, run_id: str) -> None:
     with saver._lock:
         saver._runs[run_id] = None
         while len(saver._runs) > 256:
             saver._runs.pop(next(iter(saver._runs)))
 
 
-def plan_write(
-    saver: AlpstoreSaver, channel: str, value: Any
-) -> tuple[str, list[Any], list[Encoded]]:
+def plan_write(saver: SaverState, channel: str, value: Any) -> tuple[str, list[Any], list[Encoded]]:
     docs = message_docs(value) if value and is_message_list(value) else None
     if docs is not None:
         return channel, ["l"], [encode(d, BLOB_MESSAGE) for d in docs]
@@ -338,7 +333,7 @@ def plan_write(
 
 
 def pack_writes(
-    saver: AlpstoreSaver, task_path: str, entries: Mapping[int, WriteEntry]
+    saver: SaverState, task_path: str, entries: Mapping[int, WriteEntry]
 ) -> tuple[tuple[int, int | None, int, bytes], list[int]]:
     refs: list[list[Any]] = []
     items: list[int] = []
@@ -354,7 +349,7 @@ def pack_writes(
 
 
 def merge_writes(
-    saver: AlpstoreSaver,
+    saver: SaverState,
     conn: Any,
     thread_id: str,
     ns: str,

@@ -17,8 +17,9 @@ differs: a message object the caller passed to ``put`` and then changed in place
 noticed (LangGraph's reducers never do that; return a new message instead).
 
 This module is the protocol (``BaseCheckpointSaver``'s methods, sync and async); the write and
-read paths are in ``_lgwrite`` and ``_lgread``, a thread's state in ``_lgthread``, SQL in
-``_lgdb`` and ``_lgmaint``.
+read paths are in ``_lgwrite`` and ``_lgread``, what the process keeps (``SaverState``, this
+class's base, and each thread's ``ThreadState``) in ``_lgthread``, SQL in ``_lgdb`` and
+``_lgmaint``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +36,6 @@ from typing import Any, TypeVar, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -54,12 +52,9 @@ from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
 from alpstore.integrations import _lgread as lgread
 from alpstore.integrations import _lgwrite as lgwrite
-from alpstore.integrations._lgpack import Packer
 from alpstore.integrations._lgpolicy import step_events
-from alpstore.integrations._lgthread import ThreadState
+from alpstore.integrations._lgthread import SaverState
 from alpstore.integrations._lgwrite import TRIGGER_PREFIX, WriteEntry
-from alpstore.live import LiveSession
-from alpstore.sessions import SessionInfo
 from alpstore.store import Store
 
 T = TypeVar("T")
@@ -67,7 +62,7 @@ T = TypeVar("T")
 __all__ = ["TRIGGER_PREFIX", "AlpstoreSaver", "step_events"]
 
 
-class AlpstoreSaver(BaseCheckpointSaver[int]):
+class AlpstoreSaver(SaverState):
     """A LangGraph checkpointer storing threads as alpstore sessions.
 
     Args:
@@ -97,20 +92,16 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         workers: int = 8,
         max_threads: int = 256,
     ) -> None:
-        super().__init__(serde=serde)
-        self.store = store
-        self.messages_key = messages_key
+        super().__init__(
+            store,
+            messages_key=messages_key,
+            serde=serde,
+            policy=lgpolicy.prepare_policy(manifest),
+            max_threads=max_threads,
+        )
         self._owns_store = owns_store
-        self._lock = threading.Lock()  # guards the dictionaries below, never held over I/O
-        self._threads: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
-        self._max_threads = max_threads
-        self._infos: dict[str, SessionInfo] = {}  # by session uuid (never reused)
-        self._runs: dict[str, None] = {}  # run ids known to have their lg_runs row
-        self._packer = Packer()
         self._workers = max(1, workers)
         self._executors: list[ThreadPoolExecutor] | None = None
-        self._policy = lgpolicy.prepare_policy(manifest)
-        self._live: dict[tuple[str, str], LiveSession] = {}
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> AlpstoreSaver:
@@ -168,28 +159,6 @@ class AlpstoreSaver(BaseCheckpointSaver[int]):
         executor = executors[_lane(args[0] if args else None, len(executors))]
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
-
-    # ---------------------------------------------------------------- threads
-    def _state(self, thread_id: str, ns: str) -> ThreadState:
-        """This process's state of a thread namespace (the ``max_threads`` most recently used
-        are kept; an evicted one is rebuilt from the archive when next used).
-        """
-        key = (thread_id, ns)
-        with self._lock:
-            th = self._threads.get(key)
-            if th is None:
-                th = self._threads[key] = ThreadState()
-                while len(self._threads) > self._max_threads:
-                    self._threads.popitem(last=False)
-            else:
-                self._threads.move_to_end(key)
-            return th
-
-    def _forget(self, thread_id: str | None = None) -> None:
-        with self._lock:
-            for key in list(self._threads):
-                if thread_id is None or key[0] == thread_id:
-                    self._threads[key].forget()
 
     # ---------------------------------------------------------------- writing
     def put(
