@@ -1,6 +1,6 @@
 """The SQL side of the LangGraph saver: thread → session mapping, checkpoint rows (packed
-state + the alpstore checkpoint holding the messages view), pending writes, and the deletions and
-copies that keep alpstore's own rows consistent.
+state + the alpstore checkpoint holding the messages view), pending writes, and a head's messages
+rebuilt from the archive (``load_head``). Deleting and copying live in ``_lgmaint``.
 
 Everything here runs inside the caller's transaction. Alpstore checkpoints that another session
 forked from are never deleted, only marked abandoned (lineage keeps its source).
@@ -8,35 +8,23 @@ forked from are never deleted, only marked abandoned (lineage keeps its source).
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
-from collections.abc import Iterable, Sequence
-from itertools import compress, count
-from operator import is_not, itemgetter
+from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messages
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection
 
 from alpstore.archive.batch import decode_lean
 from alpstore.archive.sql import parse_documents
 from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY, checkpoints, sessions
-from alpstore.errors import UsageError
-from alpstore.integrations._lgcodec import (
-    KIND_MESSAGE,
-    FrozenMessages,
-    State,
-    assemble,
-    doc_messages,
-    doc_state,
-    message_state,
-)
+from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY
+from alpstore.integrations._lgbuild import State, assemble, doc_messages, doc_state, message_state
+from alpstore.integrations._lgcodec import KIND_MESSAGE, FrozenMessages
 from alpstore.integrations._lgpack import id_bytes, id_text
-from alpstore.sessions import Session
 from alpstore.store import Store
-from alpstore.views import View, cover_bytes, cover_int
+from alpstore.views import View, cover_bytes
 
 try:  # LangChain's own dependency (through langsmith); json is the fallback
     import orjson as _orjson
@@ -62,7 +50,7 @@ _CK_COLUMNS = (
     "lc.id, lc.checkpoint_id, lc.parent_checkpoint_id, c.segment_id, c.length, c.id, "
     "lc.codec, lc.dict_id, lc.raw_size, lc.state"
 )
-_CK_FROM = "FROM lg_checkpoints lc JOIN checkpoints c ON c.id = lc.alp_checkpoint_id"
+CK_FROM = "FROM lg_checkpoints lc JOIN checkpoints c ON c.id = lc.alp_checkpoint_id"
 
 
 def _ck_row(r: Any) -> CheckpointRow:
@@ -147,7 +135,7 @@ def find_latest(
 ) -> tuple[HeadRow, CheckpointRow] | None:
     """A checkpoint (the newest without an id) with its thread's head, in one statement."""
     sql = (
-        f"SELECT {_HEAD_COLUMNS}, {_CK_COLUMNS} {_CK_FROM} "
+        f"SELECT {_HEAD_COLUMNS}, {_CK_COLUMNS} {CK_FROM} "
         "JOIN lg_threads t ON t.id = lc.thread_ref JOIN sessions s ON s.id = t.session_id "
         "WHERE t.thread_id = ? AND t.checkpoint_ns = ?"
     )
@@ -174,86 +162,8 @@ def read_head(conn: Connection, thread_id: str, ns: str) -> HeadRow | None:
     return None if row is None else _head_row(row)
 
 
-class ThreadState:
-    """What this process knows of one thread + namespace, while its key matches the database.
-
-    The key (thread row, session row and uuid, head view and covering digest) is
-    checked in the statement every put and read makes anyway; a mismatch forgets it all:
-
-    - ``private``: the head's messages as this process keeps them (marshalled states: reads
-      build new objects from them at C speed, see ``FrozenMessages``);
-    - ``digests``: the head entries' digests, when known;
-    - ``seen``: lists of message objects the caller passed to a put for the head, compared
-      by identity so a put finds the new tail in O(delta);
-    - ``handed``: lists of message objects a read handed out for the head; the caller may
-      have changed those in place, so a prefix found through them counts only as far as it
-      still equals the kept states;
-    - ``last_put``: the last checkpoint stored (id, channel versions, refs).
-
-    Nothing here is keyed by a row id another transaction could delete and reuse.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.key: tuple[int, int, str, View, bytes | None] | None = None
-        self.private: FrozenMessages | None = None
-        self.digests: list[bytes] | None = None
-        self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
-        self.handed: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
-        self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
-
-    def validate(self, row: HeadRow) -> bool:
-        """Forget everything unless ``row`` is the head this state describes; True if kept."""
-        if self.key == row.key:
-            return True
-        self.key = row.key
-        self.private = None
-        self.digests = None
-        self.seen.clear()
-        self.handed.clear()
-        self.last_put = None
-        return False
-
-    def forget(self) -> None:
-        """Forget everything (after a failed write)."""
-        self.key = None
-        self.private = None
-        self.digests = None
-        self.seen.clear()
-        self.handed.clear()
-        self.last_put = None
-
-
 _ids = itemgetter(0)
 _kinds = itemgetter(1)
-
-SEEN_LISTS = 4
-"""How many caller-held message lists (of each kind) a thread remembers for identity
-comparison."""
-
-
-def identity_prefix(a: list[Any], b: list[Any]) -> int:
-    """How many leading items of ``a`` and ``b`` are the same objects (a C-speed scan)."""
-    return next(compress(count(), map(is_not, a, b)), min(len(a), len(b)))
-
-
-def held_prefix(held: Iterable[list[Any]], messages: list[Any]) -> int:
-    """How many leading messages are those of a list the caller held (the longest match).
-
-    The common case — ``messages`` is a held list plus new ones — is decided by list equality,
-    a C loop that takes an identical pair at pointer speed (a pair that is not identical is
-    compared by value: equal fields, the same document); only when no held list is a whole
-    prefix is the identity scan run.
-    """
-    n = len(messages)
-    whole = [
-        len(h)
-        for h in held
-        if len(h) <= n and (not h or h[-1] is messages[len(h) - 1]) and h == messages[: len(h)]
-    ]
-    if whole:
-        return max(whole)
-    return max((identity_prefix(h, messages) for h in held), default=0)
 
 
 def head_digests(store: Store, conn: Connection, view: View) -> tuple[list[int], list[bytes]]:
@@ -383,24 +293,14 @@ def create_thread(store: Store, conn: Connection, thread_id: str, ns: str) -> tu
         return found
 
 
-def thread_rows(conn: Connection, thread_id: str) -> list[tuple[int, int]]:
-    """``(ref, session_id)`` for every namespace of a thread."""
-    return [
-        (int(r[0]), int(r[1]))
-        for r in rsql.fetchall(
-            conn, "SELECT id, session_id FROM lg_threads WHERE thread_id = ?", (thread_id,)
-        )
-    ]
-
-
 # ---------------------------------------------------------------- checkpoints
 def find_checkpoint(conn: Connection, ref: int, checkpoint_id: str | None) -> CheckpointRow | None:
     """A checkpoint of a thread by id, or its newest when ``checkpoint_id`` is None."""
     if checkpoint_id is None:
-        sql = f"SELECT {_CK_COLUMNS} {_CK_FROM} WHERE lc.thread_ref = ? "
+        sql = f"SELECT {_CK_COLUMNS} {CK_FROM} WHERE lc.thread_ref = ? "
         row = rsql.fetchone(conn, sql + "ORDER BY lc.checkpoint_id DESC LIMIT 1", (ref,))
     else:
-        sql = f"SELECT {_CK_COLUMNS} {_CK_FROM} WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
+        sql = f"SELECT {_CK_COLUMNS} {CK_FROM} WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
         row = rsql.fetchone(conn, sql, (ref, id_bytes(str(checkpoint_id))))
     return None if row is None else _ck_row(row)
 
@@ -466,135 +366,12 @@ def list_checkpoints(
             where.append(clause)
             params.append(value)
     sql = (
-        f"SELECT t.thread_id, t.checkpoint_ns, {_CK_COLUMNS} {_CK_FROM} "
+        f"SELECT t.thread_id, t.checkpoint_ns, {_CK_COLUMNS} {CK_FROM} "
         "JOIN lg_threads t ON t.id = lc.thread_ref"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY lc.checkpoint_id DESC"
     )
     return [(str(r[0]), str(r[1]), _ck_row(r[2:])) for r in rsql.fetchall(conn, sql, params)]
-
-
-def checkpoint_ids(conn: Connection, ref: int) -> list[str]:
-    """A thread namespace's checkpoint ids, oldest first."""
-    sql = "SELECT checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? ORDER BY checkpoint_id"
-    return [id_text(bytes(r[0])) for r in rsql.fetchall(conn, sql, (ref,))]
-
-
-def checkpoints_of_runs(
-    conn: Connection, run_ids: Sequence[str]
-) -> list[tuple[int, int, list[str]]]:
-    """``(ref, session_id, checkpoint ids)`` per thread namespace for the given runs."""
-    found: dict[tuple[int, int], list[str]] = {}
-    for start in range(0, len(run_ids), CHUNK):
-        part = list(run_ids[start : start + CHUNK])
-        sql = (
-            "SELECT lc.thread_ref, t.session_id, lc.checkpoint_id FROM lg_checkpoints lc "
-            "JOIN lg_threads t ON t.id = lc.thread_ref JOIN lg_runs r ON r.id = lc.run_ref "
-            f"WHERE r.run_id IN ({rsql.placeholders(len(part))})"
-        )
-        for ref, sid, cid in rsql.fetchall(conn, sql, part):
-            found.setdefault((int(ref), int(sid)), []).append(id_text(bytes(cid)))
-    return [(ref, sid, ids) for (ref, sid), ids in found.items()]
-
-
-def drop_checkpoints(
-    conn: Connection,
-    ref: int,
-    session_id: int,
-    ids: Sequence[str],
-    *,
-    writes: bool = True,
-) -> None:
-    """Delete LangGraph checkpoints (and, unless told not to, their writes) and the alpstore
-    checkpoints holding them.
-    """
-    for start in range(0, len(ids), CHUNK):
-        part = [id_bytes(str(i)) for i in ids[start : start + CHUNK]]
-        marks = rsql.placeholders(len(part))
-        rows = rsql.fetchall(
-            conn,
-            "SELECT id, alp_checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? "
-            f"AND checkpoint_id IN ({marks})",
-            (ref, *part),
-        )
-        if writes:
-            rsql.execute(
-                conn,
-                "DELETE FROM lg_write_items WHERE write_id IN (SELECT id FROM lg_writes "
-                f"WHERE thread_ref = ? AND checkpoint_id IN ({marks}))",
-                (ref, *part),
-            )
-            rsql.execute(
-                conn,
-                f"DELETE FROM lg_writes WHERE thread_ref = ? AND checkpoint_id IN ({marks})",
-                (ref, *part),
-            )
-        if rows:
-            refs = [int(r[0]) for r in rows]
-            rmarks = rsql.placeholders(len(refs))
-            rsql.execute(
-                conn, f"DELETE FROM lg_checkpoint_blobs WHERE checkpoint_ref IN ({rmarks})", refs
-            )
-            rsql.execute(conn, f"DELETE FROM lg_checkpoints WHERE id IN ({rmarks})", refs)
-            delete_alp_checkpoints(conn, session_id, [int(r[1]) for r in rows])
-
-
-def delete_alp_checkpoints(conn: Connection, session_id: int, ids: Sequence[int]) -> None:
-    """Delete a session's alpstore checkpoints; fork sources are kept, marked abandoned."""
-    sources = set(
-        conn.execute(
-            select(sessions.c.source_checkpoint_id).where(
-                sessions.c.source_checkpoint_id.in_(list(ids))
-            )
-        ).scalars()
-    )
-    doomed = [i for i in ids if i not in sources]
-    for start in range(0, len(doomed), CHUNK):
-        conn.execute(
-            delete(checkpoints).where(
-                checkpoints.c.session_id == session_id,
-                checkpoints.c.id.in_(doomed[start : start + CHUNK]),
-            )
-        )
-    if sources:
-        conn.execute(
-            update(checkpoints).where(checkpoints.c.id.in_(sources)).values(abandoned=True)
-        )
-
-
-def drop_thread(store: Store, conn: Connection, ref: int, session_id: int) -> None:
-    """Delete a thread namespace's rows; empty and terminate its session and delete its
-    checkpoints (fork sources stay), so ``alpstore archive gc`` can free its blobs.
-    """
-    rsql.execute(
-        conn,
-        "DELETE FROM lg_write_items WHERE write_id IN "
-        "(SELECT id FROM lg_writes WHERE thread_ref = ?)",
-        (ref,),
-    )
-    rsql.execute(
-        conn,
-        "DELETE FROM lg_checkpoint_blobs WHERE checkpoint_ref IN "
-        "(SELECT id FROM lg_checkpoints WHERE thread_ref = ?)",
-        (ref,),
-    )
-    for table in ("lg_writes", "lg_checkpoints"):
-        rsql.execute(conn, f"DELETE FROM {table} WHERE thread_ref = ?", (ref,))
-    rsql.execute(conn, "DELETE FROM lg_threads WHERE id = ?", (ref,))
-    session = Session(store, store.session_info(session_id, conn=conn))
-    info = session.info(refresh=False)
-    status = info.status
-    if info.name is not None:  # free the thread's name for a new thread with the same id
-        store.rename_session(conn, session_id, store.available_name(conn, info.name + " (deleted)"))
-    if status != "terminated":
-        if status == "paused":
-            session.set_status("active")
-        session.truncate_and_append(0, [])
-        session.set_status("terminated")
-    every = conn.execute(
-        select(checkpoints.c.id).where(checkpoints.c.session_id == session_id)
-    ).scalars()
-    delete_alp_checkpoints(conn, session_id, sorted(int(i) for i in every))
 
 
 # ---------------------------------------------------------------- pending writes
@@ -649,106 +426,6 @@ def save_writes(
         "INSERT INTO lg_write_items (write_id, position, blob_id) VALUES (?, ?, ?)",
         [(write_id, i, b) for i, b in enumerate(blob_ids)],
     )
-
-
-# ---------------------------------------------------------------- copy
-def copy_thread(store: Store, conn: Connection, source: str, target: str) -> None:
-    """Copy a thread as forks of its sessions: new rows point at the same views and blobs.
-
-    Raises:
-        UsageError: the target thread already exists.
-    """
-    if thread_rows(conn, target):
-        raise UsageError(
-            f"thread {target!r} already exists",
-            hint="copy_thread needs a new target thread id (delete_thread first to replace it)",
-        )
-    spaces = rsql.fetchall(
-        conn, "SELECT id, checkpoint_ns FROM lg_threads WHERE thread_id = ?", (source,)
-    )
-    for ref, ns in spaces:
-        cks = rsql.fetchall(
-            conn,
-            "SELECT lc.id, lc.checkpoint_id, lc.parent_checkpoint_id, lc.run_ref, lc.codec, "
-            "lc.dict_id, lc.raw_size, lc.state, c.id, c.segment_id, c.length, c.turn, "
-            f"c.kernel_blob_id, c.wm_blob_id, c.label, c.trigger, c.covering_digest {_CK_FROM} "
-            "WHERE lc.thread_ref = ? ORDER BY lc.checkpoint_id",
-            (ref,),
-        )
-        if not cks:
-            continue
-        child = store.fork_checkpoint(
-            store.get_checkpoint(int(cks[-1][8])),
-            name=store.available_name(conn, session_name(target, str(ns))),
-        )
-        new_ref = rsql.fetchone(
-            conn,
-            "INSERT INTO lg_threads (thread_id, checkpoint_ns, session_id) VALUES (?, ?, ?) "
-            "RETURNING id",
-            (target, ns, child.id),
-        )[0]
-        info = child.info(refresh=False)
-        for (
-            old,
-            cid,
-            parent,
-            run,
-            codec,
-            dict_id,
-            size,
-            state,
-            _a,
-            seg,
-            n,
-            turn,
-            k,
-            w,
-            lab,
-            trig,
-            cover,
-        ) in cks:
-            ck = store.insert_checkpoint(
-                conn,
-                info,
-                View(seg, int(n)),
-                turn=int(turn),
-                label=lab,
-                trigger=trig,
-                kernel_id=k,
-                wm_id=w,
-                cover=cover_int(cover),  # the source's (None: computed)
-            )
-            new = rsql.fetchone(
-                conn,
-                "INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, parent_checkpoint_id, "
-                "alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (new_ref, cid, parent, ck.id, run, codec, dict_id, size, state),
-            )[0]
-            rsql.execute(
-                conn,
-                "INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) "
-                "SELECT ?, blob_id FROM lg_checkpoint_blobs WHERE checkpoint_ref = ?",
-                (new, old),
-            )
-        for wid, *fields in rsql.fetchall(
-            conn,
-            "SELECT id, checkpoint_id, task_id, codec, dict_id, raw_size, state "
-            "FROM lg_writes WHERE thread_ref = ?",
-            (ref,),
-        ):
-            new_wid = rsql.fetchone(
-                conn,
-                "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, "
-                "raw_size, state) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (new_ref, *fields),
-            )[0]
-            rsql.execute(
-                conn,
-                "INSERT INTO lg_write_items (write_id, position, blob_id) "
-                "SELECT ?, position, blob_id FROM lg_write_items WHERE write_id = ?",
-                (new_wid, wid),
-            )
 
 
 # ---------------------------------------------------------------- the hot path

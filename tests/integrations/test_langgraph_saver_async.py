@@ -35,7 +35,7 @@ from langgraph.checkpoint.conformance.capabilities import (  # noqa: E402
 from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 
 import alpstore.integrations._lgcodec as lgcodec  # noqa: E402
-import alpstore.integrations.langgraph as lg  # noqa: E402
+import alpstore.integrations._lgwrite as lg  # noqa: E402
 from alpstore.gcpause import no_gc_pause  # noqa: E402
 from alpstore.integrations.langgraph import AlpstoreSaver  # noqa: E402
 from alpstore.maintenance import verify  # noqa: E402

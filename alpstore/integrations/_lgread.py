@@ -1,0 +1,134 @@
+"""The read path of ``AlpstoreSaver``: a checkpoint tuple from its row, its channel values
+(messages from the thread's kept state or the archive) and its pending writes.
+
+Functions of the saver (its first argument), called straight from its protocol methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite, writes_sort_key
+
+from alpstore.gcpause import no_gc_pause
+from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations._lgbuild import build_message, copy_json
+from alpstore.integrations._lgcodec import unwrap, value_from_doc
+from alpstore.integrations._lgthread import SaverState, ThreadState
+from alpstore.views import View
+
+
+def checkpoint_tuple(
+    saver: SaverState,
+    conn: Any,
+    th: ThreadState,
+    head: lgdb.HeadRow,
+    thread_id: str,
+    ns: str,
+    row: lgdb.CheckpointRow,
+    *,
+    filter: dict[str, Any] | None = None,
+) -> CheckpointTuple | None:
+    state = saver._packer.unpack(conn, row.packed)
+    md = unwrap(saver.serde, state["m"])
+    if filter and not all(md.get(k) == v for k, v in filter.items()):
+        return None
+    skeleton = {"id": row.checkpoint_id, **unwrap(saver.serde, state["c"])}
+    values = channel_values(saver, conn, th, head, row, state, None)
+    writes = pending_writes(saver, conn, head.ref, row.checkpoint_id)
+    base = {"thread_id": thread_id, "checkpoint_ns": ns}
+    return CheckpointTuple(
+        config={"configurable": {**base, "checkpoint_id": row.checkpoint_id}},
+        checkpoint=cast(Checkpoint, {**skeleton, "channel_values": values}),
+        metadata=md,
+        parent_config=(
+            {"configurable": {**base, "checkpoint_id": row.parent_checkpoint_id}}
+            if row.parent_checkpoint_id
+            else None
+        ),
+        pending_writes=writes,
+    )
+
+
+def thread_messages(
+    saver: SaverState, conn: Any, th: ThreadState, head: lgdb.HeadRow, view: View
+) -> list[BaseMessage]:
+    """New message objects for ``view``: built from this process's kept states when the
+    view is (a prefix of) the head it knows, else rebuilt from the archive (and kept, when
+    it is the head).
+    """
+    private = th.private
+    with no_gc_pause():
+        if (
+            private is not None
+            and th.key == head.key
+            and view.segment_id == head.view.segment_id
+            and view.length <= len(private)
+        ):
+            out = private.thaw(view.length)
+        else:
+            out, kept = lgdb.load_head(saver.store, conn, view)
+            if view == head.view and th.key == head.key:
+                th.private = kept  # from the documents' bytes: nothing handed out
+                th.digests = None
+    if view == head.view:
+        th.handed.append(list(out))  # our own list: the caller may change theirs in place
+    return out
+
+
+def channel_values(
+    saver: SaverState,
+    conn: Any,
+    th: ThreadState,
+    head: lgdb.HeadRow,
+    row: lgdb.CheckpointRow,
+    state: dict[str, Any],
+    channels: set[str] | None,
+) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    split = state.get("s")
+    if split is not None and (channels is None or split in channels):
+        values[split] = thread_messages(saver, conn, th, head, row.view)
+    stored = []
+    for channel, ref in state["v"].items():
+        if channels is not None and channel not in channels:
+            continue
+        if ref[0] == "i":
+            values[channel] = value_from_doc(saver.serde, ref[1], ref[2])
+        else:
+            stored.append((channel, ref[1], ref[2]))
+    if stored:
+        docs = saver.store.archive.load_by_ids(conn, [b for _, _, b in stored])
+        for channel, kind, blob_id in stored:
+            values[channel] = value_from_doc(saver.serde, kind, copy_json(docs[blob_id][2]))
+    return values
+
+
+def pending_writes(
+    saver: SaverState,
+    conn: Any,
+    thread_ref: int,
+    checkpoint_id: str,
+    channels: set[str] | None = None,
+) -> list[PendingWrite]:
+    found = lgdb.find_writes(conn, thread_ref, checkpoint_id)
+    if not found:
+        return []
+    docs = saver.store.archive.load_by_ids(conn, [b for *_, items in found for b in items])
+    out = []
+    for _, task_id, packed, items in found:
+        doc = saver._packer.unpack(conn, packed)
+        for idx, channel, ref in doc["w"]:
+            if channels is not None and channel not in channels:
+                continue
+            if ref[0] == "i":
+                value = value_from_doc(saver.serde, ref[1], ref[2])
+            elif ref[0] == "b":
+                value = value_from_doc(saver.serde, ref[1], copy_json(docs[items[ref[2]]][2]))
+            else:
+                start, n = ref[1], ref[2]
+                value = [build_message(copy_json(docs[b][2])) for b in items[start : start + n]]
+            out.append((writes_sort_key(doc["p"], task_id, idx), (task_id, channel, value)))
+    out.sort(key=lambda pair: pair[0])
+    return [w for _, w in out]

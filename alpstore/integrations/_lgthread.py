@@ -1,0 +1,153 @@
+"""What an ``AlpstoreSaver`` process knows: of one LangGraph thread + namespace (``ThreadState``:
+the head's kept messages, digests, the lists a put or a read saw; how a put finds what is new by
+identity with those lists), and of all of them (``SaverState``, the saver's base class: the
+store, the threads kept, the sessions' infos, the runs known, the live sessions of a policy).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from itertools import compress, count
+from operator import is_not
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from alpstore.integrations._lgcodec import FrozenMessages
+from alpstore.integrations._lgdb import HeadRow
+from alpstore.integrations._lgpack import Packer
+from alpstore.live import LiveSession
+from alpstore.policy.recorded import SessionPolicy
+from alpstore.sessions import SessionInfo
+from alpstore.store import Store
+from alpstore.views import View
+
+
+class ThreadState:
+    """What this process knows of one thread + namespace, while its key matches the database.
+
+    The key (thread row, session row and uuid, head view and covering digest) is
+    checked in the statement every put and read makes anyway; a mismatch forgets it all:
+
+    - ``private``: the head's messages as this process keeps them (marshalled states: reads
+      build new objects from them at C speed, see ``FrozenMessages``);
+    - ``digests``: the head entries' digests, when known;
+    - ``seen``: lists of message objects the caller passed to a put for the head, compared
+      by identity so a put finds the new tail in O(delta);
+    - ``handed``: lists of message objects a read handed out for the head; the caller may
+      have changed those in place, so a prefix found through them counts only as far as it
+      still equals the kept states;
+    - ``last_put``: the last checkpoint stored (id, channel versions, refs).
+
+    Nothing here is keyed by a row id another transaction could delete and reuse.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.key: tuple[int, int, str, View, bytes | None] | None = None
+        self.private: FrozenMessages | None = None
+        self.digests: list[bytes] | None = None
+        self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
+        self.handed: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
+        self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
+
+    def validate(self, row: HeadRow) -> bool:
+        """Forget everything unless ``row`` is the head this state describes; True if kept."""
+        if self.key == row.key:
+            return True
+        self.key = row.key
+        self.private = None
+        self.digests = None
+        self.seen.clear()
+        self.handed.clear()
+        self.last_put = None
+        return False
+
+    def forget(self) -> None:
+        """Forget everything (after a failed write)."""
+        self.key = None
+        self.private = None
+        self.digests = None
+        self.seen.clear()
+        self.handed.clear()
+        self.last_put = None
+
+
+SEEN_LISTS = 4
+"""How many caller-held message lists (of each kind) a thread remembers for identity
+comparison."""
+
+
+def identity_prefix(a: list[Any], b: list[Any]) -> int:
+    """How many leading items of ``a`` and ``b`` are the same objects (a C-speed scan)."""
+    return next(compress(count(), map(is_not, a, b)), min(len(a), len(b)))
+
+
+def held_prefix(held: Iterable[list[Any]], messages: list[Any]) -> int:
+    """How many leading messages are those of a list the caller held (the longest match).
+
+    The common case — ``messages`` is a held list plus new ones — is decided by list equality,
+    a C loop that takes an identical pair at pointer speed (a pair that is not identical is
+    compared by value: equal fields, the same document); only when no held list is a whole
+    prefix is the identity scan run.
+    """
+    n = len(messages)
+    whole = [
+        len(h)
+        for h in held
+        if len(h) <= n and (not h or h[-1] is messages[len(h) - 1]) and h == messages[: len(h)]
+    ]
+    if whole:
+        return max(whole)
+    return max((identity_prefix(h, messages) for h in held), default=0)
+
+
+class SaverState(BaseCheckpointSaver[int]):
+    """What an ``AlpstoreSaver`` process keeps between calls (its write and read paths take it
+    as their first argument); ``_lock`` guards the dictionaries, never held over I/O.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        messages_key: str,
+        serde: SerializerProtocol | None,
+        policy: SessionPolicy | None,
+        max_threads: int,
+    ) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self.messages_key = messages_key
+        self._lock = threading.Lock()
+        self._threads: OrderedDict[tuple[str, str], ThreadState] = OrderedDict()
+        self._max_threads = max_threads
+        self._infos: dict[str, SessionInfo] = {}  # by session uuid (never reused)
+        self._runs: dict[str, None] = {}  # run ids known to have their lg_runs row
+        self._packer = Packer()
+        self._policy = policy
+        self._live: dict[tuple[str, str], LiveSession] = {}
+
+    def _state(self, thread_id: str, ns: str) -> ThreadState:
+        """This process's state of a thread namespace (the ``max_threads`` most recently used
+        are kept; an evicted one is rebuilt from the archive when next used).
+        """
+        key = (thread_id, ns)
+        with self._lock:
+            th = self._threads.get(key)
+            if th is None:
+                th = self._threads[key] = ThreadState()
+                while len(self._threads) > self._max_threads:
+                    self._threads.popitem(last=False)
+            else:
+                self._threads.move_to_end(key)
+            return th
+
+    def _forget(self, thread_id: str | None = None) -> None:
+        with self._lock:
+            for key in list(self._threads):
+                if thread_id is None or key[0] == thread_id:
+                    self._threads[key].forget()
