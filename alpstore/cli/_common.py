@@ -88,6 +88,8 @@ def write_json_text(text: str) -> None:
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the bare value (for scripts).")
 ]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+SessionArg = Annotated[str, typer.Argument(help="Session id, unique id prefix, or name.")]
 
 
 def echo(text: str = "") -> None:
