@@ -103,7 +103,7 @@ def log(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = False) -> No
     """
     from alpstore.debug.history import timeline
 
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)
     s = st.get_session(session)
     with _progress("reading checkpoints") as progress:
         items = timeline(st, s, progress=progress)
@@ -171,7 +171,7 @@ def show(
     from alpstore.debug.entries import entry_line
     from alpstore.debug.history import show as show_checkpoint
 
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)
     shown = show_checkpoint(st, checkpoint)
     ck = shown.checkpoint
     start = max(len(shown.entries) - tail, 0) if tail else 0
@@ -230,7 +230,7 @@ def diff(
     from alpstore.debug.diff import diff as diff_checkpoints
     from alpstore.debug.entries import entry_line, short
 
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)
     with _progress("comparing") as progress:
         r = diff_checkpoints(st, a, b, progress=progress)
     if as_json:

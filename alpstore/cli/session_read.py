@@ -36,7 +36,7 @@ def _when(ts: float) -> str:
 def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
     """List every session in the archive (none, when there is no archive yet)."""
     try:
-        infos = read_store(ctx).list_sessions()
+        infos = read_store(ctx, read_only=True).list_sessions()
     except NotFoundError:  # no archive here: nothing to list, and nothing is created
         infos = []
     if as_json:
@@ -90,7 +90,7 @@ def log(
     """List a session's checkpoints (turn, label, head length, bytes added) and decisions."""
     from alpstore.store import checkpoint_deltas
 
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)
     s = st.get_session(session)
     cks = s.checkpoints(include_abandoned=show_all)
     deltas = checkpoint_deltas(st, cks)
@@ -231,7 +231,7 @@ def show(
     """
     from alpstore.live import policy_of_session
 
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)
     s = st.get_session(session)
     bound = policy_of_session(s)
     if policy:
