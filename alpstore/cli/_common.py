@@ -28,18 +28,27 @@ class GlobalOptions:
     root: Path = field(default_factory=Path.cwd)
     db_url: str | None = None
     _store: Store | None = None
+    _read_only: bool = False
 
-    def store(self, *, create: bool = True, migrate: bool = True) -> Store:
+    def store(self, *, create: bool = True, migrate: bool = True, read_only: bool = False) -> Store:
         """Open (once) the store these options name.
 
         ``migrate=False`` is how a reading command opens it: nothing is created or upgraded,
         and an archive of an older schema revision is refused with a pointer to
         ``alpstore db upgrade`` (a later writer in the same command finds it at head already).
+        ``read_only=True`` (see :func:`read_store`) opens it for reading alone; a later call
+        that may write opens it again the usual way.
         """
+        if self._store is not None and self._read_only and not read_only:
+            self.close()
         if self._store is None:
             from alpstore.store import Store
 
-            self._store = Store.open(self.root, url=self.db_url, create=create, migrate=migrate)
+            if read_only:
+                self._store = Store.open(self.root, url=self.db_url, **_read_only_arguments())
+            else:
+                self._store = Store.open(self.root, url=self.db_url, create=create, migrate=migrate)
+            self._read_only = read_only
         return self._store
 
     def close(self) -> None:
@@ -64,9 +73,28 @@ def store(ctx: typer.Context, *, create: bool = True) -> Store:
     return options(ctx).store(create=create)
 
 
-def read_store(ctx: typer.Context) -> Store:
-    """Open the store for a command that only reads: never created, never migrated."""
-    return options(ctx).store(create=False, migrate=False)
+def read_store(ctx: typer.Context, *, read_only: bool = False) -> Store:
+    """Open the store for a command that only reads: never created, never migrated.
+
+    ``read_only=True``, for the fast reading commands (`session list|log|show`, `debug
+    diff|log|show`, `checkpoint list|show`), whose reads all run on the driver: the one place
+    the command line calls ``Store.open(..., read_only=True)`` (on SQLite, the sqlite3 driver
+    alone: neither SQLAlchemy nor Alembic is imported).
+    """
+    return options(ctx).store(create=False, migrate=False, read_only=read_only)
+
+
+def _read_only_arguments() -> dict[str, Any]:
+    """``Store.open``'s arguments for reading alone: ``read_only=True`` where it takes it (the
+    arch-core branch); before that lands, ``create=False, migrate=False`` (the same reads).
+    """
+    import inspect
+
+    from alpstore.store import Store
+
+    if "read_only" in inspect.signature(Store.open).parameters:
+        return {"read_only": True}
+    return {"create": False, "migrate": False}
 
 
 def print_json(value: Any) -> None:
@@ -88,6 +116,8 @@ def write_json_text(text: str) -> None:
 QuietOpt = Annotated[
     bool, typer.Option("--quiet", "-q", help="Print only the bare value (for scripts).")
 ]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+SessionArg = Annotated[str, typer.Argument(help="Session id, unique id prefix, or name.")]
 
 
 def echo(text: str = "") -> None:

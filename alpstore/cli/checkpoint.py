@@ -101,17 +101,18 @@ def list_(
     then the archive's checkpoints as archive:SESSION@TURN names (usable wherever a file is).
     """
     from alpstore.portable.cadence import default_store_dir
-    from alpstore.portable.files import list_checkpoint_files
 
     opts_root = options(ctx).root
     folder = directory or checkpoint_dir or default_store_dir(opts_root)
     if directory is not None or folder.is_dir():
+        from alpstore.portable.files import list_checkpoint_files  # jsonschema: only if needed
+
         for path in list_checkpoint_files(folder):
             echo(term(path.name))
     if not archive:
         return
     try:
-        st = read_store(ctx)
+        st = read_store(ctx, read_only=True)
     except NotFoundError:
         return
     for info in st.list_sessions():

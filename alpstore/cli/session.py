@@ -1,10 +1,13 @@
-"""`alpstore session`: create, append, fold, checkpoint, backtrack, fork, resume, log, import."""
+"""`alpstore session`: create, append, fold, checkpoint, backtrack, fork, resume, log, import.
+
+The commands that only read (list, log, show, lineage) live in ``session_read``, ``open`` in
+``session_open``; all are registered here, in the order `alpstore session --help` lists them.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,34 +15,28 @@ import typer
 
 from alpstore.cli._common import (
     MAX_COUNT,
+    JsonOpt,
     QuietOpt,
+    SessionArg,
     echo,
     print_json,
-    read_store,
     store,
     warn,
-    write_json_text,
 )
 from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
+from alpstore.cli.session_read import lineage, list_sessions, log, show
 from alpstore.codec import parse_json
-from alpstore.errors import InputError, NotFoundError, UsageError
+from alpstore.errors import InputError, UsageError
 from alpstore.rules.secrets import require_no_secrets
 
 if TYPE_CHECKING:
-    from alpstore.sessions import Entry, SessionInfo
+    from alpstore.sessions import Entry
 
 app = typer.Typer(
     help="Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
     no_args_is_help=True,
 )
-
-SessionArg = Annotated[str, typer.Argument(help="Session id, unique id prefix, or name.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
-
-
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _read_messages(source: str) -> list[Any]:
@@ -150,49 +147,7 @@ def _load_manifest(path: Path) -> Any:
 
 
 app.command("open")(open_command)
-
-
-@app.command("list")
-def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List every session in the archive (none, when there is no archive yet)."""
-    try:
-        infos = read_store(ctx).list_sessions()
-    except NotFoundError:  # no archive here: nothing to list, and nothing is created
-        infos = []
-    if as_json:
-        print_json([_info_doc(i) for i in infos])
-        return
-    from alpstore.cli._table import Column, Kind, print_table
-
-    print_table(
-        [
-            Column("SESSION", Kind.KEY),
-            Column("NAME"),
-            Column("STATUS", Kind.KEY),
-            Column("TURN", Kind.KEY, right=True),
-            Column("HEAD", Kind.KEY, right=True),
-            Column("PARENT"),  # an id prefix names it: cut (marked) on a narrow terminal
-        ],
-        ([i.uuid, i.name or "-", i.status, i.turn, i.head_length, i.parent or "-"] for i in infos),
-    )
-
-
-def _info_doc(i: SessionInfo) -> dict[str, Any]:
-    return {
-        "session": i.uuid,
-        "name": i.name,
-        "status": i.status,
-        "turn": i.turn,
-        "head_length": i.head_length,
-        "archive_view_id": i.head.archive_view_id,
-        "parent": i.parent,
-        "root": i.root,
-        "forked_from_checkpoint": i.source_checkpoint,
-        "backtrack_count": i.backtrack_count,
-        "retention": {"mode": i.retention.mode, "n": i.retention.n},
-        "created_at": _when(i.created_at),
-        "updated_at": _when(i.updated_at),
-    }
+app.command("list")(list_sessions)
 
 
 EVENT_NAMES = ("after_llm_call", "after_tool_call", "before_destructive_tool", "turn_completed")
@@ -493,221 +448,9 @@ def status(
     echo(s.info().status)
 
 
-@app.command("log")
-def log(
-    ctx: typer.Context,
-    session: SessionArg,
-    show_all: Annotated[
-        bool,
-        typer.Option(
-            "--all/--no-all",
-            help="Include the checkpoints backtracks cut (--no-all: only retained ones).",
-        ),
-    ] = True,
-    as_json: JsonOpt = False,
-) -> None:
-    """List a session's checkpoints (turn, label, head length, bytes added) and decisions."""
-    from alpstore.store import checkpoint_deltas
-
-    st = read_store(ctx)
-    s = st.get_session(session)
-    cks = s.checkpoints(include_abandoned=show_all)
-    deltas = checkpoint_deltas(st, cks)
-    events = [e for e in st.session_events(s.id) if e["kind"] not in ("status",)]
-    rows: list[tuple[float, dict[str, Any]]] = []
-    for ck in cks:
-        added, size = deltas[ck.id]
-        rows.append(
-            (
-                ck.created_at,
-                {
-                    "type": "checkpoint",
-                    "checkpoint": ck.id,
-                    "seq": ck.seq,
-                    "turn": ck.turn,
-                    "label": ck.label,
-                    "trigger": ck.trigger,
-                    "head_length": ck.length,
-                    "entries_added": added,
-                    "bytes_added": size,
-                    "retained": not ck.abandoned,
-                    "at": _when(ck.created_at),
-                },
-            )
-        )
-    for e in events:
-        rows.append(
-            (
-                e["at"],
-                {
-                    "type": e["kind"],
-                    "checkpoint": e["checkpoint"],
-                    "detail": e["detail"],
-                    "at": _when(e["at"]),
-                },
-            )
-        )
-    for bt in st.session_backtracks(s.id):
-        rows.append(
-            (
-                bt["at"],
-                {
-                    "type": "backtrack",
-                    **{k: v for k, v in bt.items() if k != "at"},
-                    "at": _when(bt["at"]),
-                },
-            )
-        )
-    rows.sort(key=lambda r: r[0])
-    if as_json:
-        print_json([r for _, r in rows])
-        return
-    from alpstore.cli._table import CHECKPOINT_COLUMNS, Column, Kind, print_table
-
-    print_table(
-        [
-            *CHECKPOINT_COLUMNS,
-            Column("+BYTES", Kind.KEY, right=True),
-            Column("NOTE", Kind.WRAP),
-        ],
-        (_log_row(r) for _, r in rows),
-    )
-
-
-def _log_row(r: dict[str, Any]) -> list[object]:
-    """One row of `session log`: a checkpoint, or an event told in the NOTE column."""
-    if r["type"] == "checkpoint":
-        note = "" if r["retained"] else "cut by backtrack"
-        return [
-            r["checkpoint"],
-            r["turn"],
-            r["label"],
-            r["trigger"] or "-",
-            r["head_length"],
-            r["bytes_added"],
-            note,
-        ]
-    if r["type"] == "backtrack":
-        steer = f"; steering: {r['steering']}" if r.get("steering") else ""
-        note = (
-            f"backtrack {r['steps']} step(s) to checkpoint {r['to_checkpoint']}"
-            f"{' (automatic)' if r['automatic'] else ''}{steer}"
-        )
-    else:
-        detail = json.dumps(r["detail"], ensure_ascii=False, sort_keys=True)
-        note = f"{r['type']}: {detail}"
-    return ["", "", "", "", "", "", note]
-
-
-def _entry_line(i: int, e: Entry, width: int) -> str:
-    if e.kind == "summary":
-        text = str(e.value.get("summary", ""))
-        head = f"[{i}] summary of {len(e.covers)}:"
-    elif not isinstance(e.value, dict):
-        text = json.dumps(e.value, ensure_ascii=False)
-        head = f"[{i}] value:"
-    else:
-        v = e.value
-        role = v.get("role") or v.get("type") or "?"
-        content = v.get("content")
-        if content is None and isinstance(v.get("message"), dict):
-            content = v["message"].get("content")
-        if content is None and v.get("tool_calls"):
-            calls = v["tool_calls"]
-            content = "tool calls: " + ", ".join(
-                str(c.get("function", {}).get("name", "?")) for c in calls if isinstance(c, dict)
-            )
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        head = f"[{i}] {role}:"
-    text = " ".join(str(text).split())
-    if width and len(text) > width:
-        text = text[: width - 1] + "…"
-    return term(f"{head} {text}")
-
-
-@app.command("show")
-def show(
-    ctx: typer.Context,
-    session: SessionArg,
-    at: Annotated[
-        str | None, typer.Option("--at", help="Checkpoint (id, SESSION@TURN); default: the head.")
-    ] = None,
-    as_json: JsonOpt = False,
-    width: Annotated[
-        int,
-        typer.Option("--width", min=0, max=MAX_COUNT, help="Cut lines at this width (0: never)."),
-    ] = 160,
-    policy: Annotated[
-        bool,
-        typer.Option(
-            "--policy", help="Print only the checkpoint policy recorded with the session."
-        ),
-    ] = False,
-) -> None:
-    """Print the hydrated history of a session's head or of one of its checkpoints.
-
-    A session opened with a manifest starts with a `policy:` line: the checkpoint policy
-    recorded with it, which every later command applies.
-    """
-    from alpstore.live import policy_of_session
-
-    st = read_store(ctx)
-    s = st.get_session(session)
-    bound = policy_of_session(s)
-    if policy:
-        if as_json:
-            print_json(bound.as_record() if bound else None)
-        else:
-            echo(f"policy: {bound.describe()}" if bound else "policy: none recorded")
-        return
-    if at is None:
-        entries = s.history()
-    else:
-        ck = st.resolve_checkpoint(at)
-        if ck.session != s.uuid:
-            owner = at.rsplit("@", 1)[0] if "@" in at else ck.session
-            raise UsageError(
-                f"checkpoint {at} belongs to session {ck.session}, not to {session}",
-                hint=f"to see it: alpstore session show {owner} --at {at}",
-            )
-        entries = st.hydrate(ck)
-    if as_json:
-        print_json([{"digest": e.hex, "kind": e.kind, "value": e.value} for e in entries])
-        return
-    if bound is not None:
-        echo(f"policy: {bound.describe()}")
-    for i, e in enumerate(entries):
-        echo(_entry_line(i, e, width))
-
-
-@app.command("lineage")
-def lineage(
-    ctx: typer.Context,
-    session: Annotated[
-        str | None, typer.Argument(help="Show the tree this session belongs to (default: all).")
-    ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="tree, json, dot or mermaid.")] = "tree",
-    svg: Annotated[
-        Path | None, typer.Option("--svg", help="Also render an SVG with Graphviz dot.")
-    ] = None,
-) -> None:
-    """Print the fork tree (sessions, fork points, backtracks)."""
-    from alpstore.debug.lineage import render_lineage, write_svg
-
-    st = read_store(ctx)
-    if fmt == "tree":
-        from alpstore.cli._table import print_tree
-        from alpstore.debug.lineage import lineage_branches, lineage_roots
-
-        print_tree(lineage_branches(*lineage_roots(st, session)), empty="(no sessions)")
-    elif fmt == "json":
-        write_json_text(render_lineage(st, session, fmt).rstrip("\n") + "\n")
-    else:  # dot, mermaid: a steering message's control characters shown escaped on a terminal
-        echo(render_lineage(st, session, fmt).rstrip("\n"))
-    if svg is not None:
-        written = write_svg(st, session, svg)
-        if written:
-            warn(f"wrote {svg}")
+app.command("log")(log)
+app.command("show")(show)
+app.command("lineage")(lineage)
 
 
 @app.command("import")

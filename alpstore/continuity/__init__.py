@@ -1,4 +1,5 @@
 """Execution continuity: what an execution must not forget when its runtime compacts the transcript.
+A feature: may import codec, errors, fileio and the shared rules; no archive, no store.
 
 One checkpoint file per execution (an objective and four kinds of pin), its rendering for
 reinjection, the raw compaction journal written by the runtime's hooks, and the deterministic

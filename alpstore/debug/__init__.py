@@ -1,4 +1,5 @@
 """Reverse debugging and error recovery over every-turn checkpoints.
+A feature: may import sessions, archive, views, db and below (the store only to type it).
 
 - :mod:`~alpstore.debug.snapshots`: in-process snapshot tree, cursor, branches, promote, persist,
   pause (SN-1, SN-2).

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -29,9 +28,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from alpstore.errors import AlpstoreError, NotFoundError, UsageError
-from alpstore.store import Store
 from alpstore.ui import pages
 from alpstore.ui.present import message, size, text_diff, visible, when
+from alpstore.ui.settings import Settings, new_token
+
+__all__ = ["Settings", "allowed_hosts", "create_app", "new_token"]
 
 STATIC_DIR = Path(__file__).with_name("static")
 
@@ -49,28 +50,6 @@ SECURITY_HEADERS = {
     "Cross-Origin-Resource-Policy": "same-origin",
 }
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
-
-
-@dataclass
-class Settings:
-    """What the server was started with."""
-
-    store: Store
-    token: str
-    port: int
-    hosts: list[str]
-    alp_home: Path | None = None
-    label: str = ""
-
-    @property
-    def cookie(self) -> str:
-        """The cookie carrying the token (one per port: two inspectors do not collide)."""
-        return f"alpstore_ui_{self.port}"
-
-
-def new_token() -> str:
-    """A random token for one server run."""
-    return secrets.token_urlsafe(24)
 
 
 def _env() -> Environment:

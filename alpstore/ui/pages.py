@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from alpstore.sessions import CheckpointInfo, Session
     from alpstore.store import Store
-    from alpstore.ui.app import Settings
+    from alpstore.ui.settings import Settings
 
 MAX_GREP = 500
 """Longest regular expression a bisect request may carry."""

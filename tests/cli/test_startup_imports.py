@@ -110,3 +110,39 @@ def test_commands_on_an_archive_at_head_do_not_import_alembic(tmp_path: Path) ->
         modules = imported("--root", str(root), *args, env=env)
         assert "sqlalchemy" in modules  # it did open the archive
         assert "alembic" not in modules, args
+
+
+READING_COMMANDS = (
+    ("session", "list"),
+    ("session", "log", "demo"),
+    ("session", "show", "demo"),
+    ("debug", "diff", "demo@1", "demo@latest"),
+    ("debug", "log", "demo"),
+    ("debug", "show", "demo@1"),
+    ("checkpoint", "list", "--archive"),
+)
+"""The fast reading commands (issue 29): they open the archive with `Store.open(...,
+read_only=True)` through `read_store`."""
+
+
+@pytest.mark.parametrize("args", READING_COMMANDS, ids=" ".join)
+def test_reading_commands_on_an_sqlite_archive_import_neither_sqlalchemy_nor_alembic(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """On SQLite a reading command reads with the sqlite3 driver alone (about 0.25 s less);
+    on the PostgreSQL pass SQLAlchemy is the driver's way in, so the test is SQLite only."""
+    from tests.backend_pass import sqlite_only
+
+    sqlite_only("on PostgreSQL, SQLAlchemy is how the archive is reached")
+    root = tmp_path / "run"
+    run = [ALPSTORE, "--root", str(root), "session"]
+    subprocess.run([*run, "new", "--name", "demo"], check=True, capture_output=True)
+    for turn in ("first", "second"):
+        subprocess.run(
+            [*run, "append", "demo", "--role", "user", "--content", turn, "--checkpoint"],
+            check=True,
+            capture_output=True,
+        )
+    modules = imported("--root", str(root), *args)
+    assert "alpstore.store" in modules  # it did open the archive
+    assert sorted(m for m in ("sqlalchemy", "alembic") if m in modules) == [], args
