@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alpstore.archive.sql import encode
+from alpstore.archive.reading import encode
 from alpstore.core.content import checkpoint_deltas
 from alpstore.core.reads import MAX_SQL_INTEGER
 from alpstore.core.store import CoreStore

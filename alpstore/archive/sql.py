@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import Connection, Integer, func, select
+from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
 from alpstore.archive.reading import (
@@ -19,7 +17,7 @@ from alpstore.archive.reading import (
     load_dictionary_row,
     parse_documents,
 )
-from alpstore.archive.training import AUTO_TRAIN_SAMPLES, DICT_ROW, DICT_SIZE, SMALL_BLOB_MAX
+from alpstore.archive.training import AUTO_TRAIN_SAMPLES, DICT_SIZE, SMALL_BLOB_MAX
 from alpstore.archive.writing import ArchiveWriter, Packed
 from alpstore.codec import (
     CODEC_RAW,
@@ -30,14 +28,15 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
-from alpstore.db.tables import blob_refs, blobs, zstd_dicts
 from alpstore.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 __all__ = [
     "AUTO_TRAIN_SAMPLES",
     "BASE_CACHE",
     "CHUNK",
-    "DICT_ROW",
     "DICT_SIZE",
     "SMALL_BLOB_MAX",
     "Encoded",
@@ -55,6 +54,10 @@ class SqlArchive(ArchiveWriter):
 
     def stats(self) -> ArchiveStats:
         """Counts and sizes of the stored blobs."""
+        from sqlalchemy import Integer, func, select
+
+        from alpstore.db.tables import blobs, zstd_dicts
+
         with self.db.read() as conn:
             row = conn.execute(
                 select(
@@ -83,6 +86,10 @@ class SqlArchive(ArchiveWriter):
         """Decode and check every dictionary row; decompress and re-hash every blob; check
         sizes, codecs and summary references.
         """
+        from sqlalchemy import select
+
+        from alpstore.db.tables import blobs
+
         report = VerifyReport()
         bad: list[tuple[int, bytes, str]] = []
         with self.db.read() as conn:
@@ -121,6 +128,11 @@ class SqlArchive(ArchiveWriter):
         a decompressor of its own: a process that loaded a dictionary before its row was
         damaged still decodes blobs from its own copy, and would not see the damage there.
         """
+        from sqlalchemy import func, select
+
+        from alpstore.archive.columns import DICT_ROW
+        from alpstore.db.tables import blobs, zstd_dicts
+
         problems = []
         check = Decompressor()
         for row in conn.execute(select(*DICT_ROW).order_by(zstd_dicts.c.id)):
@@ -134,6 +146,10 @@ class SqlArchive(ArchiveWriter):
         return problems
 
     def _check_summary_refs(self, conn: Connection, blob_id: int, digest: bytes, doc: Any) -> None:
+        from sqlalchemy import select
+
+        from alpstore.db.tables import blob_refs, blobs
+
         covers = doc.get("covers") if isinstance(doc, dict) else None
         refs = (
             conn.execute(

@@ -13,9 +13,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
-from sqlalchemy.dialects import sqlite
-
 from alpstore.archive.reading import ArchiveReader, BlobRow, chunks
 from alpstore.codec import (
     CODEC_RAW,
@@ -30,7 +27,6 @@ from alpstore.codec import (
 )
 from alpstore.db import raw as rsql
 from alpstore.db.names import SQLITE_BUSY_TIMEOUT_MS
-from alpstore.db.tables import blobs, zstd_dicts
 from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -47,15 +43,6 @@ DICT_SAMPLE_RATIO = 8
 
 DICT_SIZE = 112 * 1024
 """Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
-
-DICT_ROW = (
-    zstd_dicts.c.id,
-    zstd_dicts.c.codec,
-    zstd_dicts.c.size,
-    zstd_dicts.c.digest,
-    zstd_dicts.c.data,
-)
-"""The columns :func:`load_dictionary_row` decodes a dictionary from."""
 
 
 RECOMPRESS_BATCH = 100
@@ -209,6 +196,10 @@ class DictionaryTraining(ArchiveReader):
         Returns its id, or None when ``only_if_none`` and the archive has a dictionary already
         (that one is loaded instead: the first process to get here wins).
         """
+        from sqlalchemy import func, select
+
+        from alpstore.db.tables import zstd_dicts
+
         ddig = digest_bytes(data)
         codec, stored = pack_dictionary(data)
         dict_id = None
@@ -281,6 +272,10 @@ class DictionaryTraining(ArchiveReader):
         transactions of its own (``_train_in_background``): the write that crossed the
         threshold returns at once instead of paying for training and recompression.
         """
+        from sqlalchemy import func, select
+
+        from alpstore.db.tables import blobs
+
         if not self.auto_train or self.dictionary_id is not None or new_small == 0:
             return
         if self.db.in_transaction():  # inside a caller's larger write: train after it
@@ -412,6 +407,8 @@ class DictionaryTraining(ArchiveReader):
             return
 
     def _insert(self, table: Any) -> Any:
+        from sqlalchemy.dialects import sqlite
+
         if self.db.is_sqlite:
             return sqlite.insert(table)
         from sqlalchemy.dialects import postgresql  # imported by PostgreSQL archives only (~40 ms)

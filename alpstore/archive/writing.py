@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.base import summary_document
 from alpstore.archive.candidates import DeltaCandidates
@@ -26,10 +24,13 @@ from alpstore.codec import (
     line_hashes,
 )
 from alpstore.db import raw as rsql
-from alpstore.db.database import Database
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
-from alpstore.db.tables import blob_refs
 from alpstore.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from alpstore.db.database import Database
 
 INSERT_BLOBS = (
     "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
@@ -288,6 +289,8 @@ class ArchiveWriter(DictionaryTraining):
         self, conn: Connection, text: str, covers: Sequence[bytes]
     ) -> tuple[int, Digest]:
         """Insert a summary node and its ordered references inside ``conn``'s transaction."""
+        from alpstore.db.tables import blob_refs
+
         child_ids = self.ids_for(conn, list(covers), lock=True)
         missing = [digest_hex(d) for d in covers if d not in child_ids]
         if missing:

@@ -45,7 +45,7 @@ class GlobalOptions:
             from alpstore.store import Store
 
             if read_only:
-                self._store = Store.open(self.root, url=self.db_url, **_read_only_arguments())
+                self._store = Store.open(self.root, url=self.db_url, read_only=True)
             else:
                 self._store = Store.open(self.root, url=self.db_url, create=create, migrate=migrate)
             self._read_only = read_only
@@ -82,19 +82,6 @@ def read_store(ctx: typer.Context, *, read_only: bool = False) -> Store:
     alone: neither SQLAlchemy nor Alembic is imported).
     """
     return options(ctx).store(create=False, migrate=False, read_only=read_only)
-
-
-def _read_only_arguments() -> dict[str, Any]:
-    """``Store.open``'s arguments for reading alone: ``read_only=True`` where it takes it (the
-    arch-core branch); before that lands, ``create=False, migrate=False`` (the same reads).
-    """
-    import inspect
-
-    from alpstore.store import Store
-
-    if "read_only" in inspect.signature(Store.open).parameters:
-        return {"read_only": True}
-    return {"create": False, "migrate": False}
 
 
 def print_json(value: Any) -> None:

@@ -42,7 +42,7 @@ def put(
     if len(data) > MAX_PUT_BYTES:
         raise InputError(f"{where}: larger than {MAX_PUT_BYTES} bytes")
     value = parse_json(data, where=where)
-    from alpstore.db.tables import BLOB_KINDS
+    from alpstore.db.names import BLOB_KINDS
 
     by_name = {name: number for number, name in BLOB_KINDS.items()}
     digest = store(ctx).archive.put(value, by_name[kind])

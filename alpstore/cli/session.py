@@ -225,8 +225,8 @@ def append(
 
 
 def _digests(messages: list[Any]) -> list[str]:
-    from alpstore.archive.sql import encode
-    from alpstore.db.tables import BLOB_MESSAGE
+    from alpstore.archive.reading import encode
+    from alpstore.db.names import BLOB_MESSAGE
 
     return [encode(m, BLOB_MESSAGE)[0].hex() for m in messages]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from alpstore.archive.sql import parse_documents
+from alpstore.archive.reading import parse_documents
 from alpstore.codec import Digest, parse_json
 from alpstore.core.reads import StoreReads
 from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_STATE, BLOB_SUMMARY
+from alpstore.db.names import BLOB_STATE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
 from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import View, clip, common_prefix, cover_of

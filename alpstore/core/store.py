@@ -7,9 +7,12 @@ Reads (:mod:`alpstore.core.reads`, :mod:`alpstore.core.content`) run plain SQL; 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self, cast
 
 from alpstore.core.writes import StoreWrites
+
+if TYPE_CHECKING:
+    from alpstore.db.database import Database
 
 
 class CoreStore(StoreWrites):
@@ -40,7 +43,9 @@ class CoreStore(StoreWrites):
         root = Path(root)
         if read_only:  # the schema revision is checked by open_database itself
             db = open_database(root=root, url=url, create=False, migrate=False, read_only=True)
-            return cls(db, root)
+            # a LiteDatabase stands in for a Database on the read path: every read the store
+            # makes is plain SQL that runs on either, and its atomic() refuses a write
+            return cls(cast("Database", db), root)
         db = open_database(root=root, url=url, create=create, migrate=migrate)
         if not migrate:
             from alpstore.db.migrate import require_current_schema

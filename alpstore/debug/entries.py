@@ -13,7 +13,7 @@ from difflib import SequenceMatcher
 from typing import TYPE_CHECKING, Any
 
 from alpstore.codec import Digest
-from alpstore.db.tables import BLOB_SUMMARY
+from alpstore.db.names import BLOB_SUMMARY
 from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import View
 

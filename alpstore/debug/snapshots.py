@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 import blake3
 
-from alpstore.archive.sql import encode
+from alpstore.archive.reading import encode
 from alpstore.codec import canonical_json, parse_json
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE
+from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
 from alpstore.debug.entries import to_entry
 from alpstore.errors import NotFoundError, SessionStateError, UsageError
 from alpstore.sessions import CheckpointInfo, Entry, count_user_turns

@@ -17,9 +17,9 @@ from langchain_core.messages import BaseMessage, SystemMessage, convert_to_messa
 from sqlalchemy import Connection
 
 from alpstore.archive.batch import decode_lean
-from alpstore.archive.sql import parse_documents
+from alpstore.archive.reading import parse_documents
 from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY
+from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY
 from alpstore.integrations._lgbuild import State, assemble, doc_messages, doc_state, message_state
 from alpstore.integrations._lgcodec import KIND_MESSAGE, FrozenMessages
 from alpstore.integrations._lgpack import id_bytes, id_text

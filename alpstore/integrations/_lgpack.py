@@ -17,9 +17,11 @@ import zstandard
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from sqlalchemy import Connection, select
 
-from alpstore.archive.sql import DICT_ROW, Encoded, encode, load_dictionary_row
+from alpstore.archive.columns import DICT_ROW
+from alpstore.archive.sql import Encoded, encode, load_dictionary_row
 from alpstore.codec import Decompressor, canonical_json, pool_give, pool_take
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, zstd_dicts
+from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
+from alpstore.db.tables import zstd_dicts
 from alpstore.errors import IntegrityError
 from alpstore.integrations._lgcodec import KIND_MESSAGE, value_doc
 

@@ -14,7 +14,7 @@ from typing import Any, cast
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from alpstore.archive.sql import Encoded
-from alpstore.db.tables import BLOB_MESSAGE
+from alpstore.db.names import BLOB_MESSAGE
 from alpstore.errors import SessionStateError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgmaint as lgmaint

@@ -443,7 +443,7 @@ class LiveSession:
 
 
 def _digests_of(messages: Sequence[Any]) -> list[Digest]:
-    from alpstore.archive.sql import encode
-    from alpstore.db.tables import BLOB_MESSAGE
+    from alpstore.archive.reading import encode
+    from alpstore.db.names import BLOB_MESSAGE
 
     return [encode(m, BLOB_MESSAGE)[0] for m in messages]

@@ -1,4 +1,6 @@
-"""Checkpoint policy: ``spec.checkpoint`` parsing, workspace config, overlays, directories."""
+"""Checkpoint policy: ``spec.checkpoint`` parsing, workspace config, overlays, directories.
+May import alpstore.codec, alpstore.canonical and alpstore.errors only: no archive, no store.
+"""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, Final
 import zstandard
 
 from alpstore.codec import MAX_DEPTH, Digest, brackets, digest_hex, nesting_depth
-from alpstore.db.tables import BLOB_SUMMARY
+from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, SecretError, StorageError
 from alpstore.portable.deep import (
     BLOCK,

@@ -25,7 +25,8 @@ from sqlalchemy import Connection, select, update
 
 from alpstore.archive.sql import Encoded, Packed
 from alpstore.codec import Digest, digest_bytes, digest_hex
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE, checkpoints, sessions
+from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
+from alpstore.db.tables import checkpoints, sessions
 from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
 from alpstore.gcpause import no_gc_pause
 from alpstore.portable.deep import (

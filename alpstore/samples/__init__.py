@@ -1,4 +1,5 @@
 """A deterministic generator of coding-agent conversations, and the sample shipped with alpstore.
+Kernel level: imports the standard library only.
 
 The generator models what an agent such as Claude Code or Codex exchanges while working on a
 repository: user requests, assistant replies with tool calls (read a file, run tests, grep, edit),

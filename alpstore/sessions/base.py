@@ -11,10 +11,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from alpstore.archive.sql import encode
+from alpstore.archive.reading import encode
 from alpstore.codec import Digest, digest_hex
 from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_MESSAGE, BLOB_STATE
+from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
 from alpstore.errors import NotFoundError, SessionStateError, UsageError
 from alpstore.sessions.records import (
     CheckpointInfo,

@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from alpstore.archive.sql import encode
+from alpstore.archive.reading import encode
 from alpstore.codec import Digest, digest_hex
 from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_MANIFEST, BLOB_MESSAGE
+from alpstore.db.names import BLOB_MANIFEST, BLOB_MESSAGE
 from alpstore.errors import IntegrityError, NotFoundError, SessionStateError, UsageError
 from alpstore.sessions.base import SessionBase
 from alpstore.sessions.records import (

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alpstore.archive.sql import encode
+from alpstore.archive.reading import encode
 from alpstore.codec import digest_hex
 from alpstore.errors import AlpstoreError, NotFoundError, SessionStateError
 from alpstore.maintenance import gc, verify

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
-from alpstore.db.tables import BLOB_SUMMARY
+from alpstore.db.names import BLOB_SUMMARY
 from alpstore.debug.diff import _covered, json_diff
 from alpstore.debug.entries import load_entries
 from alpstore.debug.history import view_delta
