@@ -87,13 +87,13 @@ def _opts(root: Path) -> Any:
 def test_item7_export_refuses_what_import_would_refuse(
     run_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import alpstore.codec
+    import alpstore.canonical
 
     deep = json.loads("[" * 300 + "]" * 300)
     with Store.open(run_root) as st:
         s = st.create_session(session_id="deep")
         # the archive refuses it now; an archive written before that can hold one
-        monkeypatch.setattr(alpstore.codec, "MAX_DEPTH", 1_000)
+        monkeypatch.setattr(alpstore.canonical, "MAX_DEPTH", 1_000)
         s.append([{"role": "user", "content": deep}])
         monkeypatch.undo()
     out = tmp_path / "deep.json"
