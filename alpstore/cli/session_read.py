@@ -229,11 +229,11 @@ def show(
     A session opened with a manifest starts with a `policy:` line: the checkpoint policy
     recorded with it, which every later command applies.
     """
-    from alpstore.live import policy_of_session
+    from alpstore.policy.recorded import recorded_policy
 
     st = read_store(ctx, read_only=True)
     s = st.get_session(session)
-    bound = policy_of_session(s)
+    bound = recorded_policy(s.info(refresh=False).origin, where=f"session {s.uuid}")
     if policy:
         if as_json:
             print_json(bound.as_record() if bound else None)
