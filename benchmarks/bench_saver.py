@@ -381,7 +381,7 @@ NOTES = [
     "- Cold `get_state`: the new saver rebuilds the head in bulk — one range scan without the "
     "digests, the blobs decoded per codec and dictionary in C-level loops "
     "(`alpstore/archive/batch.py`; a delta's base taken from the same read), one orjson parse, "
-    "messages made per document shape (`_lgcodec.doc_messages`) — with the cyclic collector "
+    "messages made per document shape (`_lgbuild.doc_messages`) — with the cyclic collector "
     "held off meanwhile. SqliteSaver rebuilds its messages through pydantic validation with the "
     "collector on, so a full collection (about 130–160 ms in this process) lands in some of its "
     "reads and not others: its median moves with where they fall, and so does the ratio "
