@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -114,6 +115,12 @@ def echo(text: str = "") -> None:
     Piped output stays exact.
     """
     sys.stdout.write((printable(text) if stdout_is_terminal() else text) + "\n")
+
+
+def echo_lines(lines: Iterable[str]) -> None:
+    """:func:`echo` each line, written at once (a 6,000-line history in one write)."""
+    text = "".join(f"{line}\n" for line in lines)
+    sys.stdout.write(printable(text) if stdout_is_terminal() else text)
 
 
 def warn(text: str) -> None:

@@ -17,6 +17,7 @@ from alpstore.cli._common import (
     JsonOpt,
     SessionArg,
     echo,
+    echo_lines,
     print_json,
     read_store,
     warn,
@@ -256,8 +257,7 @@ def show(
         return
     if bound is not None:
         echo(f"policy: {bound.describe()}")
-    for i, e in enumerate(entries):
-        echo(_entry_line(i, e, width))
+    echo_lines(_entry_line(i, e, width) for i, e in enumerate(entries))
 
 
 def lineage(
