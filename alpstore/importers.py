@@ -80,6 +80,13 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
 
 def _check_openai(obj: dict[str, Any], where: str) -> None:
     role = obj.get("role")
+    if role is None and isinstance(obj.get("messages"), list):
+        raise InputError(
+            f"{where}: this is OpenAI fine-tuning JSONL (one conversation a line, "
+            '{"messages": [...]}), not a transcript of one session',
+            hint="split it: one file a conversation, one message a line "
+            "(e.g. `jq -c '.messages[]'` on one line of it)",
+        )
     if role not in OPENAI_ROLES:
         raise InputError(f"{where}: 'role' must be one of {', '.join(sorted(OPENAI_ROLES))}")
     if "content" not in obj and "tool_calls" not in obj:

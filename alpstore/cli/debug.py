@@ -219,8 +219,18 @@ def _change_line(c: JsonChange) -> str:
 @app.command("diff")
 def diff(
     ctx: typer.Context,
-    a: Annotated[str, typer.Argument(metavar="A", help="Checkpoint: id, SESSION@TURN, @latest.")],
-    b: Annotated[str, typer.Argument(metavar="B", help="Checkpoint to compare A with.")],
+    a: Annotated[
+        str,
+        typer.Argument(
+            metavar="A", help="Checkpoint: id, SESSION@TURN, SESSION@latest, LangGraph id."
+        ),
+    ],
+    b: Annotated[
+        str,
+        typer.Argument(
+            metavar="B", help="Checkpoint to compare A with (a bare @TURN or @latest: A's session)."
+        ),
+    ],
     as_json: JsonOpt = False,
     width: WidthOpt = 100,
 ) -> None:

@@ -193,6 +193,10 @@ def append(
     mid_turn = event is not None and event != "turn_completed"
     if source is None and (role is None or content is None) and not mid_turn:
         raise UsageError("give a JSON source, or both --role and --content (or a mid-turn --event)")
+    from alpstore.importers import OPENAI_ROLES
+
+    if role is not None and role not in OPENAI_ROLES:
+        raise UsageError(f"--role {role!r}: must be one of {', '.join(sorted(OPENAI_ROLES))}")
     messages: list[Any] = []
     if source is not None:
         messages = _read_messages(source)
@@ -319,20 +323,62 @@ def backtrack(
     ctx: typer.Context,
     session: SessionArg,
     steps: Annotated[
-        int, typer.Argument(min=0, max=MAX_COUNT, help="How many checkpoints to rewind.")
-    ],
+        str | None,
+        typer.Argument(
+            metavar="N|CHECKPOINT",
+            help="How many checkpoints to rewind, or the checkpoint to rewind to.",
+            show_default=False,
+        ),
+    ] = None,
     steering: Annotated[
         list[str] | None, typer.Argument(help="Steering message injected as the next turn.")
     ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", metavar="CHECKPOINT", help="Rewind to this checkpoint (SESSION@TURN, id)."
+        ),
+    ] = None,
 ) -> None:
-    """Rewind N checkpoints and inject a steering message (`/backtrack N <message>`)."""
-    text = " ".join(steering) if steering else None
-    bt = store(ctx).get_session(session).backtrack(steps, text)
+    """Rewind N checkpoints (or to a checkpoint) and inject a steering message
+    (`/backtrack N <message>`).
+    """
+    words = list(steering or [])
+    if to is not None and steps is not None:
+        words.insert(0, steps)  # with --to every argument after SESSION is the message
+        steps = None
+    target_ref = to
+    if steps is not None and not steps.isdigit():
+        target_ref = steps
+    elif steps is not None and (len(steps) > 19 or int(steps) > MAX_COUNT):
+        raise UsageError(f"N {steps[:30]}: at most {MAX_COUNT} checkpoints")
+    if target_ref is None and steps is None:
+        raise UsageError("give N (checkpoints to rewind) or --to CHECKPOINT")
+    st = store(ctx)
+    s = st.get_session(session)
+    count = _steps_to(st, s, target_ref) if target_ref is not None else int(str(steps))
+    text = " ".join(words) if words else None
+    bt = s.backtrack(count, text)
     target = bt.to_checkpoint
     echo(
-        f"backtracked {steps} step(s) to checkpoint {target.id} (turn {target.turn}, "
+        f"backtracked {count} step(s) to checkpoint {target.id} (turn {target.turn}, "
         f"{target.length} entries)" + (f"; injected /steer {term(text)}" if text else "")
     )
+
+
+def _steps_to(st: Any, s: Any, ref: str) -> int:
+    """How many retained checkpoints lie after checkpoint ``ref`` in ``s``'s session."""
+    if ref.startswith("@"):
+        ref = s.uuid + ref
+    ck = st.resolve_checkpoint(ref)
+    if ck.session != s.uuid:
+        raise UsageError(f"checkpoint {ref!r} is in session {ck.session}, not {s.uuid}")
+    kept = [c.id for c in st.list_checkpoints(s.info().id)]
+    if ck.id not in kept:
+        raise UsageError(
+            f"checkpoint {ref!r} (checkpoint {ck.id}) is not retained: cannot rewind to it"
+        )
+    return len(kept) - 1 - kept.index(ck.id)
 
 
 @app.command("fork")

@@ -25,6 +25,7 @@ from alpstore.cli._common import (
 )
 from alpstore.cli._terminal import term
 from alpstore.errors import NotFoundError, UsageError
+from alpstore.rules.messages import render
 
 if TYPE_CHECKING:
     from alpstore.sessions import Entry, SessionInfo
@@ -185,21 +186,8 @@ def _entry_line(i: int, e: Entry, width: int) -> str:
     if e.kind == "summary":
         text = str(e.value.get("summary", ""))
         head = f"[{i}] summary of {len(e.covers)}:"
-    elif not isinstance(e.value, dict):
-        text = json.dumps(e.value, ensure_ascii=False)
-        head = f"[{i}] value:"
     else:
-        v = e.value
-        role = v.get("role") or v.get("type") or "?"
-        content = v.get("content")
-        if content is None and isinstance(v.get("message"), dict):
-            content = v["message"].get("content")
-        if content is None and v.get("tool_calls"):
-            calls = v["tool_calls"]
-            content = "tool calls: " + ", ".join(
-                str(c.get("function", {}).get("name", "?")) for c in calls if isinstance(c, dict)
-            )
-        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        role, text = render(e.value)
         head = f"[{i}] {role}:"
     text = " ".join(str(text).split())
     if width and len(text) > width:

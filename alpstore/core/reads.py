@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from alpstore.codec import Digest
@@ -21,6 +22,9 @@ from alpstore.views import View
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+_LANGGRAPH = "langgraph:"
+"""The name prefix of a LangGraph thread's session (``langgraph:THREAD[ NS]``)."""
+_LG_CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
 MAX_SQL_INTEGER = 2**63 - 1
 """The largest id or turn a row can hold (SQLite and PostgreSQL BIGINT)."""
@@ -101,6 +105,19 @@ class StoreReads(StoreParts):
                     raise NotFoundError(
                         f"session {ref!r} is ambiguous ({len(rows)} match)",
                         hint="give more of the id",
+                    )
+                row = rows[0] if rows else None
+            if row is None and not ref.startswith(_LANGGRAPH):  # a LangGraph thread id
+                rows = self._sessions(
+                    conn,
+                    "WHERE name = ? OR name LIKE ? ESCAPE '/'",
+                    (_LANGGRAPH + ref, _like_prefix(f"{_LANGGRAPH}{ref} ")),
+                )
+                if len(rows) > 1:
+                    raise NotFoundError(
+                        f"session {ref!r} is ambiguous: LangGraph thread {ref!r} has "
+                        f"{len(rows)} namespaces",
+                        hint="name one: `alpstore session list` shows them",
                     )
                 row = rows[0] if rows else None
             if row is None:
@@ -246,8 +263,8 @@ class StoreReads(StoreParts):
             return self._ck(row, found[0], digests)
 
     def resolve_checkpoint(self, ref: str) -> CheckpointInfo:
-        """Resolve ``ID``, ``SESSION@TURN`` (the latest checkpoint at that turn) or
-        ``SESSION@latest``.
+        """Resolve ``ID``, ``SESSION@TURN`` (the latest checkpoint at that turn),
+        ``SESSION@latest`` or a LangGraph ``checkpoint_id`` (stored by AlpstoreSaver).
 
         Raises:
             NotFoundError: nothing matches.
@@ -259,9 +276,26 @@ class StoreReads(StoreParts):
             raise NotFoundError(f"checkpoint {ref[:60]}: no such checkpoint (number out of range)")
         if ref.isdigit():
             return self.get_checkpoint(int(ref))
+        if not match and _LG_CHECKPOINT_ID.match(ref.lower()):
+            with self.db.read() as conn:
+                found = rsql.fetchone(
+                    conn,
+                    "SELECT alp_checkpoint_id FROM lg_checkpoints WHERE checkpoint_id = ? "
+                    "ORDER BY id DESC LIMIT 1",
+                    (uuid.UUID(ref).bytes,),  # stored as a UUID's 16 bytes
+                )
+            if found is None:
+                raise NotFoundError(f"checkpoint {ref!r}: no LangGraph checkpoint with that id")
+            return self.get_checkpoint(int(found[0]))
         if not match:
+            if ref.startswith("@"):
+                raise NotFoundError(
+                    f"checkpoint {ref!r}: name the session (SESSION{ref})",
+                    hint="`debug diff` takes a bare @TURN or @latest as B, in A's session",
+                )
             raise NotFoundError(
-                f"checkpoint {ref!r}: expected an id, SESSION@TURN or SESSION@latest"
+                f"checkpoint {ref!r}: expected an id, SESSION@TURN, SESSION@latest "
+                "or a LangGraph checkpoint_id"
             )
         session = self.get_session(match["session"])
         params: tuple[Any, ...]

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from alpstore.debug.entries import history_jsonl, load_entries
+from alpstore.debug.entries import history_jsonl, load_entries, shown_text
 from alpstore.debug.history import view_delta
 from alpstore.errors import NotFoundError, UsageError
 from alpstore.sessions import CheckpointInfo, Entry
@@ -61,7 +61,8 @@ def max_hydrations(n: int) -> int:
 
 
 def grep_predicate(pattern: str) -> Predicate:
-    """Bad when ``pattern`` (a Python regex) matches the history as JSON Lines.
+    """Bad when ``pattern`` (a Python regex) matches the history as shown (one ``role: text``
+    line an entry, tool calls' names and arguments included).
 
     Raises:
         UsageError: the pattern is not a valid regular expression.
@@ -74,7 +75,7 @@ def grep_predicate(pattern: str) -> Predicate:
     lines: dict[bytes, str] = {}
 
     def bad(_ck: CheckpointInfo, entries: list[Entry]) -> bool:
-        return regex.search(history_jsonl(entries, lines)) is not None
+        return regex.search(shown_text(entries, lines)) is not None
 
     return bad
 

@@ -137,6 +137,10 @@ def diff(
         UsageError: a reference names a file or another archive.
         NotFoundError: an unknown session, turn or checkpoint.
     """
+    if ref_b.startswith("@") and "@" in ref_a and not ref_a.startswith("@"):
+        ref_b = ref_a.split("@", 1)[0] + ref_b  # a bare @latest / @TURN: A's session
+    if ref_a.startswith("@") and "@" in ref_b and not ref_b.startswith("@"):
+        ref_a = ref_b.split("@", 1)[0] + ref_a
     a, b = _resolve(store, ref_a), _resolve(store, ref_b)
     d = view_delta(store, a.view, b.view)
     wanted = [i for _, i in d.removed] + [i for _, i in d.added]

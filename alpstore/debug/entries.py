@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.codec import Digest
 from alpstore.db.names import BLOB_SUMMARY
+from alpstore.rules.messages import message_line, render
 from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import View
 
@@ -79,21 +80,27 @@ def entry_text(e: Entry) -> tuple[str, str]:
     """``(role, text)`` of an entry, for one-line display."""
     if e.kind == "summary":
         return f"summary of {len(e.covers)}", str(e.value.get("summary", ""))
-    v = e.value if isinstance(e.value, dict) else {"content": e.value}
-    role = str(v.get("role") or v.get("type") or "?")
-    content = v.get("content")
-    if content is None and isinstance(v.get("message"), dict):
-        content = v["message"].get("content")
-    calls = v.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        names = []
-        for c in calls:
-            fn = c.get("function", {}) if isinstance(c, dict) else {}
-            names.append(f"{fn.get('name', '?')}({fn.get('arguments', '')})")
-        call_text = "calls " + ", ".join(names)
-        content = f"{content} {call_text}" if content else call_text
-    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-    return role, text
+    return render(e.value)
+
+
+def shown_text(entries: Sequence[Entry], cache: dict[bytes, str] | None = None) -> str:
+    """The history as shown, one ``role: text`` line an entry (tool calls with their names and
+    arguments): what ``--grep`` searches. ``cache`` keeps each line by digest across calls.
+    """
+    if cache is None:
+        cache = {}
+    out = []
+    for e in entries:
+        line = cache.get(e.digest)
+        if line is None:
+            if e.kind == "summary":
+                role, text = entry_text(e)
+                line = f"{role}: {' '.join(text.split())}\n"
+            else:
+                line = message_line(e.value) + "\n"
+            cache[e.digest] = line
+        out.append(line)
+    return "".join(out)
 
 
 def entry_line(index: int | None, e: Entry, width: int = DEFAULT_WIDTH) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from alpstore.rules.messages import TOO_DEEP, shown
 from alpstore.sessions import Entry
 
 LONG_TEXT = 1200
@@ -82,9 +83,6 @@ class Message:
         return self.text[:PREVIEW]
 
 
-TOO_DEEP = "(nested too deeply to show here: `alpstore debug show` prints it)"
-
-
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         return value
@@ -119,33 +117,14 @@ def message(entry: Entry) -> Message:
             covers=len(entry.covers),
             digest=entry.hex,
         )
-    v = entry.value if isinstance(entry.value, dict) else {"content": entry.value}
-    role = v.get("role") or v.get("type") or "?"
-    content = v.get("content")
-    if content is None and isinstance(v.get("message"), dict):
-        content = v["message"].get("content")
-    calls = []
-    raw_calls = v.get("tool_calls")
-    if isinstance(raw_calls, list):
-        for c in raw_calls:
-            fn = c.get("function", {}) if isinstance(c, dict) else {}
-            fn = fn if isinstance(fn, dict) else {}
-            calls.append(
-                ToolCall(
-                    _pretty(fn.get("name", "?")),
-                    _arguments(fn.get("arguments", "")),
-                    _pretty(c.get("id", "")) if isinstance(c, dict) else "",
-                )
-            )
-    call_id = v.get("tool_call_id")
-    return Message(
-        "message",
-        _pretty(role),
-        "" if content is None else _pretty(content),
-        calls,
-        _pretty(call_id) if call_id is not None else None,
-        digest=entry.hex,
-    )
+    if isinstance(entry.value, dict) and isinstance(entry.value.get("content"), str | None):
+        v = entry.value  # text as stored (JSON text pretty-printed), tool calls apart
+        text = "" if v.get("content") is None else _pretty(v["content"])
+    else:
+        text = ""
+    s = shown(entry.value)
+    calls = [ToolCall(c.name, _arguments(c.arguments), c.id) for c in s.calls]
+    return Message("message", s.role, text or s.text, calls, s.tool_call_id, digest=entry.hex)
 
 
 def _lines(text: str) -> list[str]:
