@@ -7,6 +7,7 @@ The commands that only read (list, log, show, lineage) live in ``session_read``,
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -32,6 +33,9 @@ from alpstore.rules.secrets import require_no_secrets
 
 if TYPE_CHECKING:
     from alpstore.sessions import Entry
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+"""A LangGraph checkpoint_id: a checkpoint reference `backtrack` takes in place of N."""
 
 app = typer.Typer(
     help="Agent sessions: covering heads, every-turn checkpoints, backtrack, fork, lineage.",
@@ -349,6 +353,12 @@ def backtrack(
         steps = None
     target_ref = to
     if steps is not None and not steps.isdigit():
+        if "@" not in steps and not _UUID.fullmatch(steps):
+            raise UsageError(
+                f"N {steps[:30]!r}: expected a number of checkpoints to rewind, or a checkpoint "
+                "(SESSION@TURN, SESSION@latest, a LangGraph checkpoint_id)",
+                hint="--to CHECKPOINT takes any checkpoint reference, ids included",
+            )
         target_ref = steps
     elif steps is not None and (len(steps) > 19 or int(steps) > MAX_COUNT):
         raise UsageError(f"N {steps[:30]}: at most {MAX_COUNT} checkpoints")
