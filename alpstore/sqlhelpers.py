@@ -193,6 +193,11 @@ def run_query(
                 raise
             except Exception as err:
                 raise _query_error(err, stopped, timeout, on_sqlite) from err
+            finally:
+                if not on_sqlite:  # never committed: whatever the query did is undone
+                    trans = conn.get_transaction()
+                    if trans is not None and trans.is_active:
+                        trans.rollback()
 
 
 @contextmanager

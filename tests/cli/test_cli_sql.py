@@ -318,3 +318,22 @@ def test_json_on_a_terminal_escapes_bidi_and_c1(backend: Backend) -> None:
     piped = backend.cli("sql", query, "--json")
     assert text in piped.out
     assert json.loads(shown) == json.loads(piped.out) == [{"c": text}]
+
+
+@pytest.mark.postgres
+def test_postgresql_query_is_rolled_back_not_committed(tmp_path: Path) -> None:
+    """A large object made by a query (lo_from_bytea) does not outlive it: never committed."""
+    from tests.conftest import postgres_schema
+
+    root = tmp_path / "run"
+    root.mkdir()
+    with postgres_schema() as url:
+        b = Backend("postgresql", root, url)
+        try:
+            _seed(b)
+            b.cli("sql", "select lo_from_bytea(0, 'x'::bytea) is not null as made")
+            left = b.cli("sql", "select count(*) as n from pg_largeobject_metadata", "--json")
+            assert left.code == 0, left.err
+            assert json.loads(left.out) == [{"n": 0}]
+        finally:
+            b.close_all()
