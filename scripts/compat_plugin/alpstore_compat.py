@@ -134,9 +134,11 @@ class _Archives:
         return found
 
     def close(self) -> None:
+        from alpstore.integrations.openai_agents import AlpstoreSession
+
         for session in self.opened:
             with contextlib.suppress(Exception):
-                session.close()
+                AlpstoreSession.close(session)  # the sync close, also for the async-shaped one
         self.stack.close()
 
 
@@ -179,9 +181,17 @@ def alpstore_session_variant(
         return
     archives = _Archives(pg=variant == "alpstore_pg")
     replacement = session_class(archives)
-    for name in REPLACED:  # the async SQLite session takes the same arguments
+
+    class AlpstoreAsyncSQLiteSession(replacement):  # type: ignore[misc,valid-type]
+        """``AsyncSQLiteSession``'s shape: the same arguments, an awaitable ``close``."""
+
+        async def close(self) -> None:  # type: ignore[override]
+            super().close()
+
+    replacements = {"SQLiteSession": replacement, "AsyncSQLiteSession": AlpstoreAsyncSQLiteSession}
+    for name in REPLACED:
         if name in vars(request.module):
-            monkeypatch.setattr(request.module, name, replacement)
+            monkeypatch.setattr(request.module, name, replacements[name])
     try:
         yield variant
     finally:
