@@ -41,6 +41,7 @@ from alpstore.db.failures import (
 from alpstore.db.failures import (
     redact as redact,
 )
+from alpstore.db.lite import refuse_foreign_sqlite
 from alpstore.db.migrate import current_revision, ensure_schema
 from alpstore.db.names import (
     ARCHIVE_DIR as ARCHIVE_DIR,
@@ -93,6 +94,8 @@ def open_engine(
     if url:
         parsed, location = parse_database_url(url)
         if parsed.get_backend_name() == "sqlite":
+            if parsed.database and parsed.database != ":memory:" and "mode" not in parsed.query:
+                refuse_foreign_sqlite(Path(parsed.database), location)
             engine = sqlite_engine(url)
         else:
             engine = postgresql_engine(parsed, location)
@@ -113,6 +116,7 @@ def open_engine(
         elif path.is_dir():
             raise UsageError(f"{path} is a directory, expected an archive file")
         location = str(path)
+        refuse_foreign_sqlite(path, location)
         engine = sqlite_engine(f"sqlite:///{path}")
     db = Database(engine, location=location, background_checkpoints=True)
     try:
