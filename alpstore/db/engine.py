@@ -59,6 +59,7 @@ from alpstore.db.names import (
     sqlite_path_for_root as sqlite_path_for_root,
 )
 from alpstore.errors import NotFoundError, StorageError, UsageError
+from alpstore.fileio import inside_root
 
 PG_CONNECT_TIMEOUT_S = 10
 """An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
@@ -102,7 +103,7 @@ def open_engine(
     else:
         if root is None:
             raise UsageError("no run root and no database URL given")
-        path = sqlite_path_for_root(root)
+        path = inside_root(sqlite_path_for_root(root), root)  # a symlink out of it: refused
         if not path.exists():
             if not create:
                 raise NotFoundError(
