@@ -4,6 +4,7 @@ PostgreSQL on psycopg 3), brought to the schema head unless told otherwise.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -110,10 +111,12 @@ def open_engine(
                     f"no archive at {path}",
                     hint=NO_ARCHIVE_HINT,
                 )
+            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as err:
                 raise StorageError(f"cannot create {path.parent}: {err.strerror}") from err
+            _CREATED.append((path, missing))
         elif path.is_dir():
             raise UsageError(f"{path} is a directory, expected an archive file")
         location = str(path)
@@ -132,6 +135,44 @@ def open_engine(
         db.close()
         raise
     return db
+
+
+_CREATED: list[tuple[Path, list[Path]]] = []
+"""The run-root archives this process created, each with the folders it made for it (deepest
+first): a refused command removes them again (:func:`discard_new_archives`)."""
+
+
+def discard_new_archives() -> None:
+    """Remove the run-root archives this process created, with the folders made for them, when
+    they still hold nothing (no session, no blob): a refused command into an empty folder
+    leaves it as it was. An archive that took data (another process may have written to it
+    meanwhile) is kept. Call it after the archive is closed.
+    """
+    import contextlib
+    import sqlite3
+    from urllib.parse import quote
+
+    created, _CREATED[:] = list(_CREATED), []
+    for path, folders in created:
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+            try:
+                held = sum(
+                    int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+                    for table in ("sessions", "blobs", "lg_threads")
+                )
+            finally:
+                conn.close()
+        except (sqlite3.Error, OSError):
+            held = 0 if path.exists() and path.stat().st_size == 0 else 1
+        if held:
+            continue
+        for suffix in ("", "-wal", "-shm", "-journal", SQLITE_QUEUE_SUFFIX):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{path}{suffix}")
+        for folder in folders:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty: anything else written there stays
 
 
 def parse_database_url(url: str) -> tuple[URL, str]:
