@@ -67,7 +67,6 @@ __all__ = [
 ]
 
 
-
 # ---------------------------------------------------------------- the one JSON reader
 # Every file alpstore takes in (transcripts, deep files, manifests, hook payloads) is parsed by
 # this reader: a repeated key is refused (json keeps the last one silently, so what one reader

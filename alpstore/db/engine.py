@@ -60,7 +60,6 @@ from alpstore.db.names import (
     sqlite_path_for_root as sqlite_path_for_root,
 )
 from alpstore.errors import NotFoundError, StorageError, UsageError
-from alpstore.fileio import inside_root
 
 PG_CONNECT_TIMEOUT_S = 10
 """An unreachable PostgreSQL server is reported after this many seconds, not after TCP's minutes."""
@@ -104,7 +103,7 @@ def open_engine(
     else:
         if root is None:
             raise UsageError("no run root and no database URL given")
-        path = inside_root(sqlite_path_for_root(root), root)  # a symlink out of it: refused
+        path = _inside_root(sqlite_path_for_root(root), root)  # a symlink out of it: refused
         if not path.exists():
             if not create:
                 raise NotFoundError(
@@ -135,6 +134,22 @@ def open_engine(
         db.close()
         raise
     return db
+
+
+def _inside_root(path: Path, root: Path) -> Path:
+    """``path`` when it stays under ``root`` with every symlink followed (as
+    ``alpstore.fileio.inside_root``, a module of this layer db may not import).
+
+    Raises:
+        StorageError: ``path`` (or a folder on the way) leads out of ``root``.
+    """
+    real_root, real = os.path.realpath(root), os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise StorageError(
+            f"{path}: a symlink leads out of the run root (to {real}); refused",
+            hint="remove the symlink, or point alpstore at another run root",
+        )
+    return path
 
 
 _CREATED: list[tuple[Path, list[Path]]] = []

@@ -54,7 +54,7 @@ def foreign_tables(location: str, tables: set[str]) -> UsageError | None:
     """The refusal for a database holding ``tables`` (its table names) when it is not an
     alpstore archive; None when it is alpstore's (``ALPSTORE_MARKS``) or empty.
     """
-    if not tables or ALPSTORE_MARKS <= tables:
+    if not tables or tables >= ALPSTORE_MARKS:
         return None
     shown = ", ".join(sorted(ascii(t)[1:-1] for t in tables)[:5])
     more = ", …" if len(tables) > 5 else ""

@@ -17,10 +17,10 @@ from alembic.migration import MigrationContext
 
 from alpstore.db import open_database
 from alpstore.db.database import Database, sqlite_engine
-from alpstore.errors import UsageError
 from alpstore.db.fresh import SNAPSHOT, create_head_schema, parse
 from alpstore.db.migrate import SCHEMA_HEAD, current_revision, migrated_snapshot
 from alpstore.db.tables import metadata
+from alpstore.errors import UsageError
 
 PRAGMAS = ("user_version", "application_id", "auto_vacuum", "page_size", "encoding", "journal_mode")
 

@@ -282,5 +282,5 @@ def test_the_deep_file_reader_refuses_a_repeated_key_in_process(tmp_path: Path) 
     with pytest.raises(Exception, match="'role' more than once"):
         for _key in js.members():
             js.value()
-    with pytest.raises(CanonicalJSONError, match="f.json: found the key 'role' more than once"):
+    with pytest.raises(CanonicalJSONError, match=r"f\.json: found the key 'role' more than once"):
         parse_json(data, where="f.json")
