@@ -175,7 +175,7 @@ def test_a_foreign_database_url_is_refused_on_both_backends(
         assert backend.url is not None
         engine = create_engine(backend.url)
         with engine.begin() as conn:
-            conn.execute(text("CREATE TABLE customers (id integer primary key, name text)"))
+            conn.execute(text("CREATE TABLE customers (id serial primary key, name text)"))
             conn.execute(text("INSERT INTO customers (name) VALUES ('ada')"))
 
         def tables() -> object:
