@@ -5,9 +5,10 @@ bounded decompression, dictionary training; with canonical JSON and BLAKE3 diges
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import zstandard
 
@@ -23,9 +24,8 @@ from alpstore.canonical import (
     has_lone_surrogate,
     nesting_depth,
     parse_digest,
-    parse_json,
 )
-from alpstore.errors import IntegrityError, UsageError
+from alpstore.errors import CanonicalJSONError, IntegrityError, UsageError
 
 __all__ = [
     "CODEC_RAW",
@@ -33,6 +33,7 @@ __all__ = [
     "CODEC_ZSTD_BASE",
     "CODEC_ZSTD_DICT",
     "DEFAULT_LEVEL",
+    "DuplicateKeyError",
     "DICT_LEVEL",
     "DICT_STORE_LEVEL",
     "DIGEST_SIZE",
@@ -60,8 +61,80 @@ __all__ = [
     "pool_take",
     "ratio",
     "raw_content_dict",
+    "strict_decoder",
     "train_dictionary",
+    "unique_object",
 ]
+
+
+# ---------------------------------------------------------------- the one JSON reader
+# Every file alpstore takes in (transcripts, deep files, manifests, hook payloads) is parsed by
+# this reader: a repeated key is refused (json keeps the last one silently, so what one reader
+# shows and another imports could differ), and so are NaN/Infinity.
+
+
+class DuplicateKeyError(ValueError):
+    """An object repeats a key (the message names it)."""
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` that builds the object, refusing a repeated key.
+
+    Raises:
+        DuplicateKeyError: a key appears twice (the first one repeated is named).
+    """
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(f"found the key {ascii(key)[:60]} more than once")
+            seen.add(key)
+    return obj
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def strict_decoder(*, constants: bool = False) -> json.JSONDecoder:
+    """A decoder refusing repeated keys and NaN/Infinity (``raw_decode`` for streams).
+
+    ``constants=True`` lets NaN/Infinity through, for a caller that refuses them afterwards
+    with ``canonical_json`` (which names the key holding one).
+    """
+    if constants:
+        return json.JSONDecoder(object_pairs_hook=unique_object)
+    return json.JSONDecoder(parse_constant=_no_constants, object_pairs_hook=unique_object)
+
+
+_STRICT = strict_decoder()
+
+
+def parse_json(data: bytes | str, *, where: str) -> Any:
+    """Parse JSON, refusing a repeated key and NaN/Infinity; errors name ``where``, the key or
+    the position.
+
+    Raises:
+        CanonicalJSONError: the text is not strict JSON.
+    """
+    if isinstance(data, bytes):
+        data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte order mark is no part of it
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CanonicalJSONError(f"{where}: not valid JSON ({exc})") from exc
+    else:
+        text = data.removeprefix("\ufeff")
+    try:
+        return _STRICT.decode(text)
+    except DuplicateKeyError as exc:
+        raise CanonicalJSONError(f"{where}: {exc}; refused") from exc
+    except RecursionError as exc:
+        raise CanonicalJSONError(f"{where}: not valid JSON (nested too deeply)") from exc
+    except ValueError as exc:
+        raise CanonicalJSONError(f"{where}: not valid JSON ({exc})") from exc
+
 
 DEFAULT_LEVEL = 3
 """zstd level for blobs: level 3 is zstd's default and within a few % of level 9 on chat text."""

@@ -15,10 +15,17 @@ HELD_IN_MEMORY = 64 * 1024
 """Bytes of event lines a write transaction holds in memory before they go to a temporary file."""
 
 
+def _stays_in(path: Path, root: Path) -> bool:
+    """True when ``path`` stays under ``root`` with every symlink followed."""
+    real_root = os.path.realpath(root)
+    return os.path.commonpath([real_root, os.path.realpath(path)]) == real_root
+
+
 class EventLog:
     """Appends events to ``<run_root>/traces/events.jsonl`` (opened lazily, one write a line)."""
 
     def __init__(self, root: Path) -> None:
+        self.root = root
         self.path = root / EVENTS_FILE
         self._fd: int | None = None
         self._held = threading.local()
@@ -42,8 +49,12 @@ class EventLog:
         """Append a line made by :meth:`line`; a failure to log is ignored (see :meth:`emit`)."""
         try:
             if self._fd is None:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                folder = self.path.parent
+                if not _stays_in(folder, self.root):
+                    return  # traces/ is a symlink out of the run root: nothing written there
+                folder.mkdir(parents=True, exist_ok=True)
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                self._fd = os.open(self.path, flags, 0o644)  # a symlinked log is not followed
             os.write(self._fd, line)
         except OSError:
             self.close()

@@ -23,6 +23,35 @@ def _umask_mode() -> int:
     return 0o666 & ~umask
 
 
+def inside_root(path: Path, root: Path) -> Path:
+    """``path`` when it stays under the run root ``root`` once every symlink on the way is
+    followed: a run root is often a cloned repository or an unpacked artifact, and a symlink
+    planted in it (``traces/``, ``checkpoints/``, ``archive.db``) must not carry a write out.
+
+    Raises:
+        StorageError: ``path`` (or a folder on the way) leads out of ``root``.
+    """
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if os.path.commonpath([real_root, real]) != real_root:
+        raise StorageError(
+            f"{path}: a symlink leads out of the run root (to {real}); refused",
+            hint="remove the symlink, or point alpstore at another run root",
+        )
+    return path
+
+
+def refuse_symlink(path: Path) -> None:
+    """Refuse to write through ``path`` when it is a symlink (``O_NOFOLLOW`` for a file that is
+    replaced by rename).
+
+    Raises:
+        StorageError: ``path`` is a symlink.
+    """
+    if path.is_symlink():
+        raise StorageError(f"{path}: is a symlink; refusing to write through it")
+
+
 def write_target(path: Path) -> Path:
     """Where a write to ``path`` lands: the file a symlink points to (resolved), else ``path``."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path

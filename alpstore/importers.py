@@ -9,14 +9,20 @@ imports nothing and memory is bounded by the longest line, not the transcript.
 
 from __future__ import annotations
 
-import json
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from alpstore.codec import MAX_DEPTH, brackets, canonical_json, nesting_depth
+from alpstore.codec import (
+    MAX_DEPTH,
+    DuplicateKeyError,
+    brackets,
+    canonical_json,
+    nesting_depth,
+    strict_decoder,
+)
 from alpstore.errors import AlpstoreError, InputError
 from alpstore.rules.names import claim_name
 from alpstore.rules.turns import is_user_turn
@@ -111,6 +117,11 @@ def _check_claude(obj: dict[str, Any], where: str) -> bool:
     return True
 
 
+_DECODER = strict_decoder(constants=True)
+"""Refuses a repeated key (``alpstore.codec``'s one JSON reader); NaN is refused by
+``canonical_json`` after it, naming its key."""
+
+
 def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
     """Each non-blank line parsed and checked: ``(where, object, line)``."""
     first = True
@@ -119,7 +130,9 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
             continue
         where = f"{path}:{number}"
         try:
-            obj = json.loads(line)
+            obj = _DECODER.decode(line)
+        except DuplicateKeyError as err:
+            raise InputError(f"{where}: {err}; refused") from err
         except (ValueError, RecursionError) as err:
             if isinstance(err, RecursionError):
                 reason = "nested too deeply"

@@ -21,6 +21,7 @@ from alpstore.db.names import (
     NO_ARCHIVE_HINT,
     SQLITE_BUSY_TIMEOUT_MS,
     check_revision,
+    foreign_tables,
 )
 from alpstore.errors import NotFoundError, UsageError
 
@@ -118,6 +119,11 @@ class LiteDatabase:
         self._drivers: list[sqlite3.Connection] = []
         self._closed = False
         try:
+            with self.read() as conn:
+                tables = {str(r[0]) for r in conn.execute(_TABLES).fetchall()}
+            refusal = foreign_tables(self.location, tables)
+            if refusal is not None:
+                raise refusal
             check_revision(self.location, self._revision(), _known_revisions)
         except BaseException:
             self.close()
@@ -235,6 +241,38 @@ class LiteDatabase:
             with contextlib.suppress(sqlite3.Error):
                 driver.close()
         self._local = threading.local()
+
+
+_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+
+
+def refuse_foreign_sqlite(path: Path, location: str) -> None:
+    """Refuse an SQLite file that holds someone else's tables, before anything opens it for
+    writing (a write connection switches the journal mode to WAL and migrates): the file is
+    read with a read-only connection, and left byte for byte as it was. A missing or empty
+    file, or one that is not a database at all (reported by the opening that follows), passes.
+
+    Raises:
+        UsageError: the file holds tables, and not alpstore's.
+    """
+    try:
+        if path.stat().st_size == 0:
+            return
+    except OSError:
+        return
+    try:
+        driver = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return
+    try:
+        tables = {str(r[0]) for r in driver.execute(_TABLES).fetchall()}
+    except sqlite3.Error:
+        return
+    finally:
+        driver.close()
+    refusal = foreign_tables(location, tables)
+    if refusal is not None:
+        raise refusal
 
 
 def _known_revisions() -> set[str]:

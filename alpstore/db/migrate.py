@@ -11,7 +11,7 @@ from sqlalchemy import inspect, text
 from alpstore.db.database import Database, sqlite_engine, translate_errors
 from alpstore.db.fresh import create_head_schema, dump_statements, render
 from alpstore.db.names import SCHEMA_HEAD as SCHEMA_HEAD
-from alpstore.db.names import check_revision
+from alpstore.db.names import check_revision, foreign_tables
 from alpstore.errors import SchemaVersionError
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ def ensure_schema(db: Database) -> None:
     """
     with translate_errors(db.location):
         rev = current_revision(db)
+        if rev is None:
+            refuse_foreign(db)
         if rev is None and create_head_schema(db, SCHEMA_HEAD):
             return  # a new SQLite archive: the head schema directly (alpstore/db/fresh.py)
         if rev is None:  # or created by another process meanwhile
@@ -79,6 +81,19 @@ def ensure_schema(db: Database) -> None:
             hint="upgrade alpstore to open it; nothing was changed",
         )
     upgrade(db)
+
+
+def refuse_foreign(db: Database) -> None:
+    """Refuse a database that holds tables but no alpstore archive: it is never migrated.
+
+    Raises:
+        UsageError: the database (its default schema) holds other tables.
+    """
+    with db.read() as conn:
+        tables = set(inspect(conn).get_table_names())
+    refusal = foreign_tables(db.location, tables)
+    if refusal is not None:
+        raise refusal
 
 
 def require_current_schema(db: Database) -> None:

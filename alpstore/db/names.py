@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from alpstore.errors import NotFoundError, SchemaVersionError
+from alpstore.errors import NotFoundError, SchemaVersionError, UsageError
 
 ARCHIVE_DIR = Path("traces") / "archive"
 ARCHIVE_FILE = "archive.db"
@@ -44,6 +44,26 @@ ARCHIVE_TABLES = (
     "backtracks",
     "session_events",
 )
+
+ALPSTORE_MARKS = frozenset({"alembic_version", "blobs", "sessions"})
+"""Tables every alpstore archive has (at any revision): a database holding tables but not these
+is someone else's, and is never touched (no journal mode, no migration)."""
+
+
+def foreign_tables(location: str, tables: set[str]) -> UsageError | None:
+    """The refusal for a database holding ``tables`` (its table names) when it is not an
+    alpstore archive; None when it is alpstore's (``ALPSTORE_MARKS``) or empty.
+    """
+    if not tables or tables >= ALPSTORE_MARKS:
+        return None
+    shown = ", ".join(sorted(ascii(t)[1:-1] for t in tables)[:5])
+    more = ", …" if len(tables) > 5 else ""
+    return UsageError(
+        f"{location} is not an alpstore archive (it holds other tables: {shown}{more}); "
+        "nothing was changed",
+        hint="point alpstore at an empty database or at an alpstore archive",
+    )
+
 
 NO_ARCHIVE_HINT = "a writing command creates it, e.g. `alpstore session import FILE`"
 """What to do when there is no archive where one was looked for."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import importlib.resources
-import json
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Final
@@ -89,15 +88,6 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"found the key {key!r} more than once")
-        out[key] = value
-    return out
-
-
 def _parse_document(raw: bytes, where: str) -> Any:
     if len(raw) > MAX_MANIFEST_BYTES:
         raise PolicyError(f"{where}: larger than {MAX_MANIFEST_BYTES} bytes")
@@ -105,14 +95,15 @@ def _parse_document(raw: bytes, where: str) -> Any:
         text = raw.decode("utf-8-sig")  # a byte order mark is fine
     except UnicodeDecodeError as exc:
         raise PolicyError(f"{where}: not UTF-8 text") from exc
-    from alpstore.codec import MAX_DEPTH, nesting_depth
+    from alpstore.codec import MAX_DEPTH, nesting_depth, parse_json
+    from alpstore.errors import CanonicalJSONError
 
     try:
         if where.endswith(".json"):
             try:
-                data = json.loads(text, object_pairs_hook=_unique_pairs)
-            except ValueError as exc:
-                raise PolicyError(f"{where}: not valid JSON ({exc})") from exc
+                data = parse_json(text, where=where)  # the one reader: a repeated key refused
+            except CanonicalJSONError as exc:
+                raise PolicyError(exc.message) from exc
         else:
             try:
                 data = yaml.load(text, Loader=UniqueKeyLoader)  # a SafeLoader

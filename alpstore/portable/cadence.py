@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final, Literal
 
 from alpstore.errors import UsageError
+from alpstore.fileio import inside_root
 from alpstore.policy.model import CheckpointPolicy
 
 Event = Literal[
@@ -107,5 +108,9 @@ def file_label(label: str, trigger: str | None, seq: int) -> str:
 
 
 def default_store_dir(root: Path) -> Path:
-    """AR-4: ``<run_root>/checkpoints`` for explicit saves without a configured directory."""
-    return root / "checkpoints"
+    """AR-4: ``<run_root>/checkpoints`` for explicit saves without a configured directory.
+
+    Raises:
+        StorageError: ``checkpoints`` (or the run root's path to it) is a symlink out of it.
+    """
+    return inside_root(root / "checkpoints", root)

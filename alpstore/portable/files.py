@@ -420,6 +420,7 @@ def atomic_write(path: Path, data: bytes, *, overwrite: bool = True) -> None:
     """
     if not overwrite and path.exists():
         raise CheckpointFileError(f"{path}: already exists; refusing to overwrite")
+    fileio.refuse_symlink(path)  # a planted link would carry the conversation elsewhere
     fileio.atomic_write(path, data, mode=None if path.exists() else 0o600)
 
 

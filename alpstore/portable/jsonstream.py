@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from alpstore.codec import strict_decoder
 from alpstore.errors import CheckpointFileError
 
 CHUNK: Final = 1024 * 1024
@@ -28,11 +29,8 @@ _NUMBER_TAIL: Final = re.compile(r"[0-9.eE+-]*")
 before the end of the buffer, the number may go on in the next chunk."""
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
-
-
-_DECODER: Final = json.JSONDecoder(parse_constant=_no_constants)
+_DECODER: Final = strict_decoder()
+"""Refuses NaN/Infinity and a repeated key (``alpstore.codec``'s one JSON reader)."""
 
 
 class JsonStream:
@@ -149,7 +147,7 @@ class JsonStream:
                 raise self.error(err.msg, err.pos) from None
             except RecursionError:
                 raise self.error("nested too deeply") from None
-            except ValueError as err:  # NaN/Infinity, an integer of more than 4,300 digits
+            except ValueError as err:  # NaN/Infinity, a repeated key, an integer of > 4,300 digits
                 raise self.error(str(err).splitlines()[0]) from None
             if not self.eof and first not in '"[{' and _NUMBER_TAIL.fullmatch(self.buf, end):
                 self._grow(start)  # a number or literal may go on in the next chunk ("12.|5")

@@ -16,9 +16,11 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from alpstore.db import open_database
+from alpstore.db.database import Database, sqlite_engine
 from alpstore.db.fresh import SNAPSHOT, create_head_schema, parse
 from alpstore.db.migrate import SCHEMA_HEAD, current_revision, migrated_snapshot
 from alpstore.db.tables import metadata
+from alpstore.errors import UsageError
 
 PRAGMAS = ("user_version", "application_id", "auto_vacuum", "page_size", "encoding", "journal_mode")
 
@@ -116,7 +118,11 @@ def test_not_used_on_a_database_that_is_not_empty_or_a_stale_snapshot(tmp_path: 
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE someone_elses (x)")
     conn.close()
-    db = open_database(url=_url(path), migrate=False)
+    before = path.read_bytes()
+    with pytest.raises(UsageError, match="not an alpstore archive"):  # never opened for writing
+        open_database(url=_url(path), migrate=False)
+    assert path.read_bytes() == before
+    db = Database(sqlite_engine(_url(path)), location=str(path))  # below the opening's check
     try:
         assert not create_head_schema(db, SCHEMA_HEAD)
     finally:
