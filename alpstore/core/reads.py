@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from alpstore.codec import Digest
 from alpstore.core.parts import StoreParts
@@ -121,7 +121,7 @@ class StoreReads(StoreParts):
         query for the rows, one for the parents and roots outside them.
         """
         with self.db.read() as conn:
-            where, params = "ORDER BY id", ()
+            where, params = "ORDER BY id", cast(tuple[int, ...], ())
             if limit is not None or offset:
                 where, params = (
                     "ORDER BY id LIMIT ? OFFSET ?",

@@ -95,16 +95,31 @@ _BACKTRACKS = (
 )
 
 
+def finite_between(between: tuple[float, float]) -> tuple[float, float]:
+    """``[lo, hi)`` with infinities as the largest floats (a database compares those)."""
+    big = 1.7e308
+    return (max(between[0], -big), min(between[1], big))
+
+
 def backtracks_of(
-    store: Store, session_ids: Sequence[int], *, every: bool = False
+    store: Store,
+    session_ids: Sequence[int],
+    *,
+    every: bool = False,
+    between: tuple[float, float] | None = None,
 ) -> dict[int, list[dict[str, Any]]]:
-    """The backtracks of the given sessions (``every``: of all of them, in one query), oldest
-    first, as :meth:`Store.session_backtracks` gives them; steering texts loaded in batches.
+    """The backtracks of the given sessions (``every``: of all of them, in one query; with
+    ``between``, of one session, only those made in ``[lo, hi)``), oldest first, as
+    :meth:`Store.session_backtracks` gives them; steering texts loaded in batches.
     """
     rows: list[Any] = []
     with store.db.read() as conn:
         if every:
             rows = rsql.fetchall(conn, f"{_BACKTRACKS} ORDER BY id", ())
+        elif between is not None:
+            (sid,) = session_ids
+            where = "WHERE session_id = ? AND created_at >= ? AND created_at < ? ORDER BY id"
+            rows = rsql.fetchall(conn, f"{_BACKTRACKS} {where}", (sid, *finite_between(between)))
         else:
             wanted = sorted(set(session_ids))
             for k in range(0, len(wanted), CHUNK):

@@ -119,7 +119,7 @@ def deep_chain(tmp_path: Path) -> Any:
 
 @pytest.mark.parametrize("fmt", ["tree", "json", "dot", "mermaid"])
 def test_lineage_of_a_fork_chain_10000_deep(deep_chain: Any, fmt: str) -> None:
-    store, root = deep_chain
+    store, _root = deep_chain
     text = render_lineage(store, "deep9999", fmt)  # the tree the deepest session belongs to
     assert "deep9999" in text and "top" in text
     if fmt == "tree":
