@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import event
 from starlette.testclient import TestClient
 
+from alpstore.db import opening
 from alpstore.db import raw as rsql
 from alpstore.store import Store
 from alpstore.ui.app import create_app
@@ -38,7 +39,7 @@ def _served(root: Path, others: int, deep: int) -> tuple[TestClient, Store, dict
     if deep:
         fork_chain(store, demo, deep)
     store.close()
-    ro = open_read_only(root)
+    ro = open_read_only(root, opening.default_database_url(root))  # on PostgreSQL: its schema
     settings = Settings(ro, "t0ken", 8765, ["testserver"], label="scale")
     client = TestClient(create_app(settings))
     assert client.get("/?token=t0ken").status_code == 200
