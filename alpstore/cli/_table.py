@@ -189,12 +189,11 @@ def print_tree(roots: Sequence[Branch], *, empty: str) -> None:
     from rich.text import Text
     from rich.tree import Tree
 
-    def grow(tree: Tree, branch: Branch) -> None:
-        for child in branch.children:
-            grow(tree.add(Text(term(child.text))), child)
-
     console = Console(highlight=False)
     for root in roots:
         tree = Tree(Text(term(root.text)), guide_style="dim")
-        grow(tree, root)
+        stack = [(tree, root)]  # iterative: a fork chain may be thousands deep
+        while stack:
+            into, branch = stack.pop()
+            stack.extend((into.add(Text(term(c.text))), c) for c in branch.children)
         console.print(tree)

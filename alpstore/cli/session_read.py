@@ -35,10 +35,23 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def list_sessions(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List every session in the archive (none, when there is no archive yet)."""
+def list_sessions(
+    ctx: typer.Context,
+    as_json: JsonOpt = False,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=0, max=MAX_COUNT, help="Print at most this many sessions."),
+    ] = None,
+    offset: Annotated[
+        int,
+        typer.Option("--offset", min=0, max=MAX_COUNT, help="Skip this many sessions first."),
+    ] = 0,
+) -> None:
+    """List every session in the archive, oldest first (none, when there is no archive yet);
+    --limit and --offset print one page of them.
+    """
     try:
-        infos = read_store(ctx, read_only=True).list_sessions()
+        infos = read_store(ctx, read_only=True).list_sessions(limit=limit, offset=offset)
     except NotFoundError:  # no archive here: nothing to list, and nothing is created
         infos = []
     if as_json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from alpstore.codec import Digest
 from alpstore.core.parts import StoreParts
@@ -58,10 +58,10 @@ class StoreReads(StoreParts):
             raise NotFoundError(f"no session with id {session_id}")
         return self._info(conn, rows[0])
 
-    def _info(self, conn: Connection, row: Any) -> SessionInfo:
-        names: dict[Any, Any] = {}
+    def _info(self, conn: Connection, row: Any, names: dict[Any, Any] | None = None) -> SessionInfo:
+        """``row`` as a SessionInfo; ``names`` (id → uuid) when the caller read them already."""
         wanted = sorted({i for i in (row.parent_id, row.root_id) if i is not None})
-        if wanted:
+        if names is None and wanted:
             names = dict(
                 rsql.fetchall(
                     conn,
@@ -69,6 +69,7 @@ class StoreReads(StoreParts):
                     wanted,
                 )
             )
+        names = names or {}
         return SessionInfo(
             id=int(row.id),
             uuid=row.uuid,
@@ -132,11 +133,39 @@ class StoreReads(StoreParts):
             rows = self._sessions(conn, "WHERE name = ?", (name,))
             return None if not rows else Session(self, self._info(conn, rows[0]))  # type: ignore[arg-type]
 
-    def list_sessions(self) -> list[SessionInfo]:
-        """Every session, oldest first."""
+    def list_sessions(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:
+        """Every session, oldest first (``limit`` of them after ``offset`` when given): one
+        query for the rows, one for the parents and roots outside them.
+        """
         with self.db.read() as conn:
-            rows = self._sessions(conn, "ORDER BY id", ())
-            return [self._info(conn, r) for r in rows]
+            where, params = "ORDER BY id", cast(tuple[int, ...], ())
+            if limit is not None or offset:
+                where, params = (
+                    "ORDER BY id LIMIT ? OFFSET ?",
+                    (
+                        MAX_SQL_INTEGER if limit is None else limit,
+                        offset,
+                    ),
+                )
+            rows = self._sessions(conn, where, params)
+            return self.infos_of(conn, rows)
+
+    def infos_of(self, conn: Connection, rows: list[SessionRow]) -> list[SessionInfo]:
+        """Session rows as SessionInfos, their parents' and roots' uuids read in one query."""
+        names: dict[Any, Any] = {int(r.id): r.uuid for r in rows}
+        wanted = sorted(
+            {i for r in rows for i in (r.parent_id, r.root_id) if i is not None} - set(names)
+        )
+        for k in range(0, len(wanted), 500):
+            chunk = wanted[k : k + 500]
+            names.update(
+                rsql.fetchall(
+                    conn,
+                    f"SELECT id, uuid FROM sessions WHERE id IN ({rsql.placeholders(len(chunk))})",
+                    chunk,
+                )
+            )
+        return [self._info(conn, r, names) for r in rows]
 
     def count_sessions(self) -> int:
         """How many sessions the archive holds."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError, StorageError, UsageError
 from alpstore.fileio import atomic_write
 from alpstore.sessions import SessionInfo
@@ -44,27 +45,109 @@ def lineage_forest(store: Store, session_ref: str | None = None) -> list[Node]:
     """The fork trees: every root session with its descendants (only the tree that
     ``session_ref`` belongs to when given), children in creation order.
 
+    A few set-based queries, whatever the number of sessions; no recursion, however deep.
+
     Raises:
         NotFoundError: unknown session.
     """
-    infos = store.list_sessions()
     wanted_root = store.get_session(session_ref).info().root if session_ref else None
+    infos = [i for i in store.list_sessions() if wanted_root is None or i.root == wanted_root]
+    return build_forest(store, infos)
+
+
+def build_forest(store: Store, infos: Sequence[SessionInfo]) -> list[Node]:
+    """``infos`` as fork trees (a session whose parent is not among them is a root), with
+    their fork turns and backtracks read in a few queries.
+    """
+    ids = [i.id for i in infos]
+    forks = checkpoint_turns(store, [i.source_checkpoint for i in infos if i.source_checkpoint])
+    bts = backtracks_of(store, ids, every=len(ids) == store.count_sessions())
     nodes: dict[str, Node] = {}
     for info in infos:
-        if wanted_root is not None and info.root != wanted_root:
-            continue
-        at = None
-        if info.source_checkpoint is not None:
-            try:
-                at = store.get_checkpoint(info.source_checkpoint).turn
-            except NotFoundError:
-                at = None
-        nodes[info.uuid] = Node(info, at, store.session_backtracks(info.id))
+        at = forks.get(info.source_checkpoint) if info.source_checkpoint is not None else None
+        nodes[info.uuid] = Node(info, at, bts.get(info.id, []))
     roots: list[Node] = []
     for node in nodes.values():
         parent = nodes.get(node.info.parent or "")
         (parent.children if parent else roots).append(node)
     return roots
+
+
+CHUNK = 500
+"""Ids per ``IN (…)`` list."""
+
+
+def checkpoint_turns(store: Store, ids: Sequence[int]) -> dict[int, int]:
+    """The turn of each checkpoint id that exists (one query per :data:`CHUNK` ids)."""
+    out: dict[int, int] = {}
+    wanted = sorted(set(ids))
+    with store.db.read() as conn:
+        for k in range(0, len(wanted), CHUNK):
+            chunk = wanted[k : k + CHUNK]
+            sql = f"SELECT id, turn FROM checkpoints WHERE id IN ({rsql.placeholders(len(chunk))})"
+            out.update((int(i), int(t)) for i, t in rsql.fetchall(conn, sql, chunk))
+    return out
+
+
+_BACKTRACKS = (
+    "SELECT id, session_id, steps, from_checkpoint_id, to_checkpoint_id, automatic, "
+    "error_signature, created_at, steering_blob_id FROM backtracks"
+)
+
+
+def finite_between(between: tuple[float, float]) -> tuple[float, float]:
+    """``[lo, hi)`` with infinities as the largest floats (a database compares those)."""
+    big = 1.7e308
+    return (max(between[0], -big), min(between[1], big))
+
+
+def backtracks_of(
+    store: Store,
+    session_ids: Sequence[int],
+    *,
+    every: bool = False,
+    between: tuple[float, float] | None = None,
+) -> dict[int, list[dict[str, Any]]]:
+    """The backtracks of the given sessions (``every``: of all of them, in one query; with
+    ``between``, of one session, only those made in ``[lo, hi)``), oldest first, as
+    :meth:`Store.session_backtracks` gives them; steering texts loaded in batches.
+    """
+    rows: list[Any] = []
+    with store.db.read() as conn:
+        if every:
+            rows = rsql.fetchall(conn, f"{_BACKTRACKS} ORDER BY id", ())
+        elif between is not None:
+            (sid,) = session_ids
+            where = "WHERE session_id = ? AND created_at >= ? AND created_at < ? ORDER BY id"
+            rows = rsql.fetchall(conn, f"{_BACKTRACKS} {where}", (sid, *finite_between(between)))
+        else:
+            wanted = sorted(set(session_ids))
+            for k in range(0, len(wanted), CHUNK):
+                chunk = wanted[k : k + CHUNK]
+                where = f"WHERE session_id IN ({rsql.placeholders(len(chunk))})"
+                rows += rsql.fetchall(conn, f"{_BACKTRACKS} {where}", chunk)
+            rows.sort(key=lambda r: int(r[0]))
+        steering_ids = sorted({int(r[8]) for r in rows if r[8] is not None})
+        steering: dict[int, Any] = {}
+        for k in range(0, len(steering_ids), CHUNK):
+            loaded = store.archive.load_by_ids(conn, steering_ids[k : k + CHUNK])
+            steering.update({i: doc for i, (_, _, doc) in loaded.items()})
+    out: dict[int, list[dict[str, Any]]] = {}
+    for bt, sid, steps, src, dst, automatic, signature, at, steering_id in rows:
+        doc = steering.get(int(steering_id)) if steering_id is not None else None
+        out.setdefault(int(sid), []).append(
+            {
+                "backtrack": int(bt),
+                "steps": int(steps),
+                "from_checkpoint": src,
+                "to_checkpoint": dst,
+                "automatic": bool(automatic),
+                "error_signature": signature,
+                "steering": doc.get("content") if isinstance(doc, dict) else None,
+                "at": float(at),
+            }
+        )
+    return out
 
 
 def _bt_text(bt: dict[str, Any], to_turn: int | None) -> str:
@@ -76,17 +159,9 @@ def _bt_text(bt: dict[str, Any], to_turn: int | None) -> str:
 
 def _turns(store: Store, roots: list[Node]) -> dict[int, int]:
     """Turns of every backtrack's target checkpoint."""
-    out: dict[int, int] = {}
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)
-        for bt in node.backtracks:
-            try:
-                out[bt["to_checkpoint"]] = store.get_checkpoint(bt["to_checkpoint"]).turn
-            except NotFoundError:
-                continue
-    return out
+    return checkpoint_turns(
+        store, [bt["to_checkpoint"] for n in _walk(roots) for bt in n.backtracks]
+    )
 
 
 def node_text(node: Node) -> str:
@@ -117,31 +192,47 @@ class Branch:
     children: list[Branch] = field(default_factory=list)
 
 
+MAX_DRAWN_DEPTH = 64
+"""Fork levels a drawn tree indents; a session deeper than this is drawn under its ancestor at
+that level, its text led by ``[depth N]`` (a chain 10,000 deep would otherwise need lines tens
+of thousands of characters wide)."""
+
+
 def lineage_branches(roots: list[Node], turns: dict[int, int]) -> list[Branch]:
-    """The fork tree as lines to draw: each session, its backtracks first, then its forks."""
-
-    def branch(node: Node) -> Branch:
-        marks = [Branch(backtrack_text(bt, turns)) for bt in node.backtracks]
-        return Branch(node_text(node), [*marks, *(branch(c) for c in node.children)])
-
-    return [branch(r) for r in roots]
+    """The fork tree as lines to draw: each session, its backtracks first, then its forks
+    (iterative: no recursion however deep the tree; see :data:`MAX_DRAWN_DEPTH`).
+    """
+    out: list[Branch] = []
+    # (node, depth, the list its branch goes in, the list its deep descendants go in)
+    stack: list[tuple[Node, int, list[Branch]]] = [(r, 0, out) for r in reversed(roots)]
+    while stack:
+        node, depth, into = stack.pop()
+        text = node_text(node)
+        if depth > MAX_DRAWN_DEPTH:
+            text = f"[depth {depth}] {text}"
+        branch = Branch(text, [Branch(backtrack_text(bt, turns)) for bt in node.backtracks])
+        into.append(branch)
+        kids_into = branch.children if depth < MAX_DRAWN_DEPTH else into
+        stack.extend((c, depth + 1, kids_into) for c in reversed(node.children))
+    return out
 
 
 def tree_lines(roots: Sequence[Branch], cell: Callable[[str], str] = str) -> list[str]:
     """A forest drawn with plain guides (``├──``, ``└──``, ``│``), one line per branch, each
-    text passed through ``cell`` (the command line escapes it there).
+    text passed through ``cell`` (the command line escapes it there). Iterative.
     """
     lines: list[str] = []
-
-    def visit(b: Branch, prefix: str, last: bool, top: bool) -> None:
+    # (branch, prefix, last, top)
+    stack: list[tuple[Branch, str, bool, bool]] = [(r, "", True, True) for r in reversed(roots)]
+    while stack:
+        b, prefix, last, top = stack.pop()
         text = cell(b.text)
         lines.append(text if top else f"{prefix}{'└── ' if last else '├── '}{text}")
         inner = prefix if top else prefix + ("    " if last else "│   ")
-        for n, kid in enumerate(b.children):
-            visit(kid, inner, n == len(b.children) - 1, False)
-
-    for root in roots:
-        visit(root, "", True, True)
+        n = len(b.children)
+        stack.extend(
+            (kid, inner, k == n - 1, False) for k, kid in reversed(list(enumerate(b.children)))
+        )
     return lines
 
 
@@ -149,7 +240,7 @@ def _tree(roots: list[Node], turns: dict[int, int]) -> str:
     return "\n".join(tree_lines(lineage_branches(roots, turns))) or "(no sessions)"
 
 
-def _doc(node: Node, turns: dict[int, int]) -> dict[str, Any]:
+def _fields(node: Node, turns: dict[int, int]) -> dict[str, Any]:
     i = node.info
     return {
         "session": i.uuid,
@@ -173,8 +264,55 @@ def _doc(node: Node, turns: dict[int, int]) -> dict[str, Any]:
             }
             for bt in node.backtracks
         ],
-        "children": [_doc(c, turns) for c in node.children],
     }
+
+
+MAX_JSON_INDENT = 64
+"""Nesting levels the JSON indents; deeper ones are written at that indentation (still the
+same JSON, and no line grows with the depth of the tree)."""
+
+
+def lineage_json(roots: list[Node], turns: dict[int, int]) -> str:
+    """The forest as nested JSON (each session with its ``children``), written as
+    ``json.dumps(..., indent=2)`` would write it, but without recursion however deep.
+    """
+    parts: list[str] = []
+
+    def pad(level: int) -> str:
+        return "  " * min(level, MAX_JSON_INDENT)
+
+    def value(v: Any, level: int) -> str:
+        return json.dumps(v, indent=2, ensure_ascii=False).replace("\n", "\n" + pad(level))
+
+    # work items: a node to open at a level, or literal text to write
+    stack: list[tuple[Node, int, bool] | str] = []
+    if not roots:
+        return "[]"
+    parts.append("[\n")
+    stack.append("\n]")
+    for k in range(len(roots) - 1, -1, -1):
+        stack.append((roots[k], 1, k == len(roots) - 1))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        node, level, last = item
+        inner = pad(level + 1)
+        parts.append(pad(level) + "{\n")
+        for key, v in _fields(node, turns).items():
+            parts.append(f"{inner}{json.dumps(key)}: {value(v, level + 1)},\n")
+        tail = "\n" + pad(level) + "}" + ("" if last else ",\n")
+        if not node.children:
+            parts.append(f'{inner}"children": []')
+            parts.append(tail)
+            continue
+        parts.append(f'{inner}"children": [\n')
+        stack.append("\n" + inner + "]" + tail)
+        kids = node.children
+        for k in range(len(kids) - 1, -1, -1):
+            stack.append((kids[k], level + 2, k == len(kids) - 1))
+    return "".join(parts)
 
 
 def _walk(roots: list[Node]) -> list[Node]:
@@ -261,7 +399,7 @@ def render_lineage(store: Store, session_ref: str | None, fmt: str) -> str:
     roots = lineage_forest(store, session_ref)
     turns = _turns(store, roots)
     if fmt == "json":
-        return json.dumps([_doc(r, turns) for r in roots], indent=2, ensure_ascii=False)
+        return lineage_json(roots, turns)
     if fmt == "dot":
         return _dot(roots, turns)
     if fmt == "mermaid":

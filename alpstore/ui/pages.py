@@ -14,7 +14,6 @@ from alpstore.continuity.status import _inspect_checkpoint
 from alpstore.db.info import describe
 from alpstore.debug.bisect import bisect as run_bisect
 from alpstore.debug.bisect import grep_predicate
-from alpstore.debug.lineage import lineage_forest
 from alpstore.errors import ContinuityError, NotFoundError, UsageError
 from alpstore.maintenance import verify
 from alpstore.store import MAX_SQL_INTEGER
@@ -61,8 +60,14 @@ def _checkpoint(store: Store, ref: str) -> CheckpointInfo:
     return store.resolve_checkpoint(ref)
 
 
-def _names(settings: Settings) -> dict[str, str]:
-    return {s.uuid: s.name or s.uuid[:8] for s in settings.store.list_sessions()}
+def _names(
+    settings: Settings, *cks: CheckpointInfo | None, more: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """Names of the sessions these checkpoints belong to (and ``more``): what the page shows,
+    in one query, never every session of the archive.
+    """
+    uuids = {ck.session for ck in cks if ck is not None} | set(more)
+    return queries.session_names(settings.store, uuids)
 
 
 def ref(names: dict[str, str], ck: CheckpointInfo) -> str:
@@ -74,9 +79,10 @@ def sessions(request: Request, settings: Settings) -> dict[str, Any]:
     """Sessions: the lineage tree, or the sessions matching ``q``."""
     store = settings.store
     q = request.query_params.get("q", "")
-    found = queries.search_sessions(store, q) if q.strip() else None
-    forest = lineage_forest(store) if found is None else []
-    return {"q": q, "found": found, "forest": forest, "count": store.count_sessions()}
+    found, matches = queries.search_sessions(store, q) if q.strip() else (None, 0)
+    page = queries.sessions_page(store, _int(request, "page")) if found is None else None
+    count = page.total if page is not None else store.count_sessions()
+    return {"q": q, "found": found, "matches": matches, "tree": page, "count": count}
 
 
 def timeline(request: Request, settings: Settings) -> dict[str, Any]:
@@ -99,7 +105,15 @@ def timeline(request: Request, settings: Settings) -> dict[str, Any]:
         "chart": chart,
         "last_seq": last_seq,
         "live": page.page == page.pages - 1,
-        "names": _names(settings),
+        "names": _names(
+            settings,
+            parent_ck,
+            more=(
+                info.uuid,
+                *(str(m.detail.get("child") or "") for r in page.rows for m in r.markers),
+                *(str(m.detail.get("child") or "") for m in page.before),
+            ),
+        ),
         "ref": ref,
     }
 
@@ -140,7 +154,7 @@ def conversation(request: Request, settings: Settings) -> dict[str, Any]:
     return {
         "w": window,
         "ck": ck,
-        "names": _names(settings),
+        "names": _names(settings, ck, window.previous),
         "ref": ref,
         "window": queries.CONVERSATION_WINDOW,
     }
@@ -160,7 +174,7 @@ def diff(request: Request, settings: Settings) -> dict[str, Any]:
         "a_ref": a_ref,
         "b_ref": b_ref,
         "d": result,
-        "names": _names(settings),
+        "names": _names(settings, *((result.a, result.b) if result is not None else ())),
         "ref": ref,
     }
 
@@ -179,7 +193,7 @@ def bisect(request: Request, settings: Settings) -> dict[str, Any]:
         "info": session.info(),
         "grep": pattern,
         "r": result,
-        "names": _names(settings),
+        "names": _names(settings, more=(session.uuid,)),
         "ref": ref,
     }
 

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select
 
+from alpstore.codec import parse_json
+from alpstore.core.rows import SESSION_COLUMNS, SessionRow
 from alpstore.db import raw as rsql
-from alpstore.db.tables import checkpoints, sessions, zstd_dicts
+from alpstore.db.tables import checkpoints, zstd_dicts
 from alpstore.debug.entries import load_entries
 from alpstore.debug.history import view_delta
+from alpstore.debug.lineage import CHUNK, Node, backtracks_of, checkpoint_turns, finite_between
 from alpstore.errors import IntegrityError, NotFoundError
 from alpstore.sessions import CheckpointInfo, Entry, SessionInfo
 from alpstore.store import checkpoint_deltas
@@ -33,6 +36,8 @@ EXPAND_LIMIT = 200
 """Leaves shown inline under one summary; the rest are counted."""
 EXPAND_DEPTH = 16
 
+
+_SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
 
 ENTRY_POSITIONS = (
     "SELECT position, blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? "
@@ -115,14 +120,27 @@ def count_checkpoints(store: Store, info: SessionInfo) -> int:
         )
 
 
-def _markers(store: Store, info: SessionInfo) -> list[Marker]:
-    out = [Marker("backtrack", bt["at"], bt) for bt in store.session_backtracks(info.id)]
-    for ev in store.session_events(info.id):
+def _markers(store: Store, info: SessionInfo, lo: float, hi: float) -> list[Marker]:
+    """The backtracks and events of ``info`` made in ``[lo, hi)``: read by time, so a page (or a
+    poll) reads only the markers it shows, however many the session has.
+    """
+    between = (lo, hi)
+    bts = backtracks_of(store, [info.id], between=between).get(info.id, [])
+    out = [Marker("backtrack", bt["at"], bt) for bt in bts]
+    with store.db.read() as conn:
+        rows = rsql.fetchall(
+            conn,
+            "SELECT kind, checkpoint_id, created_at, detail FROM session_events "
+            "WHERE session_id = ? AND created_at >= ? AND created_at < ? ORDER BY id",
+            (info.id, *finite_between(between)),
+        )
+    for kind, checkpoint, at, raw in rows:
+        value = parse_json(raw, where="event") if raw else {}
         # record_decision stores whatever JSON it is given as the detail
-        detail = ev["detail"] if isinstance(ev["detail"], dict) else {"detail": ev["detail"]}
-        if ev["kind"] == "status" and detail.get("status") == "active":
+        detail = value if isinstance(value, dict) else {"detail": value}
+        if kind == "status" and detail.get("status") == "active":
             continue
-        out.append(Marker(ev["kind"], float(ev["at"]), {"checkpoint": ev["checkpoint"], **detail}))
+        out.append(Marker(kind, float(at), {"checkpoint": checkpoint, **detail}))
     out.sort(key=lambda m: m.at)
     return out
 
@@ -191,7 +209,7 @@ def _rows_with_markers(
     base = _baseline(store, info, cks[0])
     deltas = checkpoint_deltas(store, [base, *cks] if base is not None else cks)
     hi = float(following.created_at) if following is not None else float("inf")
-    markers = [m for m in _markers(store, info) if lo <= m.at < hi]
+    markers = _markers(store, info, lo, hi)
     rows: list[TimelineRow] = []
     before: list[Marker] = []
     position = 0
@@ -290,29 +308,138 @@ def conversation(store: Store, ck: CheckpointInfo, start: int | None) -> Convers
 
 
 # ---------------------------------------------------------------- sessions, archive
-def search_sessions(store: Store, query: str) -> list[SessionInfo]:
-    """Sessions whose id, name or status contains ``query`` (case-insensitive)."""
-    q = query.strip().lower()
-    return [
-        s
-        for s in store.list_sessions()
-        if q in s.uuid.lower() or q in (s.name or "").lower() or q in s.status.lower()
+SESSIONS_PAGE = 200
+"""Sessions per page of the Sessions page (and most matches a search shows)."""
+MAX_INDENT = 12
+"""Fork levels the Sessions page indents (deeper ones say their depth)."""
+
+
+@dataclass(frozen=True)
+class SessionRowView:
+    """One line of the Sessions page: a session, its depth in its fork tree, its backtracks."""
+
+    node: Node
+    depth: int
+
+    @property
+    def indent(self) -> int:
+        """The indentation class (0 .. :data:`MAX_INDENT`)."""
+        return min(self.depth, MAX_INDENT)
+
+
+@dataclass(frozen=True)
+class SessionsPage:
+    """A page of the fork forest, drawn flat in tree order (no recursion however deep)."""
+
+    rows: list[SessionRowView]
+    page: int
+    pages: int
+    total: int
+
+
+def _infos(store: Store, ids: list[int]) -> list[SessionInfo]:
+    """The sessions with these ids, in that order (a query per :data:`CHUNK` ids, and one for
+    the parents and roots).
+    """
+    rows: dict[int, Any] = {}
+    with store.db.read() as conn:
+        for k in range(0, len(ids), CHUNK):
+            chunk = ids[k : k + CHUNK]
+            sql = f"{_SESSIONS} WHERE id IN ({rsql.placeholders(len(chunk))})"
+            rows.update((int(r[0]), SessionRow(*r)) for r in rsql.fetchall(conn, sql, chunk))
+        return store.infos_of(conn, [rows[i] for i in ids if i in rows])
+
+
+def sessions_page(store: Store, page: int | None) -> SessionsPage:
+    """Page ``page`` (0-based) of every session in fork-tree order: the ids and parents of all
+    (one narrow query), the rows, fork turns and backtracks of the page's sessions only.
+    """
+    with store.db.read() as conn:
+        pairs = [
+            (int(i), None if p is None else int(p))
+            for i, p in rsql.fetchall(conn, "SELECT id, parent_id FROM sessions ORDER BY id", ())
+        ]
+    known = {i for i, _ in pairs}
+    kids: dict[int | None, list[int]] = {}
+    for i, p in pairs:
+        kids.setdefault(p if p in known else None, []).append(i)
+    order: list[tuple[int, int]] = []
+    stack = [(i, 0) for i in reversed(kids.get(None, []))]
+    while stack:
+        i, depth = stack.pop()
+        order.append((i, depth))
+        stack.extend((c, depth + 1) for c in reversed(kids.get(i, [])))
+    total = len(order)
+    pages = max((total + SESSIONS_PAGE - 1) // SESSIONS_PAGE, 1)
+    page = min(max(page or 0, 0), pages - 1)
+    shown = order[page * SESSIONS_PAGE : (page + 1) * SESSIONS_PAGE]
+    infos = _infos(store, [i for i, _ in shown])
+    forks = checkpoint_turns(store, [i.source_checkpoint for i in infos if i.source_checkpoint])
+    bts = backtracks_of(store, [i.id for i in infos])
+    depths = dict(shown)
+    rows = [
+        SessionRowView(
+            Node(
+                i,
+                forks.get(i.source_checkpoint) if i.source_checkpoint else None,
+                bts.get(i.id, []),
+            ),
+            depths[i.id],
+        )
+        for i in infos
     ]
+    return SessionsPage(rows, page, pages, total)
+
+
+def search_sessions(store: Store, query: str) -> tuple[list[SessionInfo], int]:
+    """The first :data:`SESSIONS_PAGE` sessions whose id, name or status contains ``query``
+    (case-insensitive), and how many match in all: the matching is done by the database.
+    """
+    q = query.strip().lower()
+    pattern = "%" + q.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
+    where = (
+        "WHERE LOWER(uuid) LIKE ? ESCAPE '/' OR LOWER(COALESCE(name, '')) LIKE ? ESCAPE '/' "
+        "OR LOWER(status) LIKE ? ESCAPE '/'"
+    )
+    params = (pattern, pattern, pattern)
+    with store.db.read() as conn:
+        total = int(rsql.fetchone(conn, f"SELECT COUNT(*) FROM sessions {where}", params)[0])
+        rows = rsql.fetchall(
+            conn, f"{_SESSIONS} {where} ORDER BY id LIMIT ?", (*params, SESSIONS_PAGE)
+        )
+        return store.infos_of(conn, [SessionRow(*r) for r in rows]), total
+
+
+def session_names(store: Store, uuids: set[str]) -> dict[str, str]:
+    """``uuid → name`` (or its first 8 characters) of the sessions a page names: one query."""
+    wanted = sorted(u for u in uuids if u and "\x00" not in u)[:CHUNK]
+    if not wanted:
+        return {}
+    with store.db.read() as conn:
+        rows = rsql.fetchall(
+            conn,
+            f"SELECT uuid, name FROM sessions WHERE uuid IN ({rsql.placeholders(len(wanted))})",
+            wanted,
+        )
+    return {u: n or u[:8] for u, n in rows}
 
 
 def fork_children(store: Store, info: SessionInfo) -> list[tuple[SessionInfo, int | None]]:
-    """Sessions forked from ``info`` and the turn each came from."""
-    out = []
+    """Sessions forked from ``info`` and the turn each came from (at most
+    :data:`SESSIONS_PAGE`; a few queries, not one per child).
+    """
     with store.db.read() as conn:
-        rows = conn.execute(
-            select(sessions.c.id, checkpoints.c.turn)
-            .join(checkpoints, checkpoints.c.id == sessions.c.source_checkpoint_id, isouter=True)
-            .where(sessions.c.parent_id == info.id)
-            .order_by(sessions.c.id)
-        ).all()
-    for sid, turn in rows:
-        out.append((store.session_info(int(sid)), int(turn) if turn is not None else None))
-    return out
+        rows = [
+            SessionRow(*r)
+            for r in rsql.fetchall(
+                conn,
+                f"{_SESSIONS} WHERE parent_id = ? ORDER BY id LIMIT ?",
+                (info.id, SESSIONS_PAGE),
+            )
+        ]
+        infos = store.infos_of(conn, rows)
+    turns = checkpoint_turns(store, [i.source_checkpoint for i in infos if i.source_checkpoint])
+    return [(i, turns.get(i.source_checkpoint) if i.source_checkpoint else None) for i in infos]
 
 
 def dictionaries(store: Store) -> list[dict[str, Any]]:

@@ -99,3 +99,79 @@ def test_svg_with_graphviz(family: Any, tmp_path: Path) -> None:
     target = tmp_path / "l.svg"
     assert write_svg(store, root.uuid, target)
     assert "<svg" in target.read_text()
+
+
+DEEP = 10_000
+
+
+@pytest.fixture
+def deep_chain(tmp_path: Path) -> Any:
+    """A fork chain 10,000 deep under a real session (rows inserted in one transaction)."""
+    from tests.ui._deep_chain import fork_chain
+
+    store = open_store(tmp_path / "run")
+    root = simple_session(store, 2, name="top")
+    root.backtrack(1, "again")
+    fork_chain(store, root, DEEP)
+    yield store, root
+    store.close()
+
+
+@pytest.mark.parametrize("fmt", ["tree", "json", "dot", "mermaid"])
+def test_lineage_of_a_fork_chain_10000_deep(deep_chain: Any, fmt: str) -> None:
+    store, _root = deep_chain
+    text = render_lineage(store, "deep9999", fmt)  # the tree the deepest session belongs to
+    assert "deep9999" in text and "top" in text
+    if fmt == "tree":
+        lines = text.splitlines()
+        assert len(lines) == DEEP + 2  # the sessions and the root's backtrack
+        assert max(len(line) for line in lines) < 4 * (lineage.MAX_DRAWN_DEPTH + 2) + 200
+        assert f"[depth {DEEP}] deep9999" in lines[-1]
+    elif fmt == "json":
+        assert len(text) < 3000 * DEEP  # the indentation stops growing: linear
+        assert text.count('"session":') == DEEP + 1
+        assert text.startswith("[\n  {") and text.endswith("}\n]")
+    elif fmt == "mermaid":
+        nodes, edges = check_mermaid(text)
+        assert len(nodes) == DEEP + 2 and len(edges) == DEEP + 1
+    else:
+        assert text.count(" -> ") == DEEP + 1
+
+
+def test_deep_lineage_json_is_the_nested_tree(deep_chain: Any) -> None:
+    """The JSON is the same nested document json.dumps would write (read back with a deep
+    enough stack, level by level)."""
+    import sys
+    import threading
+
+    store, _ = deep_chain
+    text = render_lineage(store, None, "json")
+    out: list[Any] = []
+
+    def parse() -> None:
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * DEEP + 100))
+        out.append(json.loads(text))
+
+    threading.stack_size(512 * 1024 * 1024)
+    try:
+        t = threading.Thread(target=parse)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(0)
+    node, depth = out[0][0], 0
+    while node["children"]:
+        assert len(node["children"]) == 1
+        node, depth = node["children"][0], depth + 1
+    assert depth == DEEP and node["name"] == f"deep{DEEP - 1}"
+
+
+def test_lineage_json_matches_json_dumps(family: Any) -> None:
+    store, _ = family
+    roots, turns = lineage.lineage_roots(store, None)
+
+    def doc(n: lineage.Node) -> dict[str, Any]:
+        return {**lineage._fields(n, turns), "children": [doc(c) for c in n.children]}
+
+    expected = json.dumps([doc(r) for r in roots], indent=2, ensure_ascii=False)
+    assert lineage.lineage_json(roots, turns) == expected

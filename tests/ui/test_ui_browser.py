@@ -41,10 +41,13 @@ def walk(page: Any, ui: UiServer) -> None:
     demo_item = page.locator(
         "#sessions > li.session", has=page.locator(f"a[href='/s/{ids['demo']}']")
     )
-    expect(demo_item.locator("ul.tree a.session-link")).to_have_text(
+    child_item = page.locator(
+        "#sessions > li.session.depth-1", has=page.locator(f"a[href='/s/{ids['child']}']")
+    )
+    expect(child_item.locator("a.session-link")).to_have_text(
         "experiment" + f" ({ids['child'][:8]})"
     )
-    expect(demo_item.locator(".fork")).to_contain_text("forked at turn 20")
+    expect(child_item.locator(".fork")).to_contain_text("forked at turn 20")
     expect(demo_item.locator("li.backtrack").first).to_contain_text(STEERING)
     page.fill("#q", "experi")
     page.click("form.search button")
