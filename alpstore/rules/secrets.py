@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import unquote
 
 from alpstore.errors import SecretError
 
@@ -26,6 +27,8 @@ TOKEN_SHAPES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
     ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
     ("Stripe secret key", re.compile(r"\b[rs]k_live_[0-9A-Za-z]{20,}")),
+    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
+    ("GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20}")),
     (
         "JSON Web Token",
         re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
@@ -44,7 +47,41 @@ SECRET_KEY: Final = re.compile(
 REFERENCE: Final = re.compile(r"^(?:\$\{env:[A-Za-z_][A-Za-z0-9_]*\}|secret://\S+)$")
 """Values that point at a credential instead of holding it."""
 
-_QUICK: Final = re.compile(r"-----BEGIN|AKIA|ASIA|gh[pousr]_|github_pat_|sk-|xox|AIza|k_live_|eyJ")
+PLACEHOLDER: Final = re.compile(
+    r"^(?:<[^<>]*>|[*x\u2022]{3,}|\$\{[^{}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|\{\{[^{}]*\}\}"
+    r"|\[?(?:changeme|change[-_ ]me|example|redacted|placeholder)\]?)$",
+    re.IGNORECASE,
+)
+"""Values that stand for a credential in docs and templates: ``<password>``, ``***`` / ``xxx`` /
+``•••`` (three or more), ``${VAR}``, ``$VAR``, ``{{ var }}``, ``changeme``, ``example``,
+``REDACTED`` (whole value, any case, optionally in brackets)."""
+
+_URL_PASSWORD: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:\"']*:([^\s/?#@\"']+)@")
+_URL_PASSWORD_B: Final = re.compile(rb"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:\"']*:[^\s/?#@\"']+@")
+"""``scheme://user:password@``: the password group (an empty one is no finding)."""
+
+_HEADER_LINE: Final = re.compile(
+    r"\b(?:(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest|negotiate)\s+)?"
+    r"|x-api-key\s*:\s*|(?:set-)?cookie\s*:\s*[^\s=;\"']+=)([^\s;,\"']+)",
+    re.IGNORECASE,
+)
+"""``Authorization: Bearer …``, ``Proxy-Authorization: …``, ``X-Api-Key: …``, ``Cookie: a=…``."""
+
+HEADER_KEY: Final = re.compile(r"^(?:(?:proxy-)?authorization|(?:set-)?cookie)$", re.IGNORECASE)
+"""Header names whose values are credentials (``X-Api-Key`` is a secret-looking key already)."""
+
+_AUTH_SCHEME: Final = re.compile(r"^(?:bearer|basic|token|digest|negotiate)\s+", re.IGNORECASE)
+
+
+def is_placeholder(value: str) -> bool:
+    """True when ``value`` is empty, a reference, or a placeholder rather than a credential."""
+    text = _AUTH_SCHEME.sub("", value.strip()).strip()
+    return not text or bool(REFERENCE.match(text) or PLACEHOLDER.match(text))
+
+
+_QUICK: Final = re.compile(
+    r"-----BEGIN|AKIA|ASIA|gh[pousr]_|github_pat_|sk-|xox|AIza|k_live_|eyJ|hf_|glpat-"
+)
 """A cheap pre-filter: a string without any of these prefixes cannot match a token shape."""
 
 
@@ -71,6 +108,8 @@ _QUICK_LITERALS: Final = (
     "AIza",
     "k_live_",
     "eyJ",
+    "hf_",
+    "glpat-",
 )
 """Every token shape starts with one of these: a text without them holds no token."""
 _KEY_ENDINGS: Final = (
@@ -94,8 +133,25 @@ _KEY_SPELLINGS: Final = (
     "Key",  # apiKey, accessKey, secretKey, privateKey (camel case)
     "-key",  # x-api-key (kebab case)
 )
-_MIXED_CASE_KEY: Final = re.compile(r"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\": \"")
+_MIXED_CASE_KEY: Final = re.compile(r"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\": ")
 """Only a key in unusual mixed case needs the slower lower-cased search."""
+_HEADER_LITERALS: Final = ("uthorization", "UTHORIZATION", "ookie", "OOKIE", "pi-key", "PI-KEY")
+"""Authorization / Proxy-Authorization / Cookie / X-Api-Key, in the spellings headers use."""
+_ENV_NAME: Final = re.compile(
+    r'"name": ?"[^"]*(?i:password|passwd|passphrase|secret|token|key|credentials?)"'
+)
+_ENV_NAME_B: Final = re.compile(
+    rb'"name": ?"[^"]*(?i:password|passwd|passphrase|secret|token|key|credentials?)"'
+)
+
+
+def _may_hold_other(text: str) -> bool:
+    """URL passwords, credential headers and ``{name, value}`` env lists (the slower checks)."""
+    if "://" in text and _URL_PASSWORD.search(text):
+        return True
+    if any(literal in text for literal in _HEADER_LITERALS) or "pi-Key" in text:
+        return True
+    return '"value":' in text and bool(_ENV_NAME.search(text))
 
 
 def may_hold_secrets(json_text: str) -> bool:
@@ -104,17 +160,20 @@ def may_hold_secrets(json_text: str) -> bool:
     """
     if any(literal in json_text for literal in _QUICK_LITERALS):
         return True
-    return any(f'{word}": "' in json_text for word in _KEY_SPELLINGS) or (
-        any(f'{word}": "' in json_text.lower() for word in _KEY_ENDINGS)
+    if any(f'{word}": ' in json_text for word in _KEY_SPELLINGS) or _may_hold_other(json_text):
+        return True
+    return (
+        any(f'{word}": ' in json_text.lower() for word in _KEY_ENDINGS)
         if _MIXED_CASE_KEY.search(json_text)
         else False
     )
 
 
 _LITERALS_B: Final = tuple(lit.encode() for lit in _QUICK_LITERALS)
-_SPELLINGS_B: Final = tuple(f'{w}":"'.encode() for w in _KEY_SPELLINGS)
-_ENDINGS_B: Final = tuple(f'{w}":"'.encode() for w in _KEY_ENDINGS)
-_MIXED_CASE_KEY_B: Final = re.compile(rb"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\":\"")
+_HEADERS_B: Final = tuple(lit.encode() for lit in (*_HEADER_LITERALS, "pi-Key"))
+_SPELLINGS_B: Final = tuple(f'{w}":'.encode() for w in _KEY_SPELLINGS)
+_ENDINGS_B: Final = tuple(f'{w}":'.encode() for w in _KEY_ENDINGS)
+_MIXED_CASE_KEY_B: Final = re.compile(rb"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\":")
 
 
 def may_hold_secrets_canonical(raw: bytes) -> bool:
@@ -124,6 +183,10 @@ def may_hold_secrets_canonical(raw: bytes) -> bool:
     if any(literal in raw for literal in _LITERALS_B):
         return True
     if any(spelling in raw for spelling in _SPELLINGS_B):
+        return True
+    if b"://" in raw and _URL_PASSWORD_B.search(raw):
+        return True
+    if any(h in raw for h in _HEADERS_B) or (b'"value":' in raw and _ENV_NAME_B.search(raw)):
         return True
     return bool(_MIXED_CASE_KEY_B.search(raw)) and any(e in raw.lower() for e in _ENDINGS_B)
 
@@ -149,6 +212,12 @@ def _check_string(text: str, path: str, out: list[Finding]) -> None:
     kind = _token_kind(text)
     if kind is not None:
         out.append(Finding(path, kind))
+    elif "://" in text and any(
+        not is_placeholder(unquote(m.group(1))) for m in _URL_PASSWORD.finditer(text)
+    ):
+        out.append(Finding(path, "password in a URL"))
+    elif ":" in text and any(not is_placeholder(m.group(1)) for m in _HEADER_LINE.finditer(text)):
+        out.append(Finding(path, "credential header"))
 
 
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -162,11 +231,36 @@ def secret_looking_key(key: str) -> bool:
     return bool(SECRET_KEY.search(plain) or SECRET_KEY.search(_CAMEL_BOUNDARY.sub("_", plain)))
 
 
-def _literal_secret(key: object, value: object) -> bool:
-    if not isinstance(key, str) or not isinstance(value, str) or not secret_looking_key(key):
+def _literal_value(value: object) -> bool:
+    """True when ``value`` holds a credential: a string other than a placeholder, a number, or a
+    list holding either.
+    """
+    if isinstance(value, str):
+        return not is_placeholder(value)
+    if isinstance(value, bool):
         return False
-    text = value.strip()
-    return bool(text) and not REFERENCE.match(text)
+    if isinstance(value, int | float):
+        return True
+    if isinstance(value, list | tuple):
+        return any(not isinstance(v, list | tuple) and _literal_value(v) for v in value)
+    return False
+
+
+def _literal_secret(key: object, value: object) -> bool:
+    if not isinstance(key, str) or not (secret_looking_key(key) or HEADER_KEY.match(key)):
+        return False
+    return _literal_value(value)
+
+
+def _env_entry(item: dict[Any, Any]) -> bool:
+    """A Kubernetes-style ``{"name": "DB_PASSWORD", "value": "…"}`` entry holding a literal."""
+    name = item.get("name")
+    return (
+        isinstance(name, str)
+        and "value" in item
+        and (secret_looking_key(name) or bool(HEADER_KEY.match(name)))
+        and _literal_value(item["value"])
+    )
 
 
 def scan(value: Any, path: str = "$") -> list[Finding]:
@@ -179,6 +273,7 @@ def scan(value: Any, path: str = "$") -> list[Finding]:
             _check_string(item, where, out)
         elif isinstance(item, dict):
             children = []
+            env = _env_entry(item)
             for index, (key, sub) in enumerate(item.items(), 1):
                 key_kind = _token_kind(str(key))
                 if key_kind is not None:  # a path through this key would print it: not walked
@@ -187,6 +282,9 @@ def scan(value: Any, path: str = "$") -> list[Finding]:
                 sub_path = _key_path(where, str(key))
                 if _literal_secret(key, sub):
                     out.append(Finding(sub_path, f"literal value under secret-looking key {key!r}"))
+                    continue
+                if env and key == "value":
+                    out.append(Finding(sub_path, "literal value of a secret-looking env entry"))
                     continue
                 children.append((sub, sub_path))
             stack.extend(reversed(children))
