@@ -266,7 +266,7 @@ def refuse_foreign_sqlite(path: Path, location: str) -> None:
         return
     try:
         tables = {str(r[0]) for r in driver.execute(_TABLES).fetchall()}
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # a damaged file: the opening that follows says so
         return
     finally:
         driver.close()
