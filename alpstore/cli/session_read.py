@@ -197,12 +197,11 @@ def _log_row(r: dict[str, Any]) -> list[object]:
 
 def _entry_line(i: int, e: Entry, width: int) -> str:
     if e.kind == "summary":
-        text = str(e.value.get("summary", ""))
+        text = " ".join(str(e.value.get("summary", "")).split())
         head = f"[{i}] summary of {len(e.covers)}:"
     else:
-        role, text = render(e.value)
+        role, text = render(e.value)  # already one line, its whitespace collapsed
         head = f"[{i}] {role}:"
-    text = " ".join(str(text).split())
     if width and len(text) > width:
         text = text[: width - 1] + "…"
     return term(f"{head} {text}")
