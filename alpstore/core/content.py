@@ -157,18 +157,7 @@ class StoreContent(StoreReads):
                 if steering_id is not None:
                     msg = self.archive.load_by_ids(conn, [int(steering_id)])
                     steering = msg[int(steering_id)][2].get("content")
-                out.append(
-                    {
-                        "backtrack": int(bt),
-                        "steps": int(steps),
-                        "from_checkpoint": src,
-                        "to_checkpoint": dst,
-                        "automatic": bool(automatic),
-                        "error_signature": signature,
-                        "steering": steering,
-                        "at": float(at),
-                    }
-                )
+                out.append(backtrack_doc(bt, steps, src, dst, automatic, signature, at, steering))
         return out
 
     def session_events(self, session_id: int) -> list[dict[str, Any]]:
@@ -216,3 +205,19 @@ def checkpoint_deltas(store: StoreContent, cks: list[CheckpointInfo]) -> dict[in
             out[ck.id] = (entries, total)
             previous = chain
     return out
+
+
+def backtrack_doc(
+    bt: Any, steps: Any, src: Any, dst: Any, automatic: Any, signature: Any, at: Any, steering: Any
+) -> dict[str, Any]:
+    """One ``backtracks`` row as the reads return it (``steering``: the steering text or None)."""
+    return {
+        "backtrack": int(bt),
+        "steps": int(steps),
+        "from_checkpoint": src,
+        "to_checkpoint": dst,
+        "automatic": bool(automatic),
+        "error_signature": signature,
+        "steering": steering,
+        "at": float(at),
+    }

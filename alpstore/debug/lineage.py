@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from alpstore.core.content import backtrack_doc
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError, StorageError, UsageError
 from alpstore.fileio import atomic_write
@@ -135,17 +136,9 @@ def backtracks_of(
     out: dict[int, list[dict[str, Any]]] = {}
     for bt, sid, steps, src, dst, automatic, signature, at, steering_id in rows:
         doc = steering.get(int(steering_id)) if steering_id is not None else None
+        text = doc.get("content") if isinstance(doc, dict) else None
         out.setdefault(int(sid), []).append(
-            {
-                "backtrack": int(bt),
-                "steps": int(steps),
-                "from_checkpoint": src,
-                "to_checkpoint": dst,
-                "automatic": bool(automatic),
-                "error_signature": signature,
-                "steering": doc.get("content") if isinstance(doc, dict) else None,
-                "at": float(at),
-            }
+            backtrack_doc(bt, steps, src, dst, automatic, signature, at, text)
         )
     return out
 
