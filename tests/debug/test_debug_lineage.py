@@ -149,9 +149,11 @@ def test_deep_lineage_json_is_the_nested_tree(deep_chain: Any) -> None:
     out: list[Any] = []
 
     def parse() -> None:
-        sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * DEEP + 100))
         out.append(json.loads(text))
 
+    # the recursion limit is the process's: restore it, or later tests run with a deeper stack
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * DEEP + 100))
     threading.stack_size(512 * 1024 * 1024)
     try:
         t = threading.Thread(target=parse)
@@ -159,6 +161,7 @@ def test_deep_lineage_json_is_the_nested_tree(deep_chain: Any) -> None:
         t.join()
     finally:
         threading.stack_size(0)
+        sys.setrecursionlimit(limit)
     node, depth = out[0][0], 0
     while node["children"]:
         assert len(node["children"]) == 1
