@@ -118,8 +118,13 @@ def echo(text: str = "") -> None:
 
 
 def echo_lines(lines: Iterable[str]) -> None:
-    """:func:`echo` each line, written at once (a 6,000-line history in one write)."""
-    text = "".join(f"{line}\n" for line in lines)
+    """Print each line made safe as :func:`~alpstore.cli._terminal.term` makes a value (a
+    control character in a line is shown as an escape, piped or not), written at once (a
+    6,000-line history in one write).
+    """
+    from alpstore.cli._terminal import term_lines
+
+    text = term_lines(list(lines))
     sys.stdout.write(printable(text) if stdout_is_terminal() else text)
 
 

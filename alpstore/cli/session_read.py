@@ -23,9 +23,8 @@ from alpstore.cli._common import (
     warn,
     write_json_text,
 )
-from alpstore.cli._terminal import term
 from alpstore.errors import NotFoundError, UsageError
-from alpstore.rules.messages import render
+from alpstore.rules.messages import cut_line, render
 
 if TYPE_CHECKING:
     from alpstore.sessions import Entry, SessionInfo
@@ -196,15 +195,12 @@ def _log_row(r: dict[str, Any]) -> list[object]:
 
 
 def _entry_line(i: int, e: Entry, width: int) -> str:
+    """One entry of ``session show``, not yet made safe for a terminal (:func:`term_lines`)."""
     if e.kind == "summary":
-        text = " ".join(str(e.value.get("summary", "")).split())
-        head = f"[{i}] summary of {len(e.covers)}:"
-    else:
-        role, text = render(e.value)  # already one line, its whitespace collapsed
-        head = f"[{i}] {role}:"
-    if width and len(text) > width:
-        text = text[: width - 1] + "…"
-    return term(f"{head} {text}")
+        text = cut_line(str(e.value.get("summary", "")), width)
+        return f"[{i}] summary of {len(e.covers)}: {text}"
+    role, text = render(e.value, width)  # one line, its whitespace collapsed, cut
+    return f"[{i}] {role}: {text}"
 
 
 def show(

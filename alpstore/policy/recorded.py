@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from alpstore.errors import PolicyError
-from alpstore.policy.model import CheckpointPolicy, parse_policy
+
+if TYPE_CHECKING:
+    from alpstore.policy.model import CheckpointPolicy
 
 RECORD_KEY: Final = "policy"
 """The key of the recorded policy inside ``sessions.origin``."""
@@ -91,6 +93,9 @@ def session_policy_of_record(record: Any, *, where: str) -> SessionPolicy:
         raise PolicyError(
             f"{where}: the recorded checkpoint policy is not version {RECORD_VERSION}"
         )
+    # loaded here, not at import: `session show` of a session without a policy never parses one
+    from alpstore.policy.model import parse_policy
+
     policy = parse_policy(_spec_of_record(record), where=f"{where}.policy")
     source = record.get("storage_source")
     if source in ("spec", "workspace", "inferred", "none"):

@@ -94,10 +94,30 @@ class Shown:
     calls: list[Call] = field(default_factory=list)
     tool_call_id: str | None = None
 
-    def line(self) -> str:
-        """The text with each call as ``calls name(arguments)``, one line."""
+    def line(self, width: int = 0) -> str:
+        """The text with each call as ``calls name(arguments)``, one line, its whitespace
+        collapsed; longer than ``width`` (when not 0), cut to ``width`` ending in ``…``.
+        """
         parts = [self.text, *(f"calls {c}" for c in self.calls)]
-        return " ".join(" ".join(p for p in parts if p).split())
+        return cut_line(" ".join(p for p in parts if p), width)
+
+
+def cut_line(text: str, width: int = 0) -> str:
+    """``text`` on one line (whitespace runs become one space), cut to ``width`` characters
+    ending in ``…`` when longer (``width`` 0: never cut).
+
+    Only as much of a long text is collapsed as the cut needs: the collapsed prefix of a text
+    is a prefix of the collapsed text.
+    """
+    if width > 0:
+        n = 4 * width + 64
+        while n < len(text):
+            head = " ".join(text[:n].split())
+            if len(head) > width:
+                return head[: width - 1] + "…"
+            n *= 4
+    whole = " ".join(text.split())
+    return whole[: width - 1] + "…" if 0 < width < len(whole) else whole
 
 
 def _block(block: Any, depth: int, calls: list[Call] | None = None) -> str:
@@ -167,10 +187,40 @@ def _agents_item(v: dict[str, Any]) -> Shown | None:
     return None
 
 
+def _plain_chat(v: dict[str, Any]) -> Shown | None:
+    """The common case, at a glance: a chat message with a role and text (or none), perhaps
+    OpenAI ``tool_calls``. None for every other shape (:func:`_shown` reads those); for this
+    one it gives what :func:`_shown` gives.
+    """
+    role = v.get("role")
+    if type(role) is not str or not role or "type" in v or "message" in v:
+        return None
+    content = v.get("content")
+    if content is not None and type(content) is not str:
+        return None
+    if "function_call" in v:
+        return None
+    ident = v.get("tool_call_id")
+    return Shown(
+        role,
+        content or "",
+        _calls(v.get("tool_calls")),
+        ident if isinstance(ident, str) else None,
+    )
+
+
 def shown(message: Any) -> Shown:
     """How a stored message is shown: role, text and tool calls (names and arguments).
     Total: any JSON value gives one.
     """
+    if type(message) is dict:
+        plain = _plain_chat(message)
+        if plain is not None:
+            return plain
+    return _shown(message)
+
+
+def _shown(message: Any) -> Shown:
     if not isinstance(message, dict):
         text = content_text(message) if isinstance(message, list) else _json(message)
         return Shown("value", text)
@@ -198,12 +248,12 @@ def shown(message: Any) -> Shown:
     )
 
 
-def render(message: Any) -> tuple[str, str]:
+def render(message: Any, width: int = 0) -> tuple[str, str]:
     """``(role, text)`` of a stored message on one line, tool calls as
-    ``calls name(arguments)`` after the text.
+    ``calls name(arguments)`` after the text; the text cut at ``width`` (0: whole).
     """
     s = shown(message)
-    return s.role, s.line()
+    return s.role, s.line(width)
 
 
 def message_line(message: Any) -> str:

@@ -277,3 +277,11 @@ def test_json_on_a_terminal_escapes_bidi_and_c1_and_stays_the_same_document(
             assert raw not in shown, (args, shown)
         assert "\\u202e" in shown and "\\udb40\\udc41" in shown
         assert json.loads(shown) == json.loads(piped.out)
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("ab \n\r\t\x1b\x85\u202e\u2028é"), max_size=8)))
+def test_lines_made_safe_at_once_are_each_line_made_safe(lines: list[str]) -> None:
+    """``term_lines`` (one scan for a whole history) gives each line as ``term`` gives it."""
+    from alpstore.cli._terminal import term, term_lines
+
+    assert term_lines(lines) == "".join(f"{term(line)}\n" for line in lines)

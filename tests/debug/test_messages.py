@@ -127,3 +127,62 @@ def test_agents_sdk_items() -> None:
         "reasoning",
         "why",
     )
+
+
+ROLES = st.sampled_from(["user", "assistant", "tool", "system", "", "x\ny"]) | st.text(max_size=6)
+CHAT = st.fixed_dictionaries(
+    {"role": ROLES},
+    optional={
+        "content": st.none() | st.text() | JSON,
+        "tool_calls": JSON
+        | st.lists(
+            st.fixed_dictionaries(
+                {"id": st.text(max_size=4)},
+                optional={
+                    "function": st.fixed_dictionaries(
+                        {"name": st.text(max_size=5), "arguments": st.text(max_size=9) | JSON}
+                    ),
+                    "name": st.text(max_size=5),
+                    "args": JSON,
+                },
+            ),
+            max_size=3,
+        ),
+        "tool_call_id": st.text(max_size=4) | JSON,
+        "type": st.sampled_from(["message", "function_call", "x"]),
+        "message": JSON,
+        "function_call": JSON,
+        "name": st.text(max_size=5),
+    },
+)
+
+
+@settings(max_examples=300)
+@given(st.one_of(CHAT, SHAPED))
+def test_the_plain_chat_shortcut_shows_what_the_general_reader_shows(value: Any) -> None:
+    """``shown`` reads a plain chat message at a glance; every message shows as the general
+    reader shows it."""
+    from alpstore.rules.messages import _shown
+
+    assert shown(value) == _shown(value)
+
+
+WHITESPACE = st.text(alphabet=st.sampled_from(" \t\n\r\x0b\x0c\x1c\u2028\u3000ab·é"), max_size=300)
+
+
+@settings(max_examples=300)
+@given(WHITESPACE | st.text(max_size=300), st.integers(min_value=0, max_value=40))
+def test_a_cut_line_is_the_collapsed_text_cut(text: str, width: int) -> None:
+    """Collapsing only the prefix a cut needs gives the whole text collapsed, then cut."""
+    from alpstore.rules.messages import cut_line
+
+    whole = " ".join(text.split())
+    expected = whole[: width - 1] + "…" if width and len(whole) > width else whole
+    assert cut_line(text, width) == expected
+
+
+def test_render_cuts_at_the_width() -> None:
+    long = {"role": "user", "content": "word " * 10_000}
+    role, text = render(long, 20)
+    assert role == "user" and text == ("word " * 4)[:19] + "…" and len(text) == 20
+    assert render(long)[1] == " ".join(["word"] * 10_000)
