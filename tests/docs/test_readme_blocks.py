@@ -121,7 +121,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[str]]:
         block = Block(n + 1, info, "\n".join(body), norun, rerun)
         if "norun" in info.split()[1:]:
             problems.append(
-                f"{block.name}: `norun` in the fence is not read; write "
+                f"{block.name}: `norun` in the fence gives no reason; write "
                 "<!-- norun: why --> on the line above the fence instead"
             )
             block = Block(block.line, block.info, block.body, block.norun or "(no reason)", rerun)
@@ -186,7 +186,7 @@ def test_the_parser_reads_fences_markers_and_order() -> None:
         ("```sh\na\n", "README.md:1: the block opened here is never closed"),
         ("<!-- norun -->\n```sh\na\n```\n", "README.md:1: a norun marker needs its reason"),
         ("<!-- norun: -->\n```sh\na\n```\n", "README.md:1: a norun marker needs its reason"),
-        ("```sh norun\na\n```\n", "`norun` in the fence is not read"),
+        ("```sh norun\na\n```\n", "`norun` in the fence gives no reason"),
         ("<!-- rerun -->\n\n```sh\na\n```\n", "README.md:1: <!-- rerun --> is not directly"),
         ("text\n<!-- rerun -->\n", "README.md:2: <!-- rerun --> is not directly above"),
         ("<!-- rerun -->\n```text\na\n```\n", "a rerun marker on a block that never runs"),
