@@ -108,11 +108,22 @@ def _row_bytes(row: tuple[Any, ...]) -> int:
     return sum(len(v) if isinstance(v, str | bytes | memoryview) else 16 for v in row)
 
 
+def _value_bytes(row: tuple[Any, ...]) -> int:
+    """The bytes of a row's text and binary values (what ``--max-bytes`` bounds one row by)."""
+    return sum(len(v) if isinstance(v, str | bytes | memoryview) else 0 for v in row)
+
+
 @contextmanager
 def _sqlite_guard(
-    raw: sqlite3.Connection, conn: Connection, deadline: float, cancelled: Callable[[], bool]
+    raw: sqlite3.Connection,
+    conn: Connection,
+    deadline: float,
+    cancelled: Callable[[], bool],
+    max_bytes: int,
 ) -> Iterator[list[str]]:
-    """Authorizer, ``query_only`` and a progress handler for one query; all undone after it.
+    """Authorizer, ``query_only``, a progress handler and a length limit for one query (no
+    string or blob over ``max_bytes`` is built: ``printf('%.*c', 300000000, 'x')`` fails at
+    once instead of allocating); all undone after it.
 
     Yields a list that names why the query was stopped (``timeout`` or ``cancelled``), if it was.
     """
@@ -128,12 +139,17 @@ def _sqlite_guard(
         return 0
 
     conn.exec_driver_sql("PRAGMA query_only = ON")
+    # the schema is read (its CREATE statements may be longer than the limit) before the
+    # limit is set; the read transaction's snapshot keeps it from being read again
+    conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
+    length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_bytes)
     raw.set_authorizer(sqlite_authorizer)
     raw.set_progress_handler(progress, PROGRESS_OPCODES)
     try:
         yield stopped
     finally:
         raw.set_progress_handler(None, 0)
+        raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, length)
         raw.set_authorizer(None)
         conn.exec_driver_sql("PRAGMA query_only = OFF")
 
@@ -171,75 +187,131 @@ def run_query(
 
     with db.read() as conn, translate_errors(db.location):
         dbapi = conn.connection.dbapi_connection
-        on_sqlite = isinstance(dbapi, sqlite3.Connection)
-        if on_sqlite:
-            assert isinstance(dbapi, sqlite3.Connection)
+        if isinstance(dbapi, sqlite3.Connection):
             _register(store, dbapi)
-            guard = _sqlite_guard(dbapi, conn, deadline, cancelled)
-        else:
-            if _first_word(query) not in _PG_QUERY_WORDS:
-                raise UsageError(
-                    "refused: `alpstore sql` only reads: one query (SELECT, WITH, VALUES, "
-                    "TABLE, EXPLAIN, SHOW)"
-                )
-            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
-            if timeout:
-                conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(timeout * 1000)}")
-            guard = _no_guard()
-        with guard as stopped:
-            try:
-                return _fetch(conn, query, max_rows, max_bytes)
-            except AlpstoreError:
-                raise
-            except Exception as err:
-                raise _query_error(err, stopped, timeout, on_sqlite) from err
-            finally:
-                if not on_sqlite:  # never committed: whatever the query did is undone
-                    trans = conn.get_transaction()
-                    if trans is not None and trans.is_active:
-                        trans.rollback()
+            with _sqlite_guard(dbapi, conn, deadline, cancelled, max_bytes) as stopped:
+                try:
+                    return _fetch_sqlite(dbapi, query, max_rows, max_bytes)
+                except AlpstoreError:
+                    raise
+                except Exception as err:
+                    raise _query_error(err, stopped, timeout, on_sqlite=True) from err
+        try:
+            return _run_postgresql(conn, query, timeout, max_rows, max_bytes)
+        except AlpstoreError:
+            raise
+        except Exception as err:
+            raise _query_error(err, [], timeout, on_sqlite=False) from err
+        finally:  # never committed: whatever the query did is undone
+            trans = conn.get_transaction()
+            if trans is not None and trans.is_active:
+                trans.rollback()
 
 
-@contextmanager
-def _no_guard() -> Iterator[list[str]]:
-    yield []
-
-
-def _fetch(conn: Connection, query: str, max_rows: int, max_bytes: int) -> QueryResult:
-    """Run ``query`` on the connection's own driver cursor, as written.
-
-    Not through SQLAlchemy's ``text()``, which reads ``:word`` as a bind parameter even inside
-    a string literal (``'{"turn":12}'``); and on PostgreSQL as a prepared statement, so the
-    extended protocol runs exactly one statement (psycopg's simple protocol would run
-    ``select 1; commit; update …``, the update outside the read-only transaction).
+def _run_postgresql(
+    conn: Connection, query: str, timeout: float, max_rows: int, max_bytes: int
+) -> QueryResult:
+    """Check the query (one statement, only allowed functions), then stream its rows, each
+    measured on the server (:mod:`alpstore.sqlhelpers.postgres`), in a READ ONLY transaction.
     """
+    from alpstore.sqlhelpers import postgres
+
+    word = _first_word(query)
+    if word not in _PG_QUERY_WORDS:
+        raise UsageError(
+            "refused: `alpstore sql` only reads: one query (SELECT, WITH, VALUES, "
+            "TABLE, EXPLAIN, SHOW)"
+        )
     dbapi: Any = conn.connection.dbapi_connection
+    if timeout:
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(timeout * 1000)}")
+    described = postgres.describe(dbapi, query)
+    body = postgres.query_body(query, word)
+    if word != "show":
+        postgres.check_functions(dbapi, body)
+    conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+    measured = word not in ("show", "explain") and bool(described.names)
+    statement = postgres.bounded_statement(body, described, max_bytes) if measured else query
+    rows: list[tuple[Any, ...]] = []
+    held = 0
+    cut: str | None = None
     cursor = dbapi.cursor()
     try:
-        if isinstance(cursor, sqlite3.Cursor):
-            cursor.execute(query)
-        else:
-            cursor.execute(query, prepare=True)
-        if cursor.description is None:
-            raise UsageError("the statement returns no rows; `alpstore sql` only reads")
-        columns = [str(d[0]) for d in cursor.description]
-        rows: list[tuple[Any, ...]] = []
-        held = 0
-        cut: str | None = None
-        while cut is None:
-            batch = cursor.fetchmany(FETCH_BATCH)
-            if not batch:
+        for r in cursor.stream(statement):
+            if len(rows) >= max_rows:
+                cut = "rows"
                 break
-            for r in batch:
-                if len(rows) >= max_rows:
-                    cut = "rows"
+            row = tuple(r[:-1]) if measured else tuple(r)
+            size = int(r[-1]) if measured else _value_bytes(row)
+            if size > max_bytes:
+                if not rows:
+                    raise _row_too_big(size, max_bytes)
+                cut = "bytes"
+                break
+            held += _row_bytes(row)
+            if held > max_bytes and rows:
+                cut = "bytes"
+                break
+            rows.append(row)
+    finally:
+        cursor.close()
+    return QueryResult(described.names, rows, cut)
+
+
+def _row_too_big(size: int | None, max_bytes: int) -> UsageError:
+    held = f"{size} bytes" if size is not None else "a value"
+    return UsageError(
+        f"the first row is over --max-bytes ({held} > {max_bytes}); nothing was kept",
+        hint="cut long values in the query (substr(x, 1, n)), or raise --max-bytes",
+    )
+
+
+def _fetch_sqlite(
+    dbapi: sqlite3.Connection, query: str, max_rows: int, max_bytes: int
+) -> QueryResult:
+    """Run ``query`` on the connection's own driver cursor, as written, and keep its rows.
+
+    Not through SQLAlchemy's ``text()``, which reads ``:word`` as a bind parameter even inside
+    a string literal (``'{"turn":12}'``). SQLite builds no value over ``max_bytes``
+    (``SQLITE_LIMIT_LENGTH``, set by the guard): a value that would be longer ends the query,
+    and only the rows before it are kept.
+    """
+    cursor = dbapi.cursor()
+    rows: list[tuple[Any, ...]] = []
+    cut: str | None = None
+    try:
+        try:
+            cursor.execute(query)
+            if cursor.description is None:
+                raise UsageError("the statement returns no rows; `alpstore sql` only reads")
+            columns = [str(d[0]) for d in cursor.description]
+            held = 0
+            while cut is None:
+                batch = cursor.fetchmany(FETCH_BATCH)
+                if not batch:
                     break
-                row = tuple(r)
-                held += _row_bytes(row)
-                if held > max_bytes and rows:
-                    cut = "bytes"
-                    break
-                rows.append(row)
+                for r in batch:
+                    if len(rows) >= max_rows:
+                        cut = "rows"
+                        break
+                    row = tuple(r)
+                    if _value_bytes(row) > max_bytes:
+                        if not rows:
+                            raise _row_too_big(_value_bytes(row), max_bytes)
+                        cut = "bytes"
+                        break
+                    held += _row_bytes(row)
+                    if held > max_bytes and rows:
+                        cut = "bytes"
+                        break
+                    rows.append(row)
+        except sqlite3.DataError as err:  # SQLITE_TOOBIG: a value over the length limit
+            if "too big" not in str(err):
+                raise
+            if not rows:
+                raise _row_too_big(None, max_bytes) from err
+            cut = "bytes"
+            columns = [str(d[0]) for d in cursor.description or ()]
     finally:
         cursor.close()
     return QueryResult(columns, rows, cut)
