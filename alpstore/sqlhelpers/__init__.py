@@ -87,6 +87,59 @@ def _register(store: Store, raw: sqlite3.Connection) -> None:
 
     raw.create_function("blob_text", 1, blob_text)
     raw.create_function("digest_hex", 1, digest_hex)
+    for name in ("printf", "format"):
+        raw.create_function(name, -1, _bounded_printf(raw, name))
+
+
+_PRINTF_SPEC = re.compile(r"%([-+ 0#,!]*)(\*|\d+)?(?:\.(\*|\d+))?([a-zA-Z%])")
+_PRECISION_GROWS = frozenset("cdiuxXoeEfgG")
+"""Conversions whose output is at least as long as their precision (``%s`` is cut to it)."""
+
+
+def _printf_grows_past(fmt: str, args: tuple[Any, ...], limit: int) -> bool:
+    """Whether a width or precision in ``fmt`` asks for more than ``limit`` characters.
+
+    SQLite's printf writes a long ``%.*c`` one character at a time even after it gave up on
+    the result (seconds for 300 million, with no progress handler between): asked for more
+    than the limit, it is refused before it starts. Unsure (an argument that is not an int),
+    it says no and SQLite decides.
+    """
+    rest = iter(args)
+    for _flags, width, precision, conversion in _PRINTF_SPEC.findall(fmt):
+        if conversion == "%":
+            continue
+        try:
+            w = int(next(rest, 0)) if width == "*" else int(width or 0)
+            p = int(next(rest, 0)) if precision == "*" else int(precision or 0)
+        except (TypeError, ValueError):
+            return False
+        if abs(w) > limit or (conversion in _PRECISION_GROWS and p > limit):
+            return True
+        next(rest, None)
+    return False
+
+
+def _bounded_printf(raw: sqlite3.Connection, name: str) -> Callable[..., Any]:
+    """SQLite's own ``printf``/``format``, run on a connection of its own with the same length
+    limit, that fails on a result over the limit: the built-in quietly returns NULL there
+    (``printf('%.*c', 300000000, 'x')`` under ``--max-bytes`` would be a silent NULL).
+    """
+    aux = sqlite3.connect(":memory:", check_same_thread=False)
+
+    def printf(*args: Any) -> Any:
+        if not args or args[0] is None:
+            return None
+        limit = raw.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        if _printf_grows_past(str(args[0]), args[1:], limit):
+            raise OverflowError("string or blob too big")
+        aux.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+        marks = ", ".join("?" * len(args))
+        value = aux.execute(f"SELECT {name}({marks})", args).fetchone()[0]
+        if value is None:
+            raise OverflowError("string or blob too big")  # sqlite3 reports SQLITE_TOOBIG
+        return value
+
+    return printf
 
 
 def sqlite_authorizer(
