@@ -195,7 +195,7 @@ def _sqlite_guard(
     # the schema is read (its CREATE statements may be longer than the limit) before the
     # limit is set; the read transaction's snapshot keeps it from being read again
     conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").all()
-    length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_bytes)
+    length = raw.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, min(max_bytes, 2**31 - 1))
     raw.set_authorizer(sqlite_authorizer)
     raw.set_progress_handler(progress, PROGRESS_OPCODES)
     try:
