@@ -3,9 +3,14 @@
 Read-only is enforced by the database, not by looking at the text: on SQLite an authorizer
 allows only reading (no ATTACH, no VACUUM INTO, no PRAGMA but a few introspection ones, no
 transaction control, no ``load_extension``) and ``query_only`` is on; on PostgreSQL the
-transaction is ``READ ONLY`` and only a statement that starts as a query is sent. Both bound the
-time (a progress handler on SQLite, ``statement_timeout`` on PostgreSQL) and the rows and bytes
-held in memory.
+transaction is ``READ ONLY`` and always rolled back, only one statement that starts as a query
+is sent, and it may call only allow-listed functions (:mod:`alpstore.sqlhelpers.postgres`).
+Both bound the time (a progress handler on SQLite, ``statement_timeout`` on PostgreSQL), the
+rows and bytes held, and one row before it is held (SQLite's length limit; a row measured on
+the server).
+
+The package is a feature over the store: it imports the kernel (``errors``, ``codec``) and
+``db.engine``; ``postgres`` imports only ``errors``. No other feature imports it but the CLI.
 """
 
 from __future__ import annotations
