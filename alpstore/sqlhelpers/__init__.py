@@ -37,7 +37,6 @@ DEFAULT_MAX_ROWS = 1_000
 """Rows kept by default; more are counted as cut, never silently dropped."""
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """Bytes of cell values kept in memory (a handful of megabyte-sized blobs, not a gigabyte)."""
-FETCH_BATCH = 256
 PROGRESS_OPCODES = 10_000
 """SQLite calls the progress handler every this many virtual-machine steps (~1 ms)."""
 
@@ -344,25 +343,21 @@ def _fetch_sqlite(
                 raise UsageError("the statement returns no rows; `alpstore sql` only reads")
             columns = [str(d[0]) for d in cursor.description]
             held = 0
-            while cut is None:
-                batch = cursor.fetchmany(FETCH_BATCH)
-                if not batch:
+            for r in cursor:  # one row at a time: an error keeps the rows before it
+                if len(rows) >= max_rows:
+                    cut = "rows"
                     break
-                for r in batch:
-                    if len(rows) >= max_rows:
-                        cut = "rows"
-                        break
-                    row = tuple(r)
-                    if _value_bytes(row) > max_bytes:
-                        if not rows:
-                            raise _row_too_big(_value_bytes(row), max_bytes)
-                        cut = "bytes"
-                        break
-                    held += _row_bytes(row)
-                    if held > max_bytes and rows:
-                        cut = "bytes"
-                        break
-                    rows.append(row)
+                row = tuple(r)
+                if _value_bytes(row) > max_bytes:
+                    if not rows:
+                        raise _row_too_big(_value_bytes(row), max_bytes)
+                    cut = "bytes"
+                    break
+                held += _row_bytes(row)
+                if held > max_bytes and rows:
+                    cut = "bytes"
+                    break
+                rows.append(row)
         except sqlite3.DataError as err:  # SQLITE_TOOBIG: a value over the length limit
             if "too big" not in str(err):
                 raise
