@@ -39,7 +39,10 @@ def command(
     max_bytes: Annotated[
         int,
         typer.Option(
-            "--max-bytes", min=1, max=2**40, help="Hold at most this many bytes of cell values."
+            "--max-bytes",
+            min=1,
+            max=2**40,
+            help="Hold at most this many bytes of cell values (and of one row).",
         ),
     ] = DEFAULT_MAX_BYTES,
     wide: Annotated[
@@ -49,8 +52,11 @@ def command(
     """Run a read-only SQL query and print a table (tab-separated when not on a terminal).
 
     The query may only read: ATTACH, VACUUM, writes, transaction control and configuring
-    PRAGMAs are refused (SQLite's authorizer; a READ ONLY transaction on PostgreSQL). Ctrl-C
-    stops it, and so does --timeout. When rows are cut (--max-rows, --max-bytes) stderr says so.
+    PRAGMAs are refused (SQLite's authorizer; a READ ONLY transaction on PostgreSQL, rolled
+    back, where only built-in functions that compute a value may be called: no lo_*,
+    pg_terminate_backend, set_config, advisory locks, pg_notify or sequences). Ctrl-C stops it,
+    and so does --timeout. When rows are cut (--max-rows, --max-bytes) stderr says so; a first
+    row over --max-bytes is refused, before alpstore holds it.
 
     On SQLite, helper functions are available: blob_text(digest) (the decompressed JSON of a
     blob) and digest_hex(digest); on PostgreSQL, encode(digest, 'hex'). Both have the views

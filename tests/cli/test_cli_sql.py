@@ -135,7 +135,8 @@ def _running_queries(url: str) -> set[int]:
             rows = conn.execute(
                 text(
                     "select pid from pg_stat_activity where state = 'active' "
-                    "and query like 'WITH RECURSIVE c(x)%'"
+                    "and pid <> pg_backend_pid() and query like '%WITH RECURSIVE c(x)%' "
+                    "and query not like 'CREATE%'"
                 )
             ).all()
     finally:
