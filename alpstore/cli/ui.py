@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,18 @@ from alpstore.errors import UsageError
 
 ENV_HOME = "ALP_HOME"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+URL_HOST = {"0.0.0.0": "127.0.0.1", "::": "localhost", "": "127.0.0.1"}
+"""The host a printed URL names when the server binds every interface (no browser can reach
+``0.0.0.0``, and the Host check would refuse it)."""
+
+
+def _open_in_browser(url: str) -> None:
+    """Open ``url`` in a web browser without holding up the server (a browser command that
+    waits for its window would otherwise keep the server from answering it).
+    """
+    import webbrowser
+
+    threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -54,7 +67,8 @@ def command(
     the conversation at any checkpoint, diffs, bisect, archive stats and continuity.
 
     It never writes, migrates or creates an archive. Every request needs the random token in
-    the printed URL.
+    the printed URL (--open hands the browser a one-time code instead, good once for two
+    minutes: a browser's command line is visible to other local users).
     """
     try:
         import uvicorn
@@ -76,17 +90,18 @@ def command(
         home = (alp_home or Path(os.environ.get(ENV_HOME) or "~/.alp")).expanduser()
         settings = Settings(store, token, actual, allowed_hosts(host), home, store.db.location)
         app = create_app(settings)
-        shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{actual}/?token={token}"
+        named = URL_HOST.get(host, host)
+        shown = f"[{named}]" if ":" in named else named
+        base = f"http://{shown}:{actual}/"
         if host not in LOOPBACK:
             warn(f"listening on {host}: whoever reaches it with the token can read the archive")
-        echo(f"alpstore ui: {store.db.location} (read-only) at {url}")
+        echo(f"alpstore ui: {store.db.location} (read-only) at {base}?token={token}")
+        if host in URL_HOST:
+            echo("answers to Host: " + ", ".join(settings.hosts))
         echo("press Ctrl+C to stop")
         sys.stdout.flush()
-        if open_browser:
-            import webbrowser
-
-            webbrowser.open(url)
+        if open_browser:  # a one-time code, not the token: a command line is visible in `ps`
+            _open_in_browser(f"{base}?code={settings.new_open_code()}")
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         uvicorn.Server(config).run(sockets=[sock])
     finally:

@@ -14,6 +14,7 @@ from alpstore.core.content import StoreContent
 from alpstore.db import raw as rsql
 from alpstore.errors import DatabaseError, SessionNameTakenError, UsageError
 from alpstore.rules.ids import session_id_problem, shown
+from alpstore.rules.names import normal_name
 from alpstore.rules.secrets import require_no_secrets
 from alpstore.sessions import Retention, Session, manifest_blob, new_session_uuid
 from alpstore.views import EMPTY_COVER
@@ -72,6 +73,7 @@ class StoreNaming(StoreContent):
         from alpstore.db.tables import sessions
 
         uuid = acceptable_id(session_id)
+        name = normal_name(name)  # one spelling of each name (NFC)
         retention = retention or Retention()
         if manifest is not None:  # CK-11: a credential never enters the archive
             require_no_secrets(manifest, what="manifest")
@@ -125,6 +127,7 @@ class StoreNaming(StoreContent):
         Raises:
             DatabaseError: the name kept being created and deleted under us.
         """
+        name = normal_name(name)
         for _ in range(NAME_RACE_ATTEMPTS):
             found = self.find_session_named(name)
             if found is not None:
@@ -145,6 +148,7 @@ class StoreNaming(StoreContent):
         characters): for sessions named after something else (a LangGraph thread) whose natural
         name a deleted or truncated one already holds.
         """
+        name = normal_name(name)
         candidate, n = name[:NAME_LIMIT], 1
         while rsql.fetchone(conn, "SELECT id FROM sessions WHERE name = ?", (candidate,)):
             n += 1
@@ -158,6 +162,7 @@ class StoreNaming(StoreContent):
         Raises:
             SessionNameTakenError: another session has this name.
         """
+        name = normal_name(name)
         self._require_free_name(conn, name)
         rsql.execute(conn, "UPDATE sessions SET name = ? WHERE id = ?", (name, session_id))
 

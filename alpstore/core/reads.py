@@ -16,6 +16,7 @@ from alpstore.core.parts import StoreParts
 from alpstore.core.rows import CHECKPOINT_COLUMNS, SESSION_COLUMNS, CheckpointRow, SessionRow
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError
+from alpstore.rules.names import normal_name
 from alpstore.sessions import CheckpointInfo, Retention, Session, SessionInfo, default_label
 from alpstore.views import View
 
@@ -97,7 +98,7 @@ class StoreReads(StoreParts):
             found = self._sessions(conn, "WHERE uuid = ?", (ref,))
             row = found[0] if found else None
             if row is None:
-                rows = self._sessions(conn, "WHERE name = ?", (ref,))
+                rows = self._named(conn, ref)
                 if not rows and len(ref) >= 4:
                     rows = self._sessions(
                         conn, "WHERE uuid LIKE ? ESCAPE '/'", (_like_prefix(ref),)
@@ -127,10 +128,20 @@ class StoreReads(StoreParts):
                 )
             return Session(self, self._info(conn, row))  # type: ignore[arg-type]
 
+    def _named(self, conn: Connection, name: str) -> list[SessionRow]:
+        """The session rows called ``name`` in its stored spelling (NFC), else (a name stored
+        before names were normalised) exactly as given.
+        """
+        normal = normal_name(name)
+        rows = self._sessions(conn, "WHERE name = ?", (normal,))
+        if not rows and normal != name:
+            rows = self._sessions(conn, "WHERE name = ?", (name,))
+        return rows
+
     def find_session_named(self, name: str) -> Session | None:
         """The session called exactly ``name`` (names are unique), or None."""
         with self.db.read() as conn:
-            rows = self._sessions(conn, "WHERE name = ?", (name,))
+            rows = self._named(conn, name)
             return None if not rows else Session(self, self._info(conn, rows[0]))  # type: ignore[arg-type]
 
     def list_sessions(self, *, limit: int | None = None, offset: int = 0) -> list[SessionInfo]:

@@ -14,6 +14,8 @@ from alpstore.core.naming import StoreNaming, acceptable_id
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError, UsageError
 from alpstore.rules.ids import text_problem
+from alpstore.rules.limits import check_event_kind
+from alpstore.rules.names import normal_name
 from alpstore.sessions import (
     CheckpointInfo,
     Retention,
@@ -190,6 +192,7 @@ class StoreWrites(StoreNaming):
         from alpstore.db.tables import checkpoints, sessions
 
         uuid = acceptable_id(session_id)
+        name = normal_name(name)  # one spelling of each name (NFC)
         now = time.time()
         with self.db.atomic() as conn:
             self._require_free_id(conn, uuid)
@@ -254,8 +257,15 @@ class StoreWrites(StoreNaming):
         checkpoint_id: int | None,
         detail: dict[str, Any],
     ) -> None:
-        """Insert a row into ``session_events`` inside the caller's transaction."""
+        """Insert a row into ``session_events`` inside the caller's transaction.
+
+        Raises:
+            UsageError: ``kind`` longer than the column
+                (:func:`alpstore.rules.limits.check_event_kind`).
+        """
         from alpstore.db.tables import session_events
+
+        check_event_kind(kind)
 
         conn.execute(
             session_events.insert().values(

@@ -19,7 +19,7 @@ from alpstore.portable.reading import (
     open_stream,
     stream_document,
 )
-from alpstore.views import cover_of
+from alpstore.views import cover_bytes
 
 
 def check_document(doc: dict[str, Any], *, where: str) -> Header:
@@ -34,7 +34,7 @@ def check_document(doc: dict[str, Any], *, where: str) -> Header:
     header_doc = feed_document(doc, imp)
     head = check_header(header_doc, where=where)
     imp.finish_messages(head.is_export)
-    check_covering_digest(header_doc, cover_of(imp.digests), where)
+    check_covering_digest(header_doc, cover_bytes(imp.cover), where)
     return head
 
 
@@ -49,8 +49,8 @@ def check_file(path: Path) -> tuple[Header, int, int]:
         header_doc = stream_document(js, imp)
         head = check_header(header_doc, where=str(path))
         imp.finish_messages(head.is_export)
-        check_covering_digest(header_doc, cover_of(imp.digests), str(path))
-    return head, len(imp.digests), imp.covered
+        check_covering_digest(header_doc, cover_bytes(imp.cover), str(path))
+    return head, imp.entries, imp.covered
 
 
 @dataclass(frozen=True)

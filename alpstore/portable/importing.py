@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from array import array
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import Connection, select, update
 
 from alpstore.archive.sql import Encoded, Packed
-from alpstore.codec import Digest, digest_bytes, digest_hex
+from alpstore.codec import digest_bytes, digest_hex
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
 from alpstore.db.tables import checkpoints, sessions
 from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
@@ -52,7 +53,7 @@ from alpstore.portable.reading import (
 from alpstore.rules.ids import shown
 from alpstore.rules.names import claim_name
 from alpstore.sessions import CheckpointInfo, Session, default_label, new_session_uuid
-from alpstore.views import View, cover_add, cover_bytes
+from alpstore.views import COVER_MOD, View, cover_bytes
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -60,9 +61,12 @@ if TYPE_CHECKING:
 BATCH_ITEMS: Final = 500
 BATCH_BYTES: Final = 16 * 1024 * 1024
 """A batch of messages is stored once it holds this many items or bytes."""
-STORED_MAX: Final = 200_000
-"""Most message ids an import keeps for repeats (about 20 MB); past it, repeats of earlier
+STORED_MAX: Final = 50_000
+"""Most message ids an import keeps for repeats (about 8 MB); past it, repeats of earlier
 batches are looked up in the archive like any other message."""
+VIEW_CHUNK: Final = 20_000
+"""The covering list is appended to the new session's view this many entries at a time (the
+rows of one statement are built per chunk, not for the whole list)."""
 
 
 @dataclass
@@ -111,8 +115,16 @@ class Importer:
     where: str
     parsed: bool = False
     """The messages come from ``json`` (a file streamed), not a caller's objects."""
-    slots: list[int | _Pending | None] = field(default_factory=list)
-    digests: list[Digest] = field(default_factory=list)
+    ids: array[int] = field(default_factory=lambda: array("q"))
+    """The covering list's blob ids, 8 bytes an entry (0 until stored; a summary's at the
+    end)."""
+    pending: dict[int, _Pending] = field(default_factory=dict)
+    """The covering list's summaries by position, stored once the covered block was read."""
+    entries: int = 0
+    """Entries in the covering list so far."""
+    cover_sum: int = 0
+    """The covering digest of the entries so far (:func:`~alpstore.views.cover_add`, summed
+    as they are read: no list of digests is kept)."""
     known: set[bytes] = field(default_factory=set)
     covered: int = 0
     new_blobs: int = 0
@@ -138,12 +150,19 @@ class Importer:
         item = decode_item(obj, where, parsed=self.parsed)
         if not item.carried and self.uncarried is None:
             self.uncarried = where
-        self.digests.append(item.digest)
+        slot = self.entries
+        self.cover_sum += int.from_bytes(item.digest, "big") * (2 * slot + 1)
+        self.entries += 1
+        self.ids.append(0)
         if item.kind == "summary":
-            self.slots.append(_Pending(item, where))
+            self.pending[slot] = _Pending(item, where)
             return
-        self.slots.append(None)
-        self._add(len(self.slots) - 1, item)
+        self._add(slot, item)
+
+    @property
+    def cover(self) -> int:
+        """The covering digest of the covering list (as a number)."""
+        return self.cover_sum % COVER_MOD
 
     def covered_item(self, obj: Any, index: int) -> None:
         """One entry of the covered block (children before the summaries covering them)."""
@@ -226,7 +245,7 @@ class Importer:
         self.new_blobs += fresh
         for (slot, _), blob_id in zip(batch, ids, strict=True):
             if slot >= 0:
-                self.slots[slot] = blob_id
+                self.ids[slot] = blob_id
 
     def close(self) -> None:
         """Stop the packing thread (waiting for a batch it is compressing; nothing else runs
@@ -237,7 +256,7 @@ class Importer:
             self._packer.shutdown(wait=True, cancel_futures=True)
             self._packer = None
 
-    def finish_messages(self, is_export: bool) -> list[int]:
+    def finish_messages(self, is_export: bool) -> array[int]:
         """Store what is pending (summaries last) and return the covering list's blob ids.
 
         Raises:
@@ -250,26 +269,20 @@ class Importer:
                 "alpstore export has one in every message",
                 hint="the message was edited after export",
             )
-        for slot in self.slots:
-            if isinstance(slot, _Pending):
-                self._require_known(slot.item, slot.where, "summarises")
+        for pending in self.pending.values():
+            self._require_known(pending.item, pending.where, "summarises")
         self.flush()
-        ids: list[int] = []
-        for i, slot in enumerate(self.slots):
-            if isinstance(slot, _Pending):
-                if self.conn is None:
-                    continue
-                assert self.store is not None
-                before = self.store.archive.ids_for(self.conn, [slot.item.digest])
-                sid, _ = self.store.archive.store_summary(
-                    self.conn, slot.item.text, slot.item.covers
-                )
-                self.new_blobs += 0 if before else 1
-                self.slots[i] = sid
-                ids.append(sid)
-            elif slot is not None:
-                ids.append(slot)
-        return ids
+        if self.conn is None:
+            return array("q")
+        assert self.store is not None
+        for i, pending in self.pending.items():
+            before = self.store.archive.ids_for(self.conn, [pending.item.digest])
+            sid, _ = self.store.archive.store_summary(
+                self.conn, pending.item.text, pending.item.covers
+            )
+            self.new_blobs += 0 if before else 1
+            self.ids[i] = sid
+        return self.ids
 
 
 # ---------------------------------------------------------------------- the target session
@@ -289,7 +302,7 @@ def _same_state(store: Store, conn: Connection, ck_row: Any, head: Header) -> bo
 
 
 def _existing(
-    store: Store, conn: Connection, sid: int, ids: list[int], head: Header
+    store: Store, conn: Connection, sid: int, ids: array[int], head: Header
 ) -> CheckpointInfo | None:
     """The checkpoint of session ``sid`` that holds exactly this history and state; None when
     no checkpoint holds this history.
@@ -305,7 +318,7 @@ def _existing(
     uuid = str(conn.execute(select(sessions.c.uuid).where(sessions.c.id == sid)).scalar())
     history = False
     for row in rows:
-        if store.views.read_ids(conn, View(row.segment_id, int(row.length))) != ids:
+        if array("q", store.views.read_ids(conn, View(row.segment_id, int(row.length)))) != ids:
             continue
         history = True
         if _same_state(store, conn, row, head):
@@ -408,7 +421,9 @@ def _write(
         manifest=opts.manifest if opts.manifest is not None else head.manifest,
         origin=_origin(head, opts.source_name, opts.fork, opts.manifest is not None),
     )
-    view = store.views.append(conn, View(None, 0), session.id, ids)
+    view = View(None, 0)
+    for start in range(0, len(ids), VIEW_CHUNK):  # grows the one new segment in place
+        view = store.views.append(conn, view, session.id, ids[start : start + VIEW_CHUNK])
     conn.execute(
         update(sessions)
         .where(sessions.c.id == session.id)
@@ -471,7 +486,7 @@ def _run(
             doc = feed(imp)
             head = check_header(doc, where=where)
             _require_manifest(doc, opts, where)
-            cover = cover_add(0, 0, imp.digests)  # the new head's covering digest (issue 13)
+            cover = imp.cover  # the new head's covering digest (issue 13)
             check_covering_digest(doc, cover_bytes(cover), where)
             done = _write(store, conn, imp, head, opts, cover)
             if isinstance(done, CheckpointInfo):  # already here: write nothing at all
@@ -481,12 +496,10 @@ def _run(
         ck = same.checkpoint
         session = store.get_session(ck.session)
         found = session.info().name
-        return ImportResult(session, ck, len(imp.digests), imp.covered, 0, True, found)
+        return ImportResult(session, ck, imp.entries, imp.covered, 0, True, found)
     store.emit_checkpoint(ck)
     renamed = head.name if opts.name is None and name != head.name else None
-    return ImportResult(
-        session, ck, len(imp.digests), imp.covered, imp.new_blobs, False, name, renamed
-    )
+    return ImportResult(session, ck, imp.entries, imp.covered, imp.new_blobs, False, name, renamed)
 
 
 def import_file(

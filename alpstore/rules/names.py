@@ -1,12 +1,18 @@
-"""Claiming a session name for an import: the name, or the first free ``name-2``, ``name-3``.
+"""Session names: one spelling of each (NFC), and claiming one for an import — the name, or the
+first free ``name-2``, ``name-3``.
 
-Transcript imports and checkpoint-file imports share this rule (checked against every session's
-name and id inside the caller's transaction; on PostgreSQL under one advisory lock).
+A name is normalised to Unicode NFC wherever it is taken in (created, forked, renamed, claimed)
+and wherever one is looked up, so "café" typed with a precomposed ``é`` and "café" typed as
+``e`` + a combining accent are one name, not two sessions that ``session list`` shows alike.
+
+Transcript imports and checkpoint-file imports share the claiming rule (checked against every
+session's name and id inside the caller's transaction; on PostgreSQL under one advisory lock).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final, Protocol
+import unicodedata
+from typing import TYPE_CHECKING, Any, Final, Protocol, overload
 
 from alpstore.db import raw as rsql
 from alpstore.errors import UsageError
@@ -17,6 +23,17 @@ if TYPE_CHECKING:
 
 NAME_LOCK: Final = 0x616C7073_6E616D65
 """The advisory lock key that serialises name claims on PostgreSQL ("alpsname")."""
+
+
+@overload
+def normal_name(name: str) -> str: ...
+@overload
+def normal_name(name: None) -> None: ...
+def normal_name(name: str | None) -> str | None:
+    """``name`` in its one stored spelling (Unicode NFC); None stays None."""
+    if name is None or name.isascii():
+        return name
+    return unicodedata.normalize("NFC", name)
 
 
 class _HasDatabase(Protocol):
@@ -31,6 +48,7 @@ def claim_name(conn: Connection, store: _HasDatabase, name: str, *, suffix: bool
     Raises:
         UsageError: the name is taken and ``suffix`` is false.
     """
+    name = normal_name(name)
     if store.db.is_postgresql:
         rsql.execute(conn, "SELECT pg_advisory_xact_lock(?)", (NAME_LOCK,))
 

@@ -62,10 +62,11 @@ _URL_PASSWORD_B: Final = re.compile(rb"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:\"']
 
 _HEADER_LINE: Final = re.compile(
     r"\b(?:(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest|negotiate)\s+)?"
-    r"|x-api-key\s*:\s*|(?:set-)?cookie\s*:\s*[^\s=;\"']+=)([^\s;,\"']+)",
+    r"|x-api-key\s*:\s*|(?:set-)?cookie\s*:\s*[^\s=;\"']+=)(\{\{[^{}]*\}\}|[^\s;,\"']+)",
     re.IGNORECASE,
 )
-"""``Authorization: Bearer …``, ``Proxy-Authorization: …``, ``X-Api-Key: …``, ``Cookie: a=…``."""
+"""``Authorization: Bearer …``, ``Proxy-Authorization: …``, ``X-Api-Key: …``, ``Cookie: a=…``
+(a ``{{ var }}`` template, spaces and all, is one value)."""
 
 HEADER_KEY: Final = re.compile(r"^(?:(?:proxy-)?authorization|(?:set-)?cookie)$", re.IGNORECASE)
 """Header names whose values are credentials (``X-Api-Key`` is a secret-looking key already)."""

@@ -14,6 +14,7 @@ from alpstore.codec import Digest, digest_hex
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MANIFEST, BLOB_MESSAGE
 from alpstore.errors import IntegrityError, NotFoundError, SessionStateError, UsageError
+from alpstore.rules.limits import check_error_signature, check_event_kind
 from alpstore.sessions.base import SessionBase
 from alpstore.sessions.records import (
     BacktrackInfo,
@@ -45,11 +46,12 @@ class Session(SessionBase):
         history back to it, and inject ``steering`` as the next user turn (``/steer …``).
 
         Raises:
-            UsageError: ``steps`` < 1.
+            UsageError: ``steps`` < 1, or ``error_signature`` longer than 200 characters.
             SessionStateError: fewer than ``steps`` + 1 retained checkpoints, or terminated.
         """
         if type(steps) is not int or steps < 1:
             raise UsageError(f"backtrack steps {steps!r}: expected an integer ≥ 1")
+        check_error_signature(error_signature)  # the column's width, on every backend
         store = self.store
         with store.db.atomic() as conn:
             info = self._write(conn)
@@ -261,7 +263,13 @@ class Session(SessionBase):
     def record_decision(
         self, kind: str, detail: dict[str, Any], checkpoint_id: int | None = None
     ) -> None:
-        """Record a decision (e.g. of error recovery) visible in SQL and in `session log`."""
+        """Record a decision (e.g. of error recovery) visible in SQL and in `session log`.
+
+        Raises:
+            UsageError: ``kind`` longer than 32 characters
+                (:func:`~alpstore.rules.limits.check_event_kind`).
+        """
+        check_event_kind(kind)
         with self.store.db.atomic() as conn:
             self.store.record_event(conn, self.id, kind, checkpoint_id, detail)
         self.store.emit(kind, session=self.uuid, **detail)

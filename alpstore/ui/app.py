@@ -99,8 +99,9 @@ def _error(env: Environment, settings: Settings, status: int, err: AlpstoreError
 
 
 class TokenGate:
-    """ASGI middleware: the Host check first, then the token in the query string (then a
-    cookie) or 401; GET/HEAD only; security headers on every response.
+    """ASGI middleware: the Host check first, then the token in the query string (or the
+    one-time ``code`` of ``ui --open``; then a cookie) or 401; GET/HEAD only; security headers
+    on every response.
     """
 
     def __init__(self, app: Any, settings: Settings) -> None:
@@ -136,8 +137,13 @@ class TokenGate:
         if request.method not in ("GET", "HEAD"):
             return PlainTextResponse("read-only inspector: GET only\n", status_code=405)
         given = request.query_params.get("token")
-        if given is not None and secrets.compare_digest(given.encode(), token.encode()):
-            query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+        code = request.query_params.get("code")
+        if (given is not None and secrets.compare_digest(given.encode(), token.encode())) or (
+            code is not None and self.settings.take_open_code(code)
+        ):
+            query = [
+                (k, v) for k, v in request.query_params.multi_items() if k not in ("token", "code")
+            ]
             path = "/" + request.url.path.lstrip("/")  # "//host/…" would leave this server
             target = path + (f"?{urlencode(query)}" if query else "")
             response = RedirectResponse(target, status_code=303)
@@ -189,11 +195,43 @@ def _json(
     return endpoint
 
 
-def allowed_hosts(host: str) -> list[str]:
+WILDCARDS = ("0.0.0.0", "::", "")
+"""Bind addresses meaning every interface."""
+
+
+def allowed_hosts(host: str, machine: list[str] | None = None) -> list[str]:
     """Host header values the server answers to: this machine's loopback names, plus the
-    address it binds when that is another one.
+    address it binds when that is another one; bound to every interface (``0.0.0.0``, ``::``),
+    this machine's own names and addresses (``machine``, default :func:`machine_names`) — never
+    the wildcard itself, which no browser sends.
     """
     hosts = list(LOCAL_HOSTS)
-    if host not in hosts and host not in ("0.0.0.0", "::"):
-        hosts.append(host)
+    extra = (machine_names() if machine is None else machine) if host in WILDCARDS else [host]
+    for name in extra:
+        shown = f"[{name}]" if ":" in name and not name.startswith("[") else name
+        if shown not in hosts:
+            hosts.append(shown)
     return hosts
+
+
+def machine_names() -> list[str]:
+    """This machine's host name, its fully qualified name and the addresses they resolve to
+    (what another machine may put in a Host header to reach a server bound to every
+    interface).
+    """
+    import socket
+
+    names: list[str] = []
+    for name in (socket.gethostname(), socket.getfqdn()):
+        if name and name not in names:
+            names.append(name)
+    for name in list(names):
+        try:
+            infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            continue
+        for info in infos:
+            address = str(info[4][0]).split("%", 1)[0]
+            if address not in names:
+                names.append(address)
+    return names
