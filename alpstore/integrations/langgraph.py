@@ -27,11 +27,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
+import tempfile
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -59,7 +61,11 @@ from alpstore.store import Store
 
 T = TypeVar("T")
 
-__all__ = ["TRIGGER_PREFIX", "AlpstoreSaver", "step_events"]
+__all__ = ["TRIGGER_PREFIX", "AlpstoreSaver", "AsyncAlpstoreSaver", "step_events"]
+
+MEMORY = (":memory:", "sqlite://", "sqlite:///:memory:")
+"""Connection strings that mean "a throw-away archive" (``SqliteSaver``'s in-memory database):
+a temporary run root, removed when the context manager exits."""
 
 
 class AlpstoreSaver(SaverState):
@@ -104,9 +110,54 @@ class AlpstoreSaver(SaverState):
         self._executors: list[ThreadPoolExecutor] | None = None
 
     @classmethod
-    def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> AlpstoreSaver:
+    def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> Self:
         """Open (creating) the archive of run root ``root`` (or at ``url``); closed by ``close``."""
         return cls(Store.open(root, url=url), owns_store=True, **kwargs)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls, conn_string: str | Path, *, root: Path | str | None = None, **kwargs: Any
+    ) -> Iterator[Self]:
+        """A saver on ``conn_string``, closed (with its store) when the ``with`` block ends —
+        as LangGraph's ``SqliteSaver.from_conn_string`` / ``PostgresSaver.from_conn_string``.
+
+        ``conn_string`` is a run root (a folder, created if missing: the archive is
+        ``traces/archive/archive.db`` in it), a database URL (``sqlite:///PATH``,
+        ``postgresql+psycopg://USER:PASSWORD@HOST/DB``; the run root, where the event log
+        goes, is then ``root``, default the current directory, as the CLI's ``--root``), or
+        ``":memory:"``: a temporary run root, removed on exit. Other keyword arguments go to
+        the saver (``messages_key``, ``serde``, ``manifest`` …).
+
+        Raises:
+            UsageError: an empty string, a malformed URL or an unsupported backend.
+            StorageError: the run root is a file or cannot be created.
+            DatabaseError: the server cannot be reached or refuses the login.
+        """
+        with _target(conn_string, root) as (run_root, url):
+            saver = cls.open(run_root, url=url, **kwargs)
+            try:
+                yield saver
+            finally:
+                saver.close()
+
+    @classmethod
+    @asynccontextmanager
+    async def afrom_conn_string(
+        cls, conn_string: str | Path, *, root: Path | str | None = None, **kwargs: Any
+    ) -> AsyncIterator[Self]:
+        """``from_conn_string`` as an async context manager (``async with``), the archive
+        opened and closed off the event loop; ``AsyncAlpstoreSaver.from_conn_string`` is this.
+        """
+        loop = asyncio.get_running_loop()
+        with _target(conn_string, root) as (run_root, url):
+            saver = await loop.run_in_executor(
+                None, functools.partial(cls.open, run_root, url=url, **kwargs)
+            )
+            try:
+                yield saver
+            finally:
+                await loop.run_in_executor(None, saver.close)
 
     def close(self) -> None:
         """Stop the ``a*`` methods' threads; close the store if this saver opened it."""
@@ -483,6 +534,47 @@ class AlpstoreSaver(SaverState):
         return await self._off_loop(
             self.get_delta_channel_history, config=config, channels=channels
         )
+
+
+class AsyncAlpstoreSaver(AlpstoreSaver):
+    """``AlpstoreSaver`` under the name of LangGraph's async savers.
+
+    Its ``from_conn_string`` is an async context manager, as ``AsyncSqliteSaver``'s and
+    ``AsyncPostgresSaver``'s are::
+
+        async with AsyncAlpstoreSaver.from_conn_string("run") as saver:
+            graph = builder.compile(checkpointer=saver)
+            await graph.ainvoke(...)
+
+    The saver is the same (its sync methods work too, from any thread).
+    """
+
+    @classmethod
+    def from_conn_string(  # type: ignore[override]  # async, as LangGraph's async savers'
+        cls, conn_string: str | Path, *, root: Path | str | None = None, **kwargs: Any
+    ) -> AbstractAsyncContextManager[Self]:
+        """``AlpstoreSaver.afrom_conn_string``: ``async with`` it."""
+        return cls.afrom_conn_string(conn_string, root=root, **kwargs)
+
+
+@contextmanager
+def _target(conn_string: str | Path, root: Path | str | None) -> Iterator[tuple[Path, str | None]]:
+    """``(run root, database URL or None)`` named by a ``from_conn_string`` argument; for
+    ``":memory:"`` a temporary run root, removed when the block ends.
+    """
+    from alpstore.errors import UsageError
+
+    text = str(conn_string).strip()
+    if not text:
+        raise UsageError("AlpstoreSaver.from_conn_string: empty connection string")
+    if text in MEMORY:
+        with tempfile.TemporaryDirectory(prefix="alpstore-saver-") as tmp:
+            yield Path(tmp), None
+        return
+    if "://" in text:
+        yield Path(root if root is not None else Path.cwd()).expanduser(), text
+        return
+    yield Path(text).expanduser(), None
 
 
 def _lane(first: Any, lanes: int) -> int:
