@@ -12,6 +12,7 @@ covering list back (O(1) in history length); earlier checkpoints keep the histor
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
+from alpstore.integrations import _agents_compaction
 from alpstore.live import LiveSession, policy_of_session
 from alpstore.sessions import Entry, Session
 from alpstore.store import Store
@@ -29,6 +31,8 @@ __all__ = ["AlpstoreSession"]
 
 SESSION_NAME_PREFIX = "openai-agents:"
 TRIGGER = "openai-agents"
+COMPACTION_TRIGGER = "openai-agents-compaction"
+_PROTOCOL = ("get_items", "add_items", "pop_item", "clear_session")
 
 
 def _item(entry: Entry) -> Any:
@@ -173,3 +177,25 @@ class AlpstoreSession:
         """Forget the conversation (the head becomes empty; checkpoints keep their history)."""
         self.alpstore_session().truncate_and_append(0, [])
         self._live = None
+
+    # ---------------------------------------------------------------- the SDK's private hooks
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The bounded snapshot ``OpenAIResponsesCompactionSession`` asks a backend for before it
+        compacts automatically (``SQLiteSession``'s private hook, same contract; see
+        ``_agents_compaction``). None for a subclass that overrides the session protocol: it may
+        transform items, and must supply its own snapshot (as ``SQLiteSession`` requires).
+        """
+        if any(getattr(type(self), m) is not getattr(AlpstoreSession, m) for m in _PROTOCOL):
+            return None
+        session = self.alpstore_session()
+        self._live = None  # a replacement moves the head past its in-process context
+        return _agents_compaction.read_snapshot(
+            session,
+            limit,
+            decode=_item,
+            store_items=list,
+            prune_prefix=prune_prefix,
+            trigger=COMPACTION_TRIGGER if self.checkpoint else None,
+        )
