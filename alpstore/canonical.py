@@ -3,6 +3,7 @@
 Canonical JSON is UTF-8, object keys sorted recursively, separators ``,`` and ``:``, non-ASCII left
 unescaped. NaN, Infinity, non-string keys and non-JSON types are refused with the path inside the
 document, so the same content always has one digest. ``alpstore.codec`` re-exports all of it.
+Adapters whose framework stores such values write them as markers (:data:`JSON_MARKER`).
 """
 
 from __future__ import annotations
@@ -237,3 +238,58 @@ def parse_digest(text: str) -> Digest:
         return Digest(bytes.fromhex(cleaned))
     except ValueError as exc:
         raise UsageError(f"digest {text!r}: not hexadecimal") from exc
+
+
+# ---------------------------------------------------------------- values canonical JSON refuses
+JSON_MARKER: Final = "_alpstore_json"
+"""The one key of a *marker*: an object ``{"_alpstore_json": TEXT}`` standing for the value whose
+``json.dumps`` text (ASCII, keys sorted, compact) is TEXT — NaN, ±Infinity, a string or key with
+a lone surrogate, or an object that is itself ``{"_alpstore_json": …}``. Adapters whose framework
+stores such values (the OpenAI Agents SDK's SQLiteSession does) encode them with
+:func:`to_markers` before the archive sees them and decode with :func:`from_markers`; the archive
+itself stays canonical JSON. Only an object with that single key and a string value is a marker:
+beside other keys it is plain data (what a person reads is what a reader gets). docs/formats.md
+"Markers"."""
+
+_MARKER_TEXT = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # ASCII, NaN allowed
+
+
+def _marker(value: Any) -> dict[str, str]:
+    return {JSON_MARKER: _MARKER_TEXT.encode(value)}
+
+
+def to_markers(value: Any) -> Any:
+    """``value`` (as ``json.loads`` returns: string keys; dicts, lists, scalars) with every part
+    canonical JSON refuses replaced by its marker (a new value; the argument is left alone).
+    """
+    kind = type(value)
+    if kind is float:
+        return value if math.isfinite(value) else _marker(value)
+    if kind is str:
+        return _marker(value) if has_lone_surrogate(value) else value
+    if kind is list:
+        return [to_markers(v) for v in value]
+    if kind is dict:
+        if (len(value) == 1 and JSON_MARKER in value) or any(
+            type(k) is not str or has_lone_surrogate(k) for k in value
+        ):
+            return _marker(value)
+        return {k: to_markers(v) for k, v in value.items()}
+    return value
+
+
+def from_markers(value: Any) -> Any:
+    """The inverse of :func:`to_markers`: each marker replaced by the value its text spells. A
+    marker whose text is not JSON is left as it is (stored data is hostile until checked).
+    """
+    kind = type(value)
+    if kind is list:
+        return [from_markers(v) for v in value]
+    if kind is dict:
+        if len(value) == 1 and type(value.get(JSON_MARKER)) is str:
+            try:
+                return json.loads(value[JSON_MARKER])
+            except (ValueError, RecursionError):
+                return value
+        return {k: from_markers(v) for k, v in value.items()}
+    return value

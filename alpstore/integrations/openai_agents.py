@@ -11,7 +11,10 @@ covering list back (O(1) in history length); earlier checkpoints keep the histor
 
 from __future__ import annotations
 
+import json
+import re
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ from agents.memory.session_settings import (
     resolve_session_limit,
 )
 
+from alpstore.canonical import JSON_MARKER, from_markers, to_markers
+from alpstore.integrations import _agents_compaction
 from alpstore.live import LiveSession, policy_of_session
 from alpstore.sessions import Entry, Session
 from alpstore.store import Store
@@ -29,13 +34,37 @@ __all__ = ["AlpstoreSession"]
 
 SESSION_NAME_PREFIX = "openai-agents:"
 TRIGGER = "openai-agents"
+COMPACTION_TRIGGER = "openai-agents-compaction"
+_PROTOCOL = ("get_items", "add_items", "pop_item", "clear_session")
 
 
-def _item(entry: Entry) -> Any:
-    """A covering-list entry as an input item (a fold's summary becomes a system message)."""
+_MAY_NEED_MARKERS = re.compile(r"NaN|Infinity|\\ud[89a-f]|" + JSON_MARKER)
+"""In an item's ``json.dumps`` text: what a value canonical JSON refuses looks like (or a string
+that merely spells it: then the walk finds nothing to mark)."""
+_MARKED = b'"' + JSON_MARKER.encode() + b'"'
+
+
+def stored_form(item: Any) -> Any:
+    """An item as ``SQLiteSession`` would read it back (``json.loads(json.dumps(item))``: tuples
+    become lists, non-string keys strings), with what canonical JSON refuses (NaN, ±Infinity,
+    lone surrogates) as markers (``alpstore.canonical.to_markers``).
+
+    Raises:
+        TypeError: the item holds a value ``json`` cannot serialise (as ``SQLiteSession``).
+        ValueError: it holds a reference cycle (as ``SQLiteSession``).
+    """
+    text = json.dumps(item)
+    value = json.loads(text)
+    return to_markers(value) if _MAY_NEED_MARKERS.search(text) else value
+
+
+def _item(entry: Entry, marked: bool = True) -> Any:
+    """A covering-list entry as an input item (a fold's summary becomes a system message);
+    ``marked``: the entry may hold markers, decoded (``alpstore.canonical.from_markers``).
+    """
     if entry.kind == "summary":
         return {"role": "system", "content": str(entry.value.get("summary", ""))}
-    return entry.value
+    return from_markers(entry.value) if marked else entry.value
 
 
 def observed_events(items: list[Any]) -> list[str]:
@@ -106,6 +135,7 @@ class AlpstoreSession:
         self._session: Session | None = None
         self._live: LiveSession | None = None
         self._first_use = threading.Lock()
+        self._closed = False
 
     @classmethod
     def open(
@@ -115,9 +145,20 @@ class AlpstoreSession:
         return cls(session_id, Store.open(root, url=url), owns_store=True, **kwargs)
 
     def close(self) -> None:
-        """Close the store if this session opened it."""
+        """Close the session (and the store, if this session opened it). Using it afterwards
+        raises ``RuntimeError``, as ``SQLiteSession`` does; closing again does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
         if self._owns_store:
             self.store.close()
+
+    def _open_session(self) -> Session:
+        """The alpstore session, or ``RuntimeError`` once closed."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        return self.alpstore_session()
 
     @property
     def name(self) -> str:
@@ -140,18 +181,31 @@ class AlpstoreSession:
 
     # ---------------------------------------------------------------- the SDK protocol
     async def get_items(self, limit: int | None = None) -> list[Any]:
-        """The conversation, oldest first; with ``limit``, only the latest ``limit`` items."""
+        """The conversation, oldest first; with ``limit``, only the latest ``limit`` items
+        (``0``: none; a negative limit, like ``None``: all, as ``SQLiteSession``'s ``LIMIT``).
+        """
         limit = resolve_session_limit(limit, self.session_settings)
-        items = [_item(e) for e in self.alpstore_session().history()]
-        if limit is None:
-            return items
-        return items[-limit:] if limit > 0 else []
+        session = self._open_session()
+        if limit == 0:
+            return []
+        store = self.store
+        raws = store.hydrate_raw(session.info().head)
+        if limit is not None and limit > 0:
+            raws = raws[-limit:]
+        entries = store.entries_of(raws)
+        return [_item(e, _MARKED in raw) for e, (_, _, raw) in zip(entries, raws, strict=True)]
 
     async def add_items(self, items: list[Any]) -> None:
-        """Append items (each stored once) and, by default, checkpoint in the same transaction."""
+        """Append items (each stored once) and, by default, checkpoint in the same transaction.
+
+        Raises:
+            RuntimeError: the session is closed (checked first, as ``SQLiteSession`` does).
+            TypeError: an item is not JSON-serialisable (nothing is stored).
+        """
+        session = self._open_session()
         if not items:
             return
-        session = self.alpstore_session()
+        items = [stored_form(item) for item in items]
         if self._live is None:
             policy = policy_of_session(session)
             if policy is not None:  # opened under a manifest: its policy decides
@@ -165,11 +219,33 @@ class AlpstoreSession:
 
     async def pop_item(self) -> Any | None:
         """Remove and return the latest item (None when the conversation is empty)."""
-        last = self.alpstore_session().pop_last()  # read under the row lock
+        last = self._open_session().pop_last()  # read under the row lock
         self._live = None  # its in-process context no longer matches the head
         return None if last is None else _item(last)
 
     async def clear_session(self) -> None:
         """Forget the conversation (the head becomes empty; checkpoints keep their history)."""
-        self.alpstore_session().truncate_and_append(0, [])
+        self._open_session().truncate_and_append(0, [])
         self._live = None
+
+    # ---------------------------------------------------------------- the SDK's private hooks
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The bounded snapshot ``OpenAIResponsesCompactionSession`` asks a backend for before it
+        compacts automatically (``SQLiteSession``'s private hook, same contract; see
+        ``_agents_compaction``). None for a subclass that overrides the session protocol: it may
+        transform items, and must supply its own snapshot (as ``SQLiteSession`` requires).
+        """
+        if any(getattr(type(self), m) is not getattr(AlpstoreSession, m) for m in _PROTOCOL):
+            return None
+        session = self._open_session()
+        self._live = None  # a replacement moves the head past its in-process context
+        return _agents_compaction.read_snapshot(
+            session,
+            limit,
+            decode=_item,
+            store_items=lambda output: [stored_form(item) for item in output],
+            prune_prefix=prune_prefix,
+            trigger=COMPACTION_TRIGGER if self.checkpoint else None,
+        )
