@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 agents = pytest.importorskip("agents", reason="openai-agents is not installed (alpstore[dev])")
@@ -45,16 +45,31 @@ VALUES = st.recursive(
     max_leaves=8,
 )
 ITEMS = st.dictionaries(KEYS, VALUES, max_size=4)
-OPS = st.lists(
+ADD = st.tuples(st.just("add"), st.lists(ITEMS, min_size=1, max_size=3))
+GET = st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-3, 4)))
+STEPS: st.SearchStrategy[list[tuple[str, Any]]] = st.lists(
     st.one_of(
-        st.tuples(st.just("add"), st.lists(ITEMS, max_size=3)),
-        st.tuples(st.just("get"), st.one_of(st.none(), st.integers(-3, 4))),
+        ADD,
+        GET,
         st.tuples(st.just("pop"), st.none()),
         st.tuples(st.just("clear"), st.none()),
-        st.tuples(st.just("close"), st.none()),
+        st.tuples(st.just("add"), st.just([])),
     ),
     max_size=10,
 )
+"""Mostly adds and reads: a close (inserted at a drawn place, or not at all) ends the rest."""
+
+
+@st.composite
+def operations(draw: st.DrawFn) -> list[tuple[str, Any]]:
+    steps = draw(st.lists(ADD, min_size=1, max_size=2)) + draw(STEPS) + [draw(GET)]
+    where = draw(st.integers(0, 2 * len(steps)))
+    if where <= len(steps):
+        steps.insert(where, ("close", None))
+    return steps
+
+
+OPS = operations()
 
 
 def same(value: Any) -> str:
@@ -89,6 +104,7 @@ def test_operations_give_what_sqlite_session_gives(tmp_path: Path, backend: Any)
     ids = itertools.count()
 
     @settings(max_examples=60, deadline=None)
+    @example(ops=[("add", [{"a": 1}, {"b": 2}, {1: float("nan")}]), ("get", -1), ("get", -3)])
     @given(ops=OPS)
     def check(ops: list[tuple[str, Any]]) -> None:
         sid = f"conv-{next(ids)}"
