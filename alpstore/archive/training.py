@@ -82,6 +82,8 @@ class Settled(NamedTuple):
     """The SQLite file's size (with its WAL) before the compaction (0: none ran)."""
     bytes_after: int
     """...and after."""
+    packed: Any = None
+    """What packing did (``SqlArchive.settle``: a ``PackReport``), or None."""
 
 
 def _file_size(path: str) -> int:
@@ -399,8 +401,21 @@ class DictionaryTraining(ArchiveReader):
         short transaction (never inside the caller's).
 
         The dictionary follows the automatic rule (:data:`AUTO_TRAIN_SAMPLES` small blobs and
-        no dictionary yet); the file is compacted when the training recompressed blobs (the
-        space their old encodings took is given back): see :meth:`compact`.
+        no dictionary yet); every small blob is recompressed with it, then the file is
+        compacted (the space their old encodings took given back): see :meth:`compact`.
+        ``SqlArchive.settle`` packs the cold blobs instead of recompressing them.
+
+        Raises:
+            UsageError: called inside a transaction.
+        """
+        trained, recompressed = self.train_deferred(recompress=True)
+        before, after = self.compact() if recompressed else (0, 0)
+        return Settled(trained, recompressed, before, after)
+
+    def train_deferred(self, *, recompress: bool) -> tuple[int | None, int]:
+        """The automatic training a bulk write deferred, run now in the caller's thread:
+        ``(the dictionary trained or None, blobs recompressed with it)``; ``recompress`` False
+        leaves the blobs as they are (they are about to be packed).
 
         Raises:
             UsageError: called inside a transaction.
@@ -410,30 +425,31 @@ class DictionaryTraining(ArchiveReader):
         self.wait_for_training()
         self._pending_small = 0
         self._load_newest_dictionary()  # another process may have trained one already
-        trained = recompressed = 0
-        if self.auto_train and self.dictionary_id is None:
-            from sqlalchemy import func, select
+        if not self.auto_train or self.dictionary_id is not None:
+            return None, 0
+        from sqlalchemy import func, select
 
-            from alpstore.db.tables import blobs
+        from alpstore.db.tables import blobs
 
-            with self.db.read() as conn:
-                small = int(
-                    conn.execute(
-                        select(func.count())
-                        .select_from(blobs)
-                        .where(blobs.c.raw_size <= SMALL_BLOB_MAX)
-                    ).scalar_one()
-                )
-            self._small_count = small
-            if small >= max(self._train_at, AUTO_TRAIN_SAMPLES):
-                dict_id, used, recompressed = self.train_dictionary(
-                    samples=max(4000, AUTO_TRAIN_SAMPLES), only_if_none=True
-                )
-                trained = dict_id if used else 0
-                if trained:  # the older small blobs too (the training read the newest ones)
-                    recompressed += self._recompress_all(trained)
-        before, after = self.compact() if recompressed else (0, 0)
-        return Settled(trained or None, recompressed, before, after)
+        with self.db.read() as conn:
+            small = int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(blobs)
+                    .where(blobs.c.raw_size <= SMALL_BLOB_MAX)
+                ).scalar_one()
+            )
+        self._small_count = small
+        if small < max(self._train_at, AUTO_TRAIN_SAMPLES):
+            return None, 0
+        dict_id, used, recompressed = self.train_dictionary(
+            samples=max(4000, AUTO_TRAIN_SAMPLES), only_if_none=True, recompress=recompress
+        )
+        if not used:  # another process's dictionary won
+            return None, 0
+        if recompress:  # the older small blobs too (the training read the newest ones)
+            recompressed += self._recompress_all(dict_id)
+        return dict_id, recompressed
 
     def _recompress_all(self, dict_id: int) -> int:
         """Re-encode with dictionary ``dict_id`` every small blob stored without one, in

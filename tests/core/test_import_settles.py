@@ -1,11 +1,11 @@
-"""An import ends with a dictionary and a compacted file (issue 33).
+"""An import ends with a dictionary, its cold blobs packed and a compacted file (issue 33).
 
 `session import` and `checkpoint import` write in one transaction, so the automatic dictionary
 training (deferred inside a caller's transaction) never ran for them; the archive then held its
 small blobs without a dictionary and, once one was trained by hand, the free pages the
 recompression left. After the import's transaction commits, the import now trains the
 dictionary (the automatic rule: enough small blobs, none yet), recompresses every small blob
-with it and compacts the SQLite file.
+with it (or packs them into frames compressed with it) and compacts the SQLite file.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ def _pages(db: Path) -> tuple[int, int, int]:
         free = int(con.execute("PRAGMA freelist_count").fetchone()[0])
         plain = int(
             con.execute(
-                "SELECT count(*) FROM blobs WHERE raw_size BETWEEN 16 AND 16384 AND dict_id IS NULL"
+                "SELECT count(*) FROM blobs WHERE raw_size BETWEEN 16 AND 16384 "
+                "AND dict_id IS NULL "
+                "AND codec != 4"  # loose (a packed blob's frame has the dictionary)
             ).fetchone()[0]
         )
     finally:
@@ -55,6 +57,7 @@ def test_session_import_ends_with_a_dictionary_and_a_compacted_file(tmp_path: Pa
     assert free == 0, "the file keeps free pages after the import"
     stats = _stats(root)
     assert stats["dictionaries"].startswith("1 ")
+    assert "0.0% dead" in stats["packed"] and not stats["packed"].startswith("0 ")
     total = int(stats["blobs"].split()[0])
     # every small blob the dictionary shrinks uses it (a few tiny ones stay plain)
     assert plain < total // 10, f"{plain} of {total} small blobs were left without it"
@@ -87,7 +90,7 @@ def test_settle_trains_once_enough_small_blobs_are_stored(backend: Backend, tmp_
     write_jsonl(small, 20)
     store = backend.open_store()
     import_history(store, parse_history(small, "auto"), name="small")
-    done = store.archive.settle()
+    done = store.archive.settle(pack=False)
     assert done.dictionary is None and done.recompressed == 0  # too few small blobs
     assert store.archive.stats().dictionaries == 0
 
@@ -96,7 +99,7 @@ def test_settle_trains_once_enough_small_blobs_are_stored(backend: Backend, tmp_
     import_history(store, parse_history(big, "auto"), name="big")
     assert store.archive.stats().blobs >= AUTO_TRAIN_SAMPLES
     before = store.archive.stats()
-    done = store.archive.settle()
+    done = store.archive.settle(pack=False)
     assert done.dictionary is not None
     after = store.archive.stats()
     assert after.dictionaries == 1
@@ -105,5 +108,22 @@ def test_settle_trains_once_enough_small_blobs_are_stored(backend: Backend, tmp_
     assert after.raw_bytes == before.raw_bytes
     # the content is unchanged: every blob still verifies
     assert store.archive.verify().ok
-    again = store.archive.settle()
+    again = store.archive.settle(pack=False)
     assert again.dictionary is None and again.recompressed == 0
+
+
+def test_settle_packs_with_the_dictionary_it_trains(backend: Backend, tmp_path: Path) -> None:
+    """What the import commands call: the dictionary trained, then every cold blob packed with
+    it (nothing recompressed loose first)."""
+    big = tmp_path / "big.jsonl"
+    write_jsonl(big, 300, seed=11)
+    store = backend.open_store()
+    import_history(store, parse_history(big, "auto"), name="big")
+    before = store.archive.stats()
+    done = store.archive.settle()
+    after = store.archive.stats()
+    assert done.dictionary is not None and done.recompressed == 0
+    assert done.packed.frames == after.frames == after.dict_frames > 0
+    assert after.packed_blobs == done.packed.blobs > 0.9 * before.blobs
+    assert after.stored_bytes < 0.3 * before.stored_bytes
+    assert store.archive.verify().ok
