@@ -123,6 +123,10 @@ def test_settle_packs_with_the_dictionary_it_trains(backend: Backend, tmp_path: 
     done = store.archive.settle()
     after = store.archive.stats()
     assert done.dictionary is not None and done.recompressed == 0
+    if backend.is_postgresql:  # trained for the blobs to come; nothing rewritten (see settle)
+        assert done.packed is None and after.frames == 0 and after.dictionaries == 1
+        assert after.stored_bytes == before.stored_bytes
+        return
     assert done.packed.frames == after.frames == after.dict_frames > 0
     assert after.packed_blobs == done.packed.blobs > 0.9 * before.blobs
     assert after.stored_bytes < 0.3 * before.stored_bytes
