@@ -189,3 +189,49 @@ def test_cli_pack_and_stats(tmp_path: Path) -> None:
     assert run_cli("--root", root, "archive", "verify").code == 0
     res = run_cli("--root", root, "archive", "pack", "--keep-loose", "-1")
     assert res.code == 2 and "Traceback" not in res.err
+
+
+@pytest.mark.sqlite_only("the migration run on a closed SQLite file")
+def test_downgrading_0007_stores_every_packed_blob_loose_again(tmp_path: Path) -> None:
+    from alembic import command
+    from alpstore.db import open_database
+    from alpstore.db.migrate import alembic_config
+
+    store = Store.open(tmp_path)
+    session = store.create_session(name="down")
+    for turn in _turns(30):
+        session.commit_turn(turn)
+    store.archive.train_dictionary(samples=200)
+    store.archive.pack_cold()
+    assert store.archive.stats().dict_frames > 0
+    with store.db.read() as conn:
+        want = {
+            bytes(d): raw
+            for d, (_, raw) in (
+                (bytes(d), store.archive.get_raw(bytes(d)))  # type: ignore[arg-type]
+                for (d,) in conn.exec_driver_sql("SELECT digest FROM blobs").all()
+            )
+        }
+    store.close()
+    db = open_database(root=tmp_path)
+    try:
+        command.downgrade(alembic_config(db), "0006")
+    finally:
+        db.close()
+    con = sqlite3.connect(sqlite_path_for_root(tmp_path))
+    try:
+        assert con.execute("SELECT count(*) FROM blobs WHERE codec = 4").fetchone()[0] == 0
+        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+        assert "pack_frames" not in names
+        rows = con.execute("SELECT digest, codec, raw_size, payload FROM blobs").fetchall()
+    finally:
+        con.close()
+    import zstandard
+
+    for digest, codec, size, payload in rows:
+        raw = payload if codec == 0 else None
+        if codec == 1:
+            raw = zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
+        if raw is not None:
+            assert want[bytes(digest)] == raw
+    assert sum(1 for r in rows if r[1] == 1) >= 100  # the packed ones, now plain zstd
