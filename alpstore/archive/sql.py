@@ -131,8 +131,12 @@ class SqlArchive(PackWriting, ArchiveWriter):
         bad: list[tuple[int, bytes, str]] = []
         with self.db.read() as conn:
             report.problems.extend(self._verify_dictionaries(conn))
-            _, frame_problems = self.verify_frames(conn)  # (rows_checked counts view segments)
-            report.problems.extend(frame_problems)
+            try:  # (rows_checked counts view segments, not frames)
+                report.problems.extend(self.verify_frames(conn)[1])
+            except Exception as exc:  # a damaged file: a finding, and the blobs are checked on
+                report.problems.append(
+                    Problem(what=f"pack frames could not be read ({type(exc).__name__}: {exc})")
+                )
             last = 0
             while True:
                 rows = conn.execute(
