@@ -288,8 +288,8 @@ def import_history(
     that looks complete.
 
     Names are unique: a taken ``name`` is refused, or with ``suffix`` becomes ``name-2`` …
-    (:attr:`Session.info` tells which). Dictionary training is not run here (the next ordinary
-    write runs it).
+    (:attr:`Session.info` tells which). Dictionary training is not run inside the transaction:
+    `session import` calls ``SqlArchive.settle`` after it commits (issue 33).
 
     Raises:
         UsageError: the session id or name is taken.

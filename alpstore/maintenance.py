@@ -39,6 +39,10 @@ class GcReport:
     blobs_removed: int = 0
     bytes_freed: int = 0
     dry_run: bool = False
+    frames_deleted: int = 0
+    """Pack frames no blob pointed into any more."""
+    frames_rewritten: int = 0
+    """Pack frames rewritten without their dead blobs (past ``REPACK_DEAD``)."""
 
 
 @dataclass
@@ -123,7 +127,15 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     writer's row locks taken in the other order); it is then run again from the start, as
     every writer's is (``Database.retrying``), instead of failing the collection.
     """
-    return store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
+    report = store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
+    if not dry_run and report.blobs_removed:
+        # pack frames: each its own transaction, after the sweep (issue 33)
+        packs = store.archive.repack()
+        report.frames_deleted, report.frames_rewritten = (
+            packs.frames_deleted,
+            packs.frames_rewritten,
+        )
+    return report
 
 
 def _gc_once(store: Store, dry_run: bool) -> GcReport:

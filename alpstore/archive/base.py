@@ -30,6 +30,19 @@ class ArchiveStats:
     stored_bytes: int
     dictionaries: int
     dict_compressed: int
+    loose_bytes: int = 0
+    """Payload bytes of the blobs stored loose (one row, one frame each)."""
+    packed_blobs: int = 0
+    """Blobs stored in pack frames (issue 33)."""
+    frames: int = 0
+    """Pack frames."""
+    packed_bytes: int = 0
+    """The frames' stored bytes."""
+    dead_fraction: float = 0.0
+    """Of the frames' content, the fraction no blob points at any more (`gc` rewrites a frame
+    past ``REPACK_DEAD``)."""
+    dict_frames: int = 0
+    """Frames compressed with a dictionary."""
 
     @property
     def ratio(self) -> float:

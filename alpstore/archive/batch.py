@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import zstandard
 
+from alpstore.archive.frames import CODEC_PACKED
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
@@ -55,6 +56,12 @@ class BlobDecoding(Protocol):
     def _ensure_dictionary(self, conn: AnyConnection, dict_id: int) -> None: ...
 
     def _decode_id(self, conn: AnyConnection, blob_id: int) -> bytes: ...
+
+    def unpack(
+        self, conn: AnyConnection, sizes: Sequence[int], payloads: Sequence[Any]
+    ) -> list[bytes]:
+        """Packed blobs' bytes (``frames.FrameReading.unpack``)."""
+        ...
 
 
 class Columns(NamedTuple):
@@ -156,6 +163,11 @@ def _decode_group(
     if codec == CODEC_RAW and dict_id is None:
         raws = list(map(bytes, payloads))
         return raws if list(map(len, raws)) == sizes else None
+    if codec == CODEC_PACKED and dict_id is None:  # one decompression per frame
+        try:
+            return archive.unpack(conn, sizes, payloads)
+        except IntegrityError:  # the slow path names the blob
+            return None
     if codec == CODEC_ZSTD and dict_id is None:
         dctx = archive._dec.plain
     elif codec == CODEC_ZSTD_DICT and dict_id is not None:

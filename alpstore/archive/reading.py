@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alpstore.archive.batch import FULL, decode_batch
+from alpstore.archive.frames import CODEC_PACKED, FrameReading
 from alpstore.codec import (
     CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
@@ -114,8 +115,9 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
         yield items[start : start + size]
 
 
-class ArchiveReader:
-    """Reading blobs from the ``blobs`` table; ``SqlArchive`` adds writing, dictionary
+class ArchiveReader(FrameReading):
+    """Reading blobs from the ``blobs`` table (packed ones through their frames:
+    :mod:`alpstore.archive.frames`); ``SqlArchive`` adds writing, dictionary
     training and verification. Opened on its own (on a database opened for reading), it
     never writes.
     """
@@ -138,6 +140,7 @@ class ArchiveReader:
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
         reused, and a blob's content never changes (only its encoding may)."""
+        self._init_frames()
         self._load_newest_dictionary()
         db.on_rollback(self._forget_uncommitted)
 
@@ -220,9 +223,12 @@ class ArchiveReader:
                 if row.base_id is None:
                     raise IntegrityError("a delta without a base")
                 base = self._base(conn, int(row.base_id), "its base")
-            raw = self._dec.decompress(
-                codec, bytes(row.payload), row.raw_size, row.dict_id, what="", base=base
-            )
+            if codec == CODEC_PACKED:
+                raw = self.unpack(conn, [int(row.raw_size)], [row.payload])[0]
+            else:
+                raw = self._dec.decompress(
+                    codec, bytes(row.payload), row.raw_size, row.dict_id, what="", base=base
+                )
         except IntegrityError as err:
             name = f"blob {digest_hex(bytes(row.digest))}"
             raise IntegrityError(

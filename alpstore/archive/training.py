@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alpstore.archive.reading import ArchiveReader, BlobRow, chunks
 from alpstore.codec import (
@@ -56,6 +56,9 @@ TRAIN_PAUSE = 0.0005
 """Seconds the background trainer sleeps between slices: the interpreter lock goes to a
 writer's thread waiting for it (see ``SqlArchive._training_samples``)."""
 
+SETTLE_SLICE = 1000
+"""Blobs :meth:`DictionaryTraining.settle` reads and decodes at a time to recompress them."""
+
 VACUUM_MAX_BYTES = 32 * 1024 * 1024
 """Archives up to this size are compacted once, after the first dictionary."""
 
@@ -66,6 +69,30 @@ waits for a pause between turns instead of landing inside one."""
 
 RECLAIM_WAIT_MAX = 60.0
 """...but waits no longer than this (a process that never pauses pays for it once then)."""
+
+
+class Settled(NamedTuple):
+    """What :meth:`DictionaryTraining.settle` did after a bulk write."""
+
+    dictionary: int | None
+    """The dictionary it trained (None: none was needed, or too few small blobs)."""
+    recompressed: int
+    """Blobs it re-encoded with that dictionary."""
+    bytes_before: int
+    """The SQLite file's size (with its WAL) before the compaction (0: none ran)."""
+    bytes_after: int
+    """...and after."""
+    packed: Any = None
+    """What packing did (``SqlArchive.settle``: a ``PackReport``), or None."""
+
+
+def _file_size(path: str) -> int:
+    """A SQLite file's size with its WAL (0 when it is gone)."""
+    total = 0
+    for name in (path, path + "-wal"):
+        with contextlib.suppress(OSError):
+            total += os.path.getsize(name)
+    return total
 
 
 class DictionaryTraining(ArchiveReader):
@@ -368,7 +395,99 @@ class DictionaryTraining(ArchiveReader):
         self._closing.set()
         self.wait_for_training()
 
-    def _reclaim_space(self) -> None:
+    def settle(self) -> Settled:
+        """After a bulk write that ran in one transaction (an import): train the dictionary
+        it deferred and compact the SQLite file, in the caller's thread, each step its own
+        short transaction (never inside the caller's).
+
+        The dictionary follows the automatic rule (:data:`AUTO_TRAIN_SAMPLES` small blobs and
+        no dictionary yet); every small blob is recompressed with it, then the file is
+        compacted (the space their old encodings took given back): see :meth:`compact`.
+        ``SqlArchive.settle`` packs the cold blobs instead of recompressing them.
+
+        Raises:
+            UsageError: called inside a transaction.
+        """
+        trained, recompressed = self.train_deferred(recompress=True)
+        before, after = self.compact() if recompressed else (0, 0)
+        return Settled(trained, recompressed, before, after)
+
+    def train_deferred(self, *, recompress: bool) -> tuple[int | None, int]:
+        """The automatic training a bulk write deferred, run now in the caller's thread:
+        ``(the dictionary trained or None, blobs recompressed with it)``; ``recompress`` False
+        leaves the blobs as they are (they are about to be packed).
+
+        Raises:
+            UsageError: called inside a transaction.
+        """
+        if self.db.in_transaction():
+            raise UsageError("settle runs its own transactions: call it outside one")
+        self.wait_for_training()
+        self._pending_small = 0
+        self._load_newest_dictionary()  # another process may have trained one already
+        if not self.auto_train or self.dictionary_id is not None:
+            return None, 0
+        from sqlalchemy import func, select
+
+        from alpstore.db.tables import blobs
+
+        with self.db.read() as conn:
+            small = int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(blobs)
+                    .where(blobs.c.raw_size <= SMALL_BLOB_MAX)
+                ).scalar_one()
+            )
+        self._small_count = small
+        if small < max(self._train_at, AUTO_TRAIN_SAMPLES):
+            return None, 0
+        dict_id, used, recompressed = self.train_dictionary(
+            samples=max(4000, AUTO_TRAIN_SAMPLES), only_if_none=True, recompress=recompress
+        )
+        if not used:  # another process's dictionary won
+            return None, 0
+        if recompress:  # the older small blobs too (the training read the newest ones)
+            recompressed += self._recompress_all(dict_id)
+        return dict_id, recompressed
+
+    def _recompress_all(self, dict_id: int) -> int:
+        """Re-encode with dictionary ``dict_id`` every small blob stored without one, in
+        ascending id order, :data:`SETTLE_SLICE` read and decoded at a time (memory stays
+        bounded however large the archive), each batch its own transaction.
+        """
+        sql = (
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "WHERE raw_size <= ? AND raw_size >= 16 AND codec IN (?, ?) AND id > ? "
+            "ORDER BY id LIMIT ?"
+        )
+        changed = last = 0
+        while True:
+            with self.db.read() as conn:
+                params = [SMALL_BLOB_MAX, CODEC_RAW, CODEC_ZSTD, last, SETTLE_SLICE]
+                part = [BlobRow(*r) for r in rsql.fetchall(conn, sql, params)]
+                decoded = self.decode_rows(conn, part, verify=False)
+            if not part:
+                return changed
+            last = part[-1].id
+            items = [(r.id, raw, len(r.payload)) for r, raw in zip(part, decoded, strict=True)]
+            changed += self._recompress(dict_id, items)
+
+    def compact(self) -> tuple[int, int]:
+        """Give back the SQLite file's free pages now: ``VACUUM`` when the file is at most
+        :data:`VACUUM_MAX_BYTES` (milliseconds at that size), else an incremental vacuum when
+        the file allows one (``auto_vacuum = INCREMENTAL``; otherwise its free pages are
+        reused by later inserts). Returns the file's size (with its WAL) before and after;
+        ``(0, 0)`` on PostgreSQL, where a plain ``VACUUM`` of ``blobs`` runs instead.
+        """
+        if not self.db.is_sqlite:
+            self._reclaim_space()
+            return 0, 0
+        before = _file_size(self.db.location)
+        self._reclaim_space(incremental=before > VACUUM_MAX_BYTES)
+        return before, _file_size(self.db.location)
+
+    def _reclaim_space(self, *, incremental: bool = False) -> None:
         """Give back the space the recompression freed (it rewrote the first small blobs).
 
         SQLite: VACUUM a small archive file (in-place rewrites leave holes in pages that later
@@ -387,7 +506,9 @@ class DictionaryTraining(ArchiveReader):
             return
         path = self.db.location
         try:
-            if not self.db.is_sqlite or os.path.getsize(path) > VACUUM_MAX_BYTES:
+            if not self.db.is_sqlite or (
+                not incremental and os.path.getsize(path) > VACUUM_MAX_BYTES
+            ):
                 return
             raw = self.db.engine.raw_connection()
             try:
@@ -395,7 +516,10 @@ class DictionaryTraining(ArchiveReader):
                 driver.execute("PRAGMA busy_timeout = 100")  # type: ignore[union-attr]
                 try:
                     with self.db.writer_queue():
-                        driver.execute("VACUUM")  # type: ignore[union-attr]
+                        if not incremental:
+                            driver.execute("VACUUM")  # type: ignore[union-attr]
+                        elif driver.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # type: ignore[union-attr]
+                            driver.execute("PRAGMA incremental_vacuum")  # type: ignore[union-attr]
                     self.db.committed_outside(driver)  # the rewrite is in the WAL: fold it
                 finally:  # the connection goes back to the pool: restore its patience
                     driver.execute(  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""`alpstore archive`: put, get, stats, verify, train-dict and gc on the blob archive."""
+"""`alpstore archive`: put, get, stats, verify, train-dict, pack and gc on the blob archive."""
 
 from __future__ import annotations
 
@@ -85,6 +85,12 @@ def stats(
         "ratio": round(s.ratio, 3),
         "dictionaries": s.dictionaries,
         "dict_compressed": s.dict_compressed,
+        "loose_bytes": s.loose_bytes,
+        "packed_blobs": s.packed_blobs,
+        "frames": s.frames,
+        "packed_bytes": s.packed_bytes,
+        "dead_fraction": round(s.dead_fraction, 4),
+        "dict_frames": s.dict_frames,
     }
     if as_json:
         print_json(doc)
@@ -96,7 +102,36 @@ def stats(
     echo(f"raw bytes       {s.raw_bytes}")
     echo(f"stored bytes    {s.stored_bytes}")
     echo(f"ratio           {s.ratio:.2f}x")
-    echo(f"dictionaries    {s.dictionaries} ({s.dict_compressed} blobs use one)")
+    echo(
+        f"dictionaries    {s.dictionaries} ({s.dict_compressed} loose blobs and "
+        f"{s.dict_frames} frames use one)"
+    )
+    echo(f"loose           {s.blobs - s.packed_blobs} blobs, {s.loose_bytes} bytes")
+    echo(
+        f"packed          {s.packed_blobs} blobs in {s.frames} frames, {s.packed_bytes} bytes "
+        f"({s.dead_fraction:.1%} dead)"
+    )
+
+
+@app.command("pack")
+def pack(
+    ctx: typer.Context,
+    keep_loose: Annotated[
+        int,
+        typer.Option("--keep-loose", min=0, max=MAX_COUNT, help="Leave the newest N blobs loose."),
+    ] = 0,
+) -> None:
+    """Rewrite cold loose blobs, in conversation order, into compressed pack frames (one
+    short transaction per frame), then compact the SQLite file.
+    """
+    archive = store(ctx, create=False).archive
+    report = archive.pack_cold(keep_loose=keep_loose)
+    if report.frames:
+        archive.compact()
+    echo(
+        f"packed {report.blobs} blobs ({report.raw_bytes} bytes) into {report.frames} frames: "
+        f"{report.stored_before} stored bytes became {report.stored_after}"
+    )
 
 
 @app.command("verify")
@@ -192,4 +227,9 @@ def gc(
     echo(
         f"{verb} {report.blobs_removed} blobs ({report.bytes_freed} bytes), "
         f"{report.segments_removed} view segments, {report.entries_removed} view entries"
+        + (
+            f"; pack frames: {report.frames_deleted} deleted, {report.frames_rewritten} rewritten"
+            if report.frames_deleted or report.frames_rewritten
+            else ""
+        )
     )

@@ -343,6 +343,8 @@ def import_(
         check_text(name, "--name")
     st = store(ctx)
     result = import_file(st, path, fork=fork_, session_id=session_id, name=name)
+    if not result.existing:
+        st.archive.settle()  # the dictionary the one transaction deferred; the file compacted
     ck = result.checkpoint
     if result.existing:
         echo(

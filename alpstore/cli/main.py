@@ -68,6 +68,7 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("archive", "put"): "alpstore archive put message.json   # prints the blob's digest",
     ("archive", "get"): "alpstore archive get 3f2a…(64 hex digits)",
     ("archive", "stats"): "alpstore archive stats --json",
+    ("archive", "pack"): "alpstore archive pack --keep-loose 200",
     ("archive", "verify"): "alpstore archive verify",
     ("archive", "train-dict"): "alpstore archive train-dict --size 65536",
     ("archive", "gc"): "alpstore archive gc --dry-run",

@@ -87,6 +87,23 @@ blobs = Table(
     sqlite_autoincrement=True,
 )
 
+pack_frames = Table(
+    "pack_frames",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    # BLAKE3-256 of the frame's content (the packed blobs' canonical bytes, concatenated)
+    Column("digest", LargeBinary(32), nullable=False),
+    Column("codec", SmallInteger, nullable=False),
+    Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
+    Column("raw_size", Integer, nullable=False),
+    Column("blob_count", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    comment="Pack frames (0007): cold blobs rewritten in conversation order into one zstd "
+    "frame; a packed blob (codec 4) points at (frame, offset) and holds raw_size bytes of it.",
+    sqlite_autoincrement=True,
+)
+
 blob_refs = Table(
     "blob_refs",
     metadata,

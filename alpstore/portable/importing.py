@@ -8,7 +8,8 @@ one transaction, so a refusal found late (a bad manifest hash after 4,000 messag
 id, Ctrl-C) rolls back everything. Nothing a file says is trusted: ids and labels are
 validated (:mod:`alpstore.rules.ids`), an id may not shadow a local name, a name already
 taken is suffixed, integers and nesting are bounded, and every carried digest must match.
-Dictionary training never runs here: it is left to the next ordinary write.
+Dictionary training never runs inside that transaction: `checkpoint import` calls
+``SqlArchive.settle`` after it commits (issue 33).
 """
 
 from __future__ import annotations

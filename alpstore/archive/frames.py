@@ -1,0 +1,182 @@
+"""Reading packed blobs (issue 33): a blob whose ``codec`` is :data:`CODEC_PACKED` holds no
+payload of its own; its ``payload`` column is a pointer — the id of a ``pack_frames`` row and
+the offset of the blob's bytes in that frame's content, two unsigned LEB128 varints — and its
+bytes are ``raw_size`` bytes of the frame's decompressed content from there.
+
+A frame's content is the canonical bytes of the blobs packed into it, concatenated in the order
+they were stored (conversation order); ``data`` is that content as one zstd frame (with the
+archive's dictionary, or without), ``digest`` its BLAKE3-256. A frame is checked against its
+digest each time it is decoded, and kept decoded in a small cache keyed by that digest — never
+by its row id, which `gc` may delete (a repacked frame's content is not the same) — so reading
+the messages of one frame costs one decompression.
+
+Plain SQL through :mod:`alpstore.db.raw` only: this is the read path (no SQLAlchemy).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from alpstore.codec import MAX_RAW_SIZE, Decompressor, digest_bytes
+from alpstore.db import raw as rsql
+from alpstore.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from alpstore.db.raw import AnyConnection
+
+CODEC_PACKED = 4
+"""``blobs.codec`` of a blob stored in a pack frame (its ``payload`` is :func:`pointer`)."""
+
+FRAME_CACHE = 16
+"""Decoded frames a reader keeps (by content digest): 16 × ~32 KB."""
+
+FRAME_META = "SELECT id, digest, codec, dict_id, raw_size FROM pack_frames"
+"""A frame row without its data (enough to find it in the cache)."""
+
+
+class FrameRow(NamedTuple):
+    """One ``pack_frames`` row without ``data``."""
+
+    id: int
+    digest: bytes
+    codec: int
+    dict_id: int | None
+    raw_size: int
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def pointer(frame_id: int, offset: int) -> bytes:
+    """The ``payload`` of a packed blob: where its bytes are."""
+    return _varint(frame_id) + _varint(offset)
+
+
+def frame_prefix(frame_id: int) -> bytes:
+    """The first bytes of every pointer into frame ``frame_id`` (a varint ends itself, so a
+    pointer starts with these bytes exactly when it points into this frame).
+    """
+    return _varint(frame_id)
+
+
+def parse_pointer(payload: Any) -> tuple[int, int]:
+    """``(frame id, offset)`` of a packed blob's payload.
+
+    Raises:
+        IntegrityError: not two varints.
+    """
+    data = bytes(payload)
+    values: list[int] = []
+    value = shift = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if shift > 63:
+            break
+        if not byte & 0x80:
+            values.append(value)
+            value = shift = 0
+    if len(values) != 2 or len(_varint(values[0]) + _varint(values[1])) != len(data):
+        raise IntegrityError(f"a packed blob's pointer is damaged ({data.hex() or 'empty'})")
+    return values[0], values[1]
+
+
+def decode_frame(dec: Decompressor, row: FrameRow, data: Any) -> bytes:
+    """A frame's content, checked against its size and digest (its dictionary loaded).
+
+    Raises:
+        IntegrityError: the frame is damaged, naming it.
+    """
+    what = f"pack frame {row.id}"
+    if not 0 <= row.raw_size <= MAX_RAW_SIZE:
+        raise IntegrityError(f"{what}: recorded size {row.raw_size} is out of bounds")
+    content = dec.decompress(row.codec, bytes(data), row.raw_size, row.dict_id, what=what)
+    if digest_bytes(content) != bytes(row.digest):
+        raise IntegrityError(f"{what}: content does not match its digest")
+    return content
+
+
+class FrameReading:
+    """Packed blobs read through their frames (mixed into ``ArchiveReader``)."""
+
+    _dec: Decompressor
+
+    def _ensure_dictionary(self, conn: AnyConnection, dict_id: int) -> None: ...
+
+    def _init_frames(self) -> None:
+        self._frames: OrderedDict[bytes, bytes] = OrderedDict()
+        """Decoded frame contents by content digest (see the module docstring)."""
+
+    def _frame_contents(self, conn: AnyConnection, frame_ids: Sequence[int]) -> dict[int, bytes]:
+        """``{frame id: content}`` of the frames named (those missing are absent): one query
+        for the rows, one for the data of those not cached.
+
+        Raises:
+            IntegrityError: a frame is damaged, naming it.
+        """
+        unique = list(dict.fromkeys(frame_ids))
+        metas: dict[int, FrameRow] = {}
+        for start in range(0, len(unique), 500):
+            part = unique[start : start + 500]
+            sql = f"{FRAME_META} WHERE id IN ({rsql.placeholders(len(part))})"
+            for r in rsql.fetchall(conn, sql, part):
+                metas[int(r[0])] = FrameRow(int(r[0]), bytes(r[1]), int(r[2]), r[3], int(r[4]))
+        out: dict[int, bytes] = {}
+        missing: list[int] = []
+        for frame_id, meta in metas.items():
+            hit = self._frames.get(meta.digest)
+            if hit is None:
+                missing.append(frame_id)
+            else:
+                self._frames.move_to_end(meta.digest)
+                out[frame_id] = hit
+        for start in range(0, len(missing), 50):
+            part = missing[start : start + 50]
+            sql = f"SELECT id, data FROM pack_frames WHERE id IN ({rsql.placeholders(len(part))})"
+            for frame_id, data in rsql.fetchall(conn, sql, part):
+                meta = metas[int(frame_id)]
+                if meta.codec == 2 and meta.dict_id is not None:  # CODEC_ZSTD_DICT
+                    try:
+                        self._ensure_dictionary(conn, int(meta.dict_id))
+                    except IntegrityError as err:
+                        raise IntegrityError(f"pack frame {meta.id}: {err.message}") from err
+                content = decode_frame(self._dec, meta, data)
+                out[int(frame_id)] = content
+                self._frames[meta.digest] = content
+                while len(self._frames) > FRAME_CACHE:
+                    self._frames.popitem(last=False)
+        return out
+
+    def unpack(
+        self, conn: AnyConnection, sizes: Sequence[int], payloads: Sequence[Any]
+    ) -> list[bytes]:
+        """The bytes of packed blobs (their ``raw_size`` and pointer ``payload``), in order.
+
+        Raises:
+            IntegrityError: a pointer, a frame or a blob's place in it is wrong.
+        """
+        where = [parse_pointer(p) for p in payloads]
+        contents = self._frame_contents(conn, [f for f, _ in where])
+        out = []
+        for (frame_id, offset), size in zip(where, sizes, strict=True):
+            content = contents.get(frame_id)
+            if content is None:
+                raise IntegrityError(f"its pack frame {frame_id} is missing from the archive")
+            if size < 0 or offset + size > len(content):
+                raise IntegrityError(
+                    f"bytes {offset}..{offset + size} are outside pack frame {frame_id} "
+                    f"({len(content)} bytes)"
+                )
+            out.append(content[offset : offset + size])
+        return out

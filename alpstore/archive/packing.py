@@ -1,0 +1,335 @@
+"""Packing cold blobs (issue 33): loose blobs rewritten, in conversation order (ascending id:
+the order they were stored), into zstd frames of about :data:`FRAME_TARGET` bytes of content,
+one ``pack_frames`` row each; each blob's row then points into its frame
+(:mod:`alpstore.archive.frames`).
+
+Which blobs are cold: every loose blob up to :data:`PACK_BLOB_MAX` bytes (a larger one
+compresses well alone and would make a frame that every read of its neighbours pays for), not a
+delta (a delta is a few bytes against its base; packed whole it would grow), and, for the
+background packer, not among the newest ``keep_loose`` (the turns a live writer may still read
+back at once). An explicit ``alpstore archive pack`` and the end of an import pack them all.
+
+Each frame is one short transaction — the frame row inserted, then its blobs' rows updated only
+where they are still loose (a blob `gc` deleted meanwhile is simply absent; one another packer
+took first leaves dead bytes in this frame) — so a writer beside the packer waits for one
+frame's batch at most, and a kill -9 leaves every blob either loose or packed, never neither.
+Frames are compressed before the transaction opens.
+
+GC: :meth:`PackWriting.repack` deletes frames no blob points into and rewrites a frame whose
+dead fraction (bytes of blobs deleted since it was written) passes :data:`REPACK_DEAD`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import zstandard
+
+from alpstore.archive.base import Problem
+from alpstore.archive.frames import (
+    CODEC_PACKED,
+    FrameRow,
+    decode_frame,
+    frame_prefix,
+    parse_pointer,
+    pointer,
+)
+from alpstore.archive.reading import ArchiveReader, BlobRow
+from alpstore.codec import (
+    CODEC_RAW,
+    CODEC_ZSTD,
+    CODEC_ZSTD_DICT,
+    Decompressor,
+    digest_bytes,
+)
+from alpstore.db import raw as rsql
+from alpstore.errors import IntegrityError, UsageError
+
+if TYPE_CHECKING:
+    from alpstore.db.database import Database
+    from alpstore.db.raw import AnyConnection
+
+FRAME_TARGET = 32 * 1024
+"""Content bytes per frame: reading one packed message decompresses this much (≈0.1 ms)."""
+
+PACK_LEVEL = 12
+"""zstd level of the frames (with the archive's dictionary when it has one)."""
+
+PACK_BLOB_MAX = 16 * 1024
+"""Blobs larger than this stay loose."""
+
+REPACK_DEAD = 0.5
+"""A frame whose dead fraction passes this is rewritten by `gc` (its live blobs packed anew)."""
+
+READ_SLICE = 500
+"""Loose blobs read and decoded at a time while packing."""
+
+LOOSE_SELECT = (
+    "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+    f"WHERE id > ? AND id <= ? AND codec IN ({CODEC_RAW}, {CODEC_ZSTD}, {CODEC_ZSTD_DICT}) "
+    "AND raw_size <= ? ORDER BY id LIMIT ?"
+)
+
+PACK_UPDATE = (
+    f"UPDATE blobs SET codec = {CODEC_PACKED}, dict_id = NULL, payload = ? "
+    f"WHERE id = ? AND codec != {CODEC_PACKED}"
+)
+
+
+@dataclass
+class PackReport:
+    """What a packing (or a repacking) did."""
+
+    frames: int = 0
+    blobs: int = 0
+    raw_bytes: int = 0
+    stored_before: int = 0
+    """The packed blobs' payload bytes while loose."""
+    stored_after: int = 0
+    """The frames' bytes."""
+    frames_deleted: int = 0
+    frames_rewritten: int = 0
+
+
+@dataclass(frozen=True)
+class FrameStats:
+    """Loose and packed bytes of an archive (``archive stats``)."""
+
+    loose_blobs: int
+    loose_bytes: int
+    packed_blobs: int
+    frames: int
+    frame_bytes: int
+    frame_raw: int
+    live_raw: int
+    dict_frames: int
+
+    @property
+    def dead_fraction(self) -> float:
+        """Bytes of the frames' content no blob points at any more, as a fraction."""
+        return 1.0 - self.live_raw / self.frame_raw if self.frame_raw else 0.0
+
+
+class PackWriting(ArchiveReader):
+    """Packing, repacking and checking frames (``SqlArchive`` is made of it)."""
+
+    db: Database
+    _pack_comp: tuple[int | None, zstandard.ZstdCompressor] | None = None
+    """The frame compressor and the dictionary it was made with (made once: a dictionary's
+    tables take milliseconds to build)."""
+
+    # ----------------------------------------------------------------- packing
+    def pack_cold(self, *, keep_loose: int = 0) -> PackReport:
+        """Pack every cold loose blob (see the module docstring), one frame per transaction.
+
+        ``keep_loose``: leave the newest this many blobs loose (the background packer).
+
+        Raises:
+            UsageError: called inside a transaction.
+        """
+        if self.db.in_transaction():
+            raise UsageError("packing runs its own transactions: call it outside one")
+        report = PackReport()
+        with self.db.read() as conn:
+            top = rsql.fetchone(conn, "SELECT max(id) FROM blobs")[0]
+        upto = int(top or 0) - keep_loose
+        last = 0
+        batch: list[tuple[BlobRow, bytes]] = []
+        size = 0
+        while True:
+            with self.db.read() as conn:
+                params = [last, upto, PACK_BLOB_MAX, READ_SLICE]
+                part = [BlobRow(*r) for r in rsql.fetchall(conn, LOOSE_SELECT, params)]
+                raws = self.decode_rows(conn, part, verify=False)
+            for row, raw in zip(part, raws, strict=True):
+                batch.append((row, raw))
+                size += len(raw)
+                if size >= FRAME_TARGET:
+                    self._write_frame(batch, report)
+                    batch, size = [], 0
+            if len(part) < READ_SLICE:
+                break
+            last = part[-1].id
+        if batch:
+            self._write_frame(batch, report)
+        return report
+
+    def _compress_frame(self, content: bytes) -> tuple[int, int | None, bytes]:
+        dict_id = self._codec[0]
+        if self._pack_comp is None or self._pack_comp[0] != dict_id:
+            if dict_id is None:
+                comp = zstandard.ZstdCompressor(level=PACK_LEVEL)
+            else:
+                cdict = zstandard.ZstdCompressionDict(self._dec.dictionary(dict_id))
+                comp = zstandard.ZstdCompressor(level=PACK_LEVEL, dict_data=cdict)
+            self._pack_comp = (dict_id, comp)
+        data = self._pack_comp[1].compress(content)
+        return (CODEC_ZSTD if dict_id is None else CODEC_ZSTD_DICT), dict_id, data
+
+    def _write_frame(self, members: Sequence[tuple[BlobRow, bytes]], report: PackReport) -> None:
+        """One frame of ``members`` (rows as read, and their bytes), in one transaction."""
+        content = b"".join(raw for _, raw in members)
+        codec, dict_id, data = self._compress_frame(content)
+        offsets = []
+        at = 0
+        for _, raw in members:
+            offsets.append(at)
+            at += len(raw)
+        with self.db.atomic() as conn:
+            frame_id = self._insert_frame(conn, content, codec, dict_id, len(members), data)
+            rsql.executemany(
+                conn,
+                PACK_UPDATE,
+                [
+                    (pointer(frame_id, off), row.id)
+                    for (row, _), off in zip(members, offsets, strict=True)
+                ],
+            )
+        report.frames += 1
+        report.blobs += len(members)
+        report.raw_bytes += len(content)
+        report.stored_before += sum(len(row.payload) for row, _ in members)
+        report.stored_after += len(data)
+
+    def _insert_frame(
+        self,
+        conn: AnyConnection,
+        content: bytes,
+        codec: int,
+        dict_id: int | None,
+        count: int,
+        data: bytes,
+    ) -> int:
+        sql = (
+            "INSERT INTO pack_frames (digest, codec, dict_id, raw_size, blob_count, created_at, "
+            "data) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        params = [digest_bytes(content), codec, dict_id, len(content), count, time.time(), data]
+        if self.db.is_sqlite:
+            return int(rsql.execute(conn, sql, params).lastrowid)
+        return int(rsql.fetchone(conn, sql + " RETURNING id", params)[0])
+
+    # ----------------------------------------------------------------- gc
+    def _members(self, conn: AnyConnection) -> dict[int, list[tuple[int, int, int]]]:
+        """``{frame id: [(blob id, offset, size)]}`` of every packed blob (one scan)."""
+        out: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        sql = f"SELECT id, raw_size, payload FROM blobs WHERE codec = {CODEC_PACKED}"
+        for blob_id, size, payload in rsql.fetchall(conn, sql):
+            try:
+                frame_id, offset = parse_pointer(payload)
+            except IntegrityError:
+                continue  # verify names it
+            out[frame_id].append((int(blob_id), offset, int(size)))
+        return out
+
+    def repack(self, *, threshold: float = REPACK_DEAD) -> PackReport:
+        """After `gc`: delete the frames no blob points into, and rewrite each frame whose dead
+        fraction passes ``threshold`` (its live blobs into a new frame). Each frame is its own
+        transaction, in which its members are read again (nothing decided on an older read).
+        """
+        report = PackReport()
+        with self.db.read() as conn:
+            frames = {
+                int(i): int(n)
+                for i, n in rsql.fetchall(conn, "SELECT id, raw_size FROM pack_frames")
+            }
+            members = self._members(conn)
+        for frame_id, raw_size in frames.items():
+            live = sum(size for _, _, size in members.get(frame_id, ()))
+            if live and (not raw_size or 1.0 - live / raw_size <= threshold):
+                continue
+            self._rewrite_frame(frame_id, report)
+        return report
+
+    def _rewrite_frame(self, frame_id: int, report: PackReport) -> None:
+        with self.db.atomic() as conn:
+            self.db.exclude_writers(conn)  # no packer or gc may move a member meanwhile
+            prefix = frame_prefix(frame_id)
+            sql = (
+                "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+                f"WHERE codec = {CODEC_PACKED} AND substr(payload, 1, {len(prefix)}) = ? "
+                "ORDER BY id"
+            )
+            rows = [BlobRow(*r) for r in rsql.fetchall(conn, sql, [prefix])]
+            rows = [r for r in rows if parse_pointer(r.payload)[0] == frame_id]
+            if rows:  # the live part of one frame: one new frame, smaller
+                raws = self.decode_rows(conn, rows, verify=True)
+                content = b"".join(raws)
+                codec, dict_id, data = self._compress_frame(content)
+                new_id = self._insert_frame(conn, content, codec, dict_id, len(rows), data)
+                at, updates = 0, []
+                for row, raw in zip(rows, raws, strict=True):
+                    updates.append((pointer(new_id, at), row.id))
+                    at += len(raw)
+                rsql.executemany(
+                    conn,
+                    f"UPDATE blobs SET payload = ? WHERE id = ? AND codec = {CODEC_PACKED}",
+                    updates,
+                )
+                report.frames_rewritten += 1
+            else:
+                report.frames_deleted += 1
+            rsql.execute(conn, "DELETE FROM pack_frames WHERE id = ?", [frame_id])
+
+    # ----------------------------------------------------------------- stats, verify
+    def frame_stats(self) -> FrameStats:
+        """Loose and packed bytes, frames and their dead fraction."""
+        with self.db.read() as conn:
+            loose = rsql.fetchone(
+                conn,
+                "SELECT count(*), coalesce(sum(length(payload)), 0) FROM blobs "
+                f"WHERE codec != {CODEC_PACKED}",
+            )
+            frames = rsql.fetchone(
+                conn,
+                "SELECT count(*), coalesce(sum(length(data)), 0), coalesce(sum(raw_size), 0), "
+                f"coalesce(sum(CASE WHEN codec = {CODEC_ZSTD_DICT} THEN 1 ELSE 0 END), 0) "
+                "FROM pack_frames",
+            )
+            known = {int(r[0]) for r in rsql.fetchall(conn, "SELECT id FROM pack_frames")}
+            members = self._members(conn)
+        live = sum(s for f, m in members.items() if f in known for _, _, s in m)
+        return FrameStats(
+            loose_blobs=int(loose[0]),
+            loose_bytes=int(loose[1]),
+            packed_blobs=sum(len(m) for m in members.values()),
+            frames=int(frames[0]),
+            frame_bytes=int(frames[1]),
+            frame_raw=int(frames[2]),
+            live_raw=live,
+            dict_frames=int(frames[3]),
+        )
+
+    def verify_frames(self, conn: AnyConnection) -> tuple[int, list[Problem]]:
+        """Decode every frame with a decompressor of its own (a cached copy would hide damage
+        done since it was read) and check its size and digest; ``(frames checked, problems)``,
+        each problem naming the frame and how many blobs it holds.
+        """
+        problems = []
+        check = Decompressor()
+        checked = 0
+        members = self._members(conn)
+        ids = [int(r[0]) for r in rsql.fetchall(conn, "SELECT id FROM pack_frames ORDER BY id")]
+        for frame_id in ids:
+            row = rsql.fetchone(
+                conn,
+                "SELECT id, digest, codec, dict_id, raw_size, data FROM pack_frames WHERE id = ?",
+                [frame_id],
+            )
+            checked += 1
+            meta = FrameRow(int(row[0]), bytes(row[1]), int(row[2]), row[3], int(row[4]))
+            try:
+                if meta.codec == CODEC_ZSTD_DICT and meta.dict_id is not None:
+                    self._ensure_dictionary(conn, int(meta.dict_id))
+                    check.add_dictionary(int(meta.dict_id), self._dec.dictionary(meta.dict_id))
+                elif meta.codec != CODEC_ZSTD:
+                    raise IntegrityError(f"pack frame {frame_id}: unknown codec {meta.codec}")
+                decode_frame(check, meta, row[5])
+            except IntegrityError as exc:
+                held = len(members.get(frame_id, ()))
+                problems.append(Problem(what=f"{exc} ({held} blob(s) are packed in it)"))
+        return checked, problems

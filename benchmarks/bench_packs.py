@@ -1,0 +1,261 @@
+"""Pack frames (issue 33): bytes of the native `commit_turn` path before and after
+`archive pack`, PostgreSQL at 400 turns after an import, one message read from a pack, and a
+10,000-message head hydrated packed vs loose — each beside its baseline in the same run.
+
+Run: ``python benchmarks/bench_packs.py [--postgres]`` (PostgreSQL from
+$ALPSTORE_BENCH_POSTGRES_URL or $ALPSTORE_TEST_POSTGRES_URL, a fresh schema dropped after), or
+collected by pytest with ``--benchmark-only`` (SQLite; the read of one packed message is the
+timed function). Writes ``benchmarks/results/packs.md``.
+
+Conversations from ``alpstore.samples.generate`` (seed 7), raw = the messages as JSON lines.
+SQLite sizes: the file with its WAL folded in after the store closed. PostgreSQL:
+``pg_total_relation_size`` summed over the schema's tables (heap, TOAST, indexes, maps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import zstandard
+
+from alpstore.db import sqlite_path_for_root
+from alpstore.importers import import_history, parse_history
+from alpstore.samples import write_jsonl
+from alpstore.store import Store
+from benchmarks._util import checkpointed_bytes, conversation_turns, write_results
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "packs.md"
+
+
+def _raw(turns: list[list[dict[str, Any]]]) -> bytes:
+    import json
+
+    return b"".join(json.dumps(m, ensure_ascii=False).encode() + b"\n" for t in turns for m in t)
+
+
+def native(turns: list[list[dict[str, Any]]], root: Path) -> dict[str, Any]:
+    """Commit every turn, close, measure; open, pack, compact, close, measure."""
+    root.mkdir()
+    store = Store.open(root)
+    try:
+        session = store.create_session(name="bench")
+        for turn in turns:
+            session.commit_turn(turn)
+        store.archive.wait_for_training()
+    finally:
+        store.close()
+    db = sqlite_path_for_root(root)
+    before = checkpointed_bytes(db)
+    store = Store.open(root)
+    try:
+        began = time.perf_counter()
+        report = store.archive.pack_cold()
+        store.archive.compact()
+        took = time.perf_counter() - began
+    finally:
+        store.close()
+    return {"before": before, "after": checkpointed_bytes(db), "pack_s": took, "report": report}
+
+
+def reads(root: Path, *, packed: bool, n: int = 400) -> dict[str, float]:
+    """Median µs of ``archive.get`` of one random message: cold (the frame cache emptied
+    first, so one frame is read and decompressed) and warm."""
+    store = Store.open(root)
+    try:
+        if packed:
+            store.archive.pack_cold()
+        with store.db.read() as conn:
+            digests = [bytes(d) for (d,) in conn.exec_driver_sql("SELECT digest FROM blobs")]
+        rng = random.Random(3)
+        picks = [rng.choice(digests) for _ in range(n)]
+        cold, warm = [], []
+        for d in picks:
+            store.archive._frames.clear()
+            t = time.perf_counter()
+            store.archive.get(d)  # type: ignore[arg-type]
+            cold.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            store.archive.get(d)  # type: ignore[arg-type]
+            warm.append(time.perf_counter() - t)
+        return {"cold": 1e6 * statistics.median(cold), "warm": 1e6 * statistics.median(warm)}
+    finally:
+        store.close()
+
+
+def hydrate(root: Path, *, packed: bool, rounds: int = 5) -> float:
+    """Best seconds of hydrating the session's head (every message), a fresh reader each."""
+    store = Store.open(root)
+    try:
+        if packed:
+            store.archive.pack_cold()
+        ck = store.get_session("bench").checkpoints()[-1]
+    finally:
+        store.close()
+    best = float("inf")
+    for _ in range(rounds):
+        reader = Store.open(root)
+        try:
+            t = time.perf_counter()
+            reader.hydrate(reader.get_checkpoint(ck.id))
+            best = min(best, time.perf_counter() - t)
+        finally:
+            reader.close()
+    return best
+
+
+def postgres_import(turns: int) -> dict[str, Any]:
+    """Import a ``turns``-turn conversation on PostgreSQL, with and without the settle (the
+    dictionary and packing the import command runs after its transaction)."""
+    import os
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from alpstore.testing.postgres import fresh_schema
+
+    base = os.environ.get("ALPSTORE_BENCH_POSTGRES_URL") or os.environ.get(
+        "ALPSTORE_TEST_POSTGRES_URL"
+    )
+    if not base:
+        raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
+    out: dict[str, Any] = {}
+    admin = create_engine(base, poolclass=NullPool)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "c.jsonl"
+            write_jsonl(src, turns, seed=7)
+            out["raw"] = src.stat().st_size
+            for label, settle in (("before", False), ("after", True)):
+                with fresh_schema(admin, base, "bench_packs_") as url:
+                    store = Store.open(Path(tmp) / label, url=url)
+                    try:
+                        import_history(store, parse_history(src, "auto"), name="bench")
+                        if settle:
+                            store.archive.settle()
+                    finally:
+                        store.close()
+                    probe = create_engine(url, poolclass=NullPool).execution_options(
+                        isolation_level="AUTOCOMMIT"
+                    )
+                    try:
+                        with probe.connect() as conn:
+                            conn.exec_driver_sql("VACUUM")  # the maps, as autovacuum leaves them
+                            out[label] = int(
+                                conn.exec_driver_sql(
+                                    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) "
+                                    "FROM pg_class c WHERE c.relnamespace = "
+                                    "current_schema()::regnamespace AND c.relkind IN ('r', 'p')"
+                                ).scalar_one()
+                            )
+                    finally:
+                        probe.dispose()
+    finally:
+        admin.dispose()
+    return out
+
+
+def run_all(postgres: bool) -> str:
+    lines = ["Command: `python benchmarks/bench_packs.py" + (" --postgres`" if postgres else "`")]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        turns = conversation_turns(1000)[:1000]
+        raw = _raw(turns)
+        n = native(turns, work / "native")
+        z3 = len(zstandard.ZstdCompressor(level=3).compress(raw))
+        z19 = len(zstandard.ZstdCompressor(level=19).compress(raw))
+        lines += [
+            "",
+            "| native `commit_turn`, 1,000 turns | raw | before `archive pack` | after | "
+            "pack + compact took | zstd-3 stream | zstd-19 stream |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| SQLite | {len(raw) / 1e6:.2f} MB | {n['before'] / len(raw):.3f}× | "
+            f"**{n['after'] / len(raw):.3f}×** | {n['pack_s'] * 1000:.0f} ms | "
+            f"{z3 / len(raw):.3f}× | {z19 / len(raw):.3f}× |",
+        ]
+        # one message, and a 10,000-message head: the same archive loose, then packed
+        big = conversation_turns(1700)[:1700]
+        for name in ("loose", "packed"):
+            root = work / f"h-{name}"
+            root.mkdir()
+            store = Store.open(
+                root,
+            )
+            try:
+                session = store.create_session(name="bench")
+                for turn in big:
+                    session.commit_turn(turn)
+                store.archive.wait_for_training()
+            finally:
+                store.close()
+        r_loose = reads(work / "h-loose", packed=False)
+        r_packed = reads(work / "h-packed", packed=True)
+        h_loose = hydrate(work / "h-loose", packed=False)
+        h_packed = hydrate(work / "h-packed", packed=True)
+        count = sum(len(t) for t in big)
+        lines += [
+            "",
+            f"| {count:,}-message archive | loose (as before) | packed | packed ÷ loose |",
+            "|---|---:|---:|---:|",
+            f"| one message, `archive.get`, frame cache empty (median µs) | "
+            f"{r_loose['cold']:.0f} | **{r_packed['cold']:.0f}** | "
+            f"{r_packed['cold'] / r_loose['cold']:.2f} |",
+            f"| one message, frame cached (median µs) | {r_loose['warm']:.0f} | "
+            f"{r_packed['warm']:.0f} | {r_packed['warm'] / r_loose['warm']:.2f} |",
+            f"| hydrate the head, {count:,} messages (best of 5, ms) | {h_loose * 1000:.1f} | "
+            f"**{h_packed * 1000:.1f}** | {h_packed / h_loose:.2f} |",
+        ]
+    if postgres:
+        pg = postgres_import(400)
+        lines += [
+            "",
+            "| PostgreSQL, `session import` of 400 turns | raw | import alone (before) | "
+            "import + settle (dictionary, packs) |",
+            "|---|---:|---:|---:|",
+            f"| tables + indexes + TOAST | {pg['raw'] / 1e6:.2f} MB | "
+            f"{pg['before'] / pg['raw']:.3f}× | **{pg['after'] / pg['raw']:.3f}×** |",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def test_pack_read(benchmark: Any, tmp_path: Path) -> None:
+    """The timed function: one message read from a pack, its frame not cached."""
+    store = Store.open(tmp_path)
+    try:
+        session = store.create_session(name="bench")
+        for turn in conversation_turns(200)[:200]:
+            session.commit_turn(turn)
+        store.archive.pack_cold()
+        with store.db.read() as conn:
+            digests = [bytes(d) for (d,) in conn.exec_driver_sql("SELECT digest FROM blobs")]
+        rng = random.Random(5)
+
+        def one() -> None:
+            store.archive._frames.clear()
+            store.archive.get(rng.choice(digests))  # type: ignore[arg-type]
+
+        benchmark(one)
+    finally:
+        store.close()
+    text = run_all(False)
+    write_results(RESULTS, text)
+    print("\n" + text)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--postgres", action="store_true")
+    args = parser.parse_args()
+    out = run_all(args.postgres)
+    write_results(RESULTS, out)
+    print(out)

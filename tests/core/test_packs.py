@@ -1,0 +1,237 @@
+"""Pack frames (issue 33): cold blobs rewritten in conversation order into zstd frames; reads,
+verify, stats, GC's repacking and the pointer format, on both backends where they touch SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from alpstore.archive.frames import CODEC_PACKED, parse_pointer, pointer
+from alpstore.archive.packing import FRAME_TARGET
+from alpstore.db.engine import sqlite_path_for_root
+from alpstore.errors import IntegrityError
+from alpstore.maintenance import gc, verify
+from alpstore.samples import generate
+from alpstore.store import Store
+from tests.conftest import Backend, run_cli
+
+
+def _turns(n: int, seed: int = 5) -> list[list[dict[str, Any]]]:
+    turns: list[list[dict[str, Any]]] = []
+    for m in generate(n, seed=seed):
+        if not turns or m.get("role") == "user":
+            turns.append([m])
+        else:
+            turns[-1].append(m)
+    return turns
+
+
+def _codecs(store: Store) -> dict[int, int]:
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql("SELECT codec, count(*) FROM blobs GROUP BY codec").all()
+    return {int(c): int(n) for c, n in rows}
+
+
+@given(st.integers(0, 2**40), st.integers(0, 2**40))
+def test_pointer_round_trips(frame: int, offset: int) -> None:
+    assert parse_pointer(pointer(frame, offset)) == (frame, offset)
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x80", b"\x01", b"\x01\x02\x03", b"\x81\x00\x01"])
+def test_a_damaged_pointer_is_refused(bad: bytes) -> None:
+    with pytest.raises(IntegrityError):
+        parse_pointer(bad)
+
+
+def test_packed_blobs_read_as_before(backend: Backend) -> None:
+    store = backend.open_store()
+    session = store.create_session(name="packs")
+    for turn in _turns(60):
+        session.commit_turn(turn)
+    ck = session.checkpoints()[-1]
+    before = [e.value for e in store.hydrate(ck)]
+    digests = [e.digest for e in store.hydrate(ck)]
+    report = store.archive.pack_cold()
+    assert report.frames >= 2 and report.blobs > 0
+    assert report.stored_after < report.stored_before
+    assert _codecs(store).get(CODEC_PACKED) == report.blobs
+    # a new reader (nothing cached) and this one: the same documents, by view and by digest
+    fresh = backend.open_store()
+    for reader in (store, fresh):
+        assert [e.value for e in reader.hydrate(reader.get_checkpoint(ck.id))] == before
+        assert reader.archive.get_many(digests, verify=True) == before
+    assert verify(store).ok
+    stats = store.archive.stats()
+    assert stats.packed_blobs == report.blobs and stats.frames == report.frames
+    assert stats.packed_bytes == report.stored_after and stats.dead_fraction == 0.0
+    assert stats.stored_bytes == stats.loose_bytes + stats.packed_bytes
+    # writing on after packing: a stored message is found (deduplicated), new ones stored loose
+    session.commit_turn([before[1], {"role": "user", "content": "one more"}])
+    assert [e.value for e in session.history()][-2:] == [
+        before[1],
+        {"role": "user", "content": "one more"},
+    ]
+    again = store.archive.pack_cold()
+    assert again.blobs == 1  # only the new message
+    assert store.archive.pack_cold().blobs == 0  # nothing left loose and small
+
+
+def test_frames_hold_tens_of_kb_in_conversation_order(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    try:
+        session = store.create_session(name="order")
+        for turn in _turns(80):
+            session.commit_turn(turn)
+        store.archive.pack_cold()
+        with store.db.read() as conn:
+            frames = conn.exec_driver_sql("SELECT id, raw_size FROM pack_frames ORDER BY id").all()
+            rows = conn.exec_driver_sql(
+                f"SELECT id, payload FROM blobs WHERE codec = {CODEC_PACKED} ORDER BY id"
+            ).all()
+        assert all(size >= FRAME_TARGET for _, size in frames[:-1])
+        assert all(size < FRAME_TARGET + 16 * 1024 for _, size in frames)
+        where = [parse_pointer(p) for _, p in rows]
+        assert where == sorted(where)  # ascending ids: ascending (frame, offset)
+    finally:
+        store.close()
+
+
+def test_verify_names_a_damaged_frame(tmp_path: Path) -> None:
+    store = Store.open(tmp_path)
+    session = store.create_session(name="damage")
+    for turn in _turns(40):
+        session.commit_turn(turn)
+    store.archive.pack_cold()
+    store.close()
+    db = sqlite_path_for_root(tmp_path)
+    con = sqlite3.connect(db)
+    frame_id, data = con.execute("SELECT id, data FROM pack_frames ORDER BY id LIMIT 1").fetchone()
+    damaged = bytearray(data)
+    damaged[len(damaged) // 2] ^= 0xFF
+    con.execute("UPDATE pack_frames SET data = ? WHERE id = ?", (bytes(damaged), frame_id))
+    con.commit()
+    con.close()
+    res = run_cli("--root", str(tmp_path), "archive", "verify")
+    assert res.code != 0
+    assert f"pack frame {frame_id}" in res.out
+    assert "blob(s) are packed in it" in res.out
+    assert "Traceback" not in res.err
+    # a read of a blob in it fails naming the blob, not with a traceback
+    res = run_cli("--root", str(tmp_path), "session", "show", "damage")
+    assert res.code != 0 and "Traceback" not in res.err
+
+
+def test_gc_rewrites_a_mostly_dead_frame_and_deletes_an_empty_one(backend: Backend) -> None:
+    store = backend.open_store()
+    keep = store.create_session(name="keep")
+    keep.commit_turn([{"role": "user", "content": "kept " * 20}])
+    # blobs nothing references, stored after the kept one: most of its frame will be dead
+    orphans = store.archive.put_many([{"n": i, "text": "orphan " * 300} for i in range(40)])
+    store.archive.pack_cold()
+    frames_before = store.archive.stats().frames
+    assert frames_before >= 2
+    report = gc(store)
+    assert report.blobs_removed == len(orphans)
+    assert report.frames_rewritten + report.frames_deleted == frames_before
+    stats = store.archive.stats()
+    assert stats.dead_fraction == 0.0 and stats.frames == report.frames_rewritten
+    assert [e.value for e in keep.history()] == [{"role": "user", "content": "kept " * 20}]
+    fresh = backend.open_store()
+    assert [e.value for e in fresh.get_session("keep").history()] == [
+        {"role": "user", "content": "kept " * 20}
+    ]
+    assert verify(store).ok
+
+
+def test_a_reader_holding_a_frame_gc_rewrote_reads_the_new_one(tmp_path: Path) -> None:
+    """DESIGN invariant 9 for frames: the cache is keyed by content, not by the frame's row."""
+    store = Store.open(tmp_path)
+    try:
+        keep = store.create_session(name="keep")
+        keep.commit_turn([{"role": "user", "content": "kept " * 20}])
+        store.archive.put_many([{"n": i, "text": "orphan " * 300} for i in range(4)])
+        store.archive.pack_cold()
+        reader = Store.open(tmp_path)
+        try:
+            first = [e.value for e in reader.get_session("keep").history()]
+            gc(store)  # the frame is rewritten: a new row, other content
+            assert [e.value for e in reader.get_session("keep").history()] == first
+        finally:
+            reader.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.sqlite_only("the CLI output on a run root")
+def test_cli_pack_and_stats(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    store = Store.open(tmp_path)
+    session = store.create_session(name="cli")
+    for turn in _turns(30):
+        session.commit_turn(turn)
+    store.close()
+    res = run_cli("--root", root, "archive", "pack")
+    assert res.code == 0, res.err
+    assert res.out.startswith("packed ") and " frames: " in res.out
+    res = run_cli("--root", root, "archive", "stats")
+    assert res.code == 0, res.err
+    lines = dict(line.split(None, 1) for line in res.out.splitlines())
+    assert "frames" in lines["packed"] and "dead" in lines["packed"]
+    assert lines["loose"].endswith("bytes")
+    res = run_cli("--root", root, "archive", "stats", "--json")
+    assert '"frames"' in res.out and '"dead_fraction"' in res.out
+    assert run_cli("--root", root, "archive", "verify").code == 0
+    res = run_cli("--root", root, "archive", "pack", "--keep-loose", "-1")
+    assert res.code == 2 and "Traceback" not in res.err
+
+
+@pytest.mark.sqlite_only("the migration run on a closed SQLite file")
+def test_downgrading_0007_stores_every_packed_blob_loose_again(tmp_path: Path) -> None:
+    from alembic import command
+    from alpstore.db import open_database
+    from alpstore.db.migrate import alembic_config
+
+    store = Store.open(tmp_path)
+    session = store.create_session(name="down")
+    for turn in _turns(30):
+        session.commit_turn(turn)
+    store.archive.train_dictionary(samples=200)
+    store.archive.pack_cold()
+    assert store.archive.stats().dict_frames > 0
+    with store.db.read() as conn:
+        want = {
+            bytes(d): raw
+            for d, (_, raw) in (
+                (bytes(d), store.archive.get_raw(bytes(d)))  # type: ignore[arg-type]
+                for (d,) in conn.exec_driver_sql("SELECT digest FROM blobs").all()
+            )
+        }
+    store.close()
+    db = open_database(root=tmp_path)
+    try:
+        command.downgrade(alembic_config(db), "0006")
+    finally:
+        db.close()
+    con = sqlite3.connect(sqlite_path_for_root(tmp_path))
+    try:
+        assert con.execute("SELECT count(*) FROM blobs WHERE codec = 4").fetchone()[0] == 0
+        names = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+        assert "pack_frames" not in names
+        rows = con.execute("SELECT digest, codec, raw_size, payload FROM blobs").fetchall()
+    finally:
+        con.close()
+    import zstandard
+
+    for digest, codec, size, payload in rows:
+        raw = payload if codec == 0 else None
+        if codec == 1:
+            raw = zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
+        if raw is not None:
+            assert want[bytes(digest)] == raw
+    assert sum(1 for r in rows if r[1] == 1) >= 100  # the packed ones, now plain zstd
