@@ -155,6 +155,7 @@ def log(
             )
         )
     rows.sort(key=lambda r: r[0])
+    _mark_branches([r for _, r in rows])
     if as_json:
         print_json([r for _, r in rows])
         return
@@ -168,6 +169,18 @@ def log(
         ],
         (_log_row(r) for _, r in rows),
     )
+
+
+def _mark_branches(rows: list[dict[str, Any]]) -> None:
+    """A backtrack that a LangGraph put made (time travel: a step from an older checkpoint)
+    names the step that branched (``by``: the trigger of the checkpoint it wrote next).
+    """
+    for i, r in enumerate(rows):
+        if r["type"] != "backtrack":
+            continue
+        nxt = next((n for n in rows[i + 1 :] if n["type"] == "checkpoint"), None)
+        if nxt is not None and str(nxt["trigger"] or "").startswith("langgraph:"):
+            r["by"] = nxt["trigger"]
 
 
 def _log_row(r: dict[str, Any]) -> list[object]:
@@ -185,9 +198,10 @@ def _log_row(r: dict[str, Any]) -> list[object]:
         ]
     if r["type"] == "backtrack":
         steer = f"; steering: {r['steering']}" if r.get("steering") else ""
+        by = f" (branch by {r['by']})" if r.get("by") else ""
         note = (
             f"backtrack {r['steps']} step(s) to checkpoint {r['to_checkpoint']}"
-            f"{' (automatic)' if r['automatic'] else ''}{steer}"
+            f"{' (automatic)' if r['automatic'] else ''}{by}{steer}"
         )
     else:
         detail = json.dumps(r["detail"], ensure_ascii=False, sort_keys=True)

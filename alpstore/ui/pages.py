@@ -133,6 +133,7 @@ def poll(request: Request, settings: Settings) -> dict[str, Any]:
                 "label": visible(r.checkpoint.label),
                 "trigger": visible(r.checkpoint.trigger or "-"),
                 "added": r.entries_added,
+                "change": r.change,
                 "bytes": size(r.bytes_added),
                 "head": r.checkpoint.length,
                 "cut": r.checkpoint.abandoned,
