@@ -7,15 +7,13 @@ Functions of the saver (its first argument), called straight from its protocol m
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 
 from alpstore.archive.sql import Encoded
-from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE
 from alpstore.errors import SessionStateError
 from alpstore.integrations import _lgdb as lgdb
@@ -29,14 +27,14 @@ from alpstore.integrations._lgcodec import (
     unwrap,
     wrap,
 )
-from alpstore.integrations._lgpack import id_bytes, id_text, value_ref
+from alpstore.integrations._lgpack import value_ref
+from alpstore.integrations._lgsteps import TRIGGER_PREFIX as TRIGGER_PREFIX
+from alpstore.integrations._lgsteps import branch_point, record_branch, step_nodes, step_trigger
+from alpstore.integrations._lgsteps import note_writes as note_writes
 from alpstore.integrations._lgthread import SaverState, ThreadState, held_prefix
 from alpstore.sessions import CheckpointInfo, Retention, SessionInfo, count_user_turns
 from alpstore.store import encode
 from alpstore.views import View, cover_add, cover_bytes, cover_int, cover_sub
-
-TRIGGER_PREFIX = "langgraph:"
-"""Checkpoints written by this saver carry the trigger ``langgraph:<source>``."""
 
 
 def put_checkpoint(
@@ -115,6 +113,7 @@ def put_checkpoint(
         ):
             lgdb.move_head(conn, row.session_id, view, turn, status, cover)
         source = str(md.get("source", "put"))
+        nodes = step_nodes(saver, conn, th, row.ref, parent, source)
         info = session_info(saver, conn, row, view, turn, status)
         if branch is not None:
             record_branch(saver, conn, row, branch)
@@ -124,7 +123,7 @@ def put_checkpoint(
             view,
             turn=turn,
             label=None,
-            trigger=(TRIGGER_PREFIX + source)[:32],
+            trigger=step_trigger(source, nodes),
             kernel_id=None,
             wm_id=None,
             cover=cover,
@@ -145,6 +144,8 @@ def put_checkpoint(
             assert new is not None
         lgdb.insert_checkpoint_blobs(conn, new, [r[2] for r in refs.values() if r[0] == "b"])
     # committed: only now does this process's picture of the thread change
+    if source == "loop" and not nodes and parent is not None:
+        th.note_unnamed(str(parent), ck.id, str(ck.trigger))
     if run is not None:
         remember_run(saver, run)
     if head is not None:
@@ -154,84 +155,6 @@ def put_checkpoint(
             th.forget()
     th.last_put = (cid, dict(versions), refs) if th.key is not None else None
     return ck, row.session_id, head is not None
-
-
-class BranchPoint(NamedTuple):
-    """A put from an older checkpoint: the alpstore checkpoints it rewinds from and to."""
-
-    session_id: int
-    latest_id: int
-    latest_seq: int
-    target_id: int
-    target_seq: int
-    view: View
-    turn: int
-    cover: bytes | None
-
-
-_NEWEST_LG = (
-    "SELECT checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? "
-    "ORDER BY checkpoint_id DESC LIMIT 1"
-)
-_PARENT_CK = (
-    "SELECT c.id, c.seq, c.segment_id, c.length, c.turn, c.covering_digest "
-    "FROM lg_checkpoints lc JOIN checkpoints c ON c.id = lc.alp_checkpoint_id "
-    "WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
-)
-_LATEST_CK = "SELECT id, seq FROM checkpoints WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
-
-
-def branch_point(conn: Any, row: lgdb.HeadRow, parent: str, cid: str) -> BranchPoint | None:
-    """The rewind a put makes when its parent is not the thread's newest checkpoint (an
-    ``update_state`` or ``invoke`` from an older checkpoint_id: LangGraph's time travel);
-    None for the common put that extends the newest one (decided without a read when this
-    process stored that one: ``ThreadState.last_put``).
-    """
-    newest = rsql.fetchone(conn, _NEWEST_LG, (row.ref,))
-    if newest is None or id_text(bytes(newest[0])) in (parent, cid):
-        return None
-    found = rsql.fetchone(conn, _PARENT_CK, (row.ref, id_bytes(parent)))
-    latest = rsql.fetchone(conn, _LATEST_CK, (row.session_id,))
-    if found is None or latest is None or int(found[0]) == int(latest[0]):
-        return None  # the parent is not stored (deleted), or it is the session's head
-    ck_id, seq, segment, length, turn, digest = found
-    return BranchPoint(
-        row.session_id,
-        int(latest[0]),
-        int(latest[1]),
-        int(ck_id),
-        int(seq),
-        View(segment, int(length)),
-        int(turn),
-        None if digest is None else bytes(digest),
-    )
-
-
-def record_branch(saver: SaverState, conn: Any, row: lgdb.HeadRow, branch: BranchPoint) -> None:
-    """Record a branch as what it is, a rewind of the thread: the checkpoints after the
-    parent stop being retained (kept, as a backtrack keeps them) and a ``backtracks`` row
-    goes from the old newest checkpoint to the parent (the checkpoint written next, with
-    its ``langgraph:<source>`` trigger, says which node made the branch).
-    """
-    store = saver.store
-    cut = store.abandon_after(conn, branch.session_id, branch.target_seq)
-    steps = cut if cut > 0 else branch.latest_seq - branch.target_seq
-    rsql.execute(
-        conn,
-        "INSERT INTO backtracks (session_id, from_checkpoint_id, to_checkpoint_id, steps, "
-        "steering_blob_id, automatic, error_signature, created_at) "
-        "VALUES (?, ?, ?, ?, NULL, ?, NULL, ?)",
-        (branch.session_id, branch.latest_id, branch.target_id, steps, False, time.time()),
-    )
-    store.emit(
-        "backtrack",
-        session=row.uuid,
-        steps=steps,
-        to_checkpoint=branch.target_id,
-        to_turn=branch.turn,
-        automatic=False,
-        steering=None,
-    )
 
 
 def sync_messages(

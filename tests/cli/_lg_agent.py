@@ -18,6 +18,8 @@ from langgraph.types import Command, interrupt
 from alpstore.integrations.langgraph import AlpstoreSaver
 
 THREAD = "t1"
+WAITING = "t2"
+"""A second thread, left at its interrupt (its pending writes never consumed)."""
 
 
 class AgentState(MessagesState):
@@ -29,7 +31,8 @@ class AgentState(MessagesState):
 @dataclass(frozen=True)
 class Scripted:
     """What the script did: the LangGraph checkpoint_id of the first step holding the
-    ``rm -rf`` call, the one ``update_state`` branched from, and the one it wrote."""
+    ``rm -rf`` call, the one ``update_state`` branched from (the step the command's output
+    came back in, older than the thread's last), and the one it wrote."""
 
     rm_checkpoint: str
     branched_from: str
@@ -92,11 +95,14 @@ def build_agent(run_root: Path, url: str | None = None) -> Scripted:
             msgs = snap.values.get("messages", [])
             if msgs and "rm -rf" in str(getattr(msgs[-1], "tool_calls", "")):
                 rm = snap.config["configurable"]["checkpoint_id"]
-            if len(msgs) == 4 and snap.metadata.get("source") == "loop":  # first answer
+            if not branched and msgs and isinstance(msgs[-1], ToolMessage):
+                # the step the command's output came back in: travel back to it
                 branched = snap.config["configurable"]["checkpoint_id"]
         assert rm and branched
         old = {"configurable": {"thread_id": THREAD, "checkpoint_id": branched}}
         new = graph.update_state(
-            old, {"messages": [HumanMessage(content="never mind, keep it", id="u3")]}
+            old, {"messages": [HumanMessage(content="next time keep a backup", id="u3")]}
         )
+        waiting: Any = {"configurable": {"thread_id": WAITING}}
+        graph.invoke({"messages": [HumanMessage(content="clean up", id="w1")]}, waiting)
         return Scripted(rm, branched, new["configurable"]["checkpoint_id"])
