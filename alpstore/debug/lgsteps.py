@@ -176,3 +176,14 @@ def step_of(store: Store, ck: CheckpointInfo) -> int:
             (ck.turn, ck.seq, ck.id),
         )
     return int(found[0]) if found is not None else 1
+
+
+def thread_of(store: Store, session_id: int) -> tuple[str, str] | None:
+    """``(thread_id, checkpoint_ns)`` of the LangGraph thread a session holds, if any."""
+    with store.db.read() as conn:
+        found = rsql.fetchone(
+            conn,
+            "SELECT thread_id, checkpoint_ns FROM lg_threads WHERE session_id = ?",
+            (session_id,),
+        )
+    return None if found is None else (str(found[0]), str(found[1]))

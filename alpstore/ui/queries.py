@@ -498,3 +498,42 @@ def dictionaries(store: Store) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+
+
+# ---------------------------------------------------------------- LangGraph threads
+HIDDEN_CHANNELS = ("__", "branch:")
+"""LangGraph's own channels (``__start__``, ``branch:to:agent``): not shown as state."""
+
+
+def thread_channels(
+    store: Store, thread: tuple[str, str], checkpoint_id: str | None, messages_key: str
+) -> dict[str, Any] | str:
+    """The state's other channels at one step of a thread, as JSON-able values (what the
+    saver's own ``get_tuple`` reads: nothing written), or a sentence saying why not.
+    """
+    import json
+
+    if checkpoint_id is None:
+        return "this step's LangGraph checkpoint is no longer stored"
+    try:
+        from alpstore.integrations.langgraph import AlpstoreSaver
+    except ImportError:
+        return "reading a thread's channels needs LangGraph (pip install 'alpstore[langgraph]')"
+    saver = AlpstoreSaver(store)
+    config: Any = {
+        "configurable": {
+            "thread_id": thread[0],
+            "checkpoint_ns": thread[1],
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+    found = saver.get_tuple(config)
+    if found is None:
+        return "this step's LangGraph checkpoint is no longer stored"
+    values = found.checkpoint["channel_values"]
+    out: dict[str, Any] = {}
+    for name in sorted(values):
+        if name == messages_key or name.startswith(HIDDEN_CHANNELS):
+            continue
+        out[name] = json.loads(json.dumps(values[name], default=repr, sort_keys=True))
+    return out
