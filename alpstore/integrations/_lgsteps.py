@@ -53,11 +53,11 @@ def step_nodes(
     (noted by this process's ``put_writes``; read back only for a loop step whose parent's
     writes another process stored).
     """
-    if parent is None:
+    if parent is None or source != "loop":  # input, update, fork: LangGraph's own steps
         return []
     noted = th.writers.pop(str(parent), None)
-    if noted is not None or source != "loop":
-        return noted or []
+    if noted is not None:
+        return noted
     nodes: list[str] = []
     for _, _, packed, _ in lgdb.find_writes(conn, ref, str(parent)):
         node = task_node(saver._packer.unpack(conn, packed).get("p", ""))

@@ -86,10 +86,14 @@ def build_agent(run_root: Path, url: str | None = None) -> Scripted:
         g.add_conditional_edges("approve", _after_approval)
         g.add_edge("tools", "agent")
         graph = g.compile(checkpointer=saver)
-        graph.invoke({"messages": [HumanMessage(content="list files", id="u1")]}, config)
-        graph.invoke({"messages": [HumanMessage(content="clean up", id="u2")]}, config)
+        # durability="sync": each step is stored before the next runs, so the script's
+        # order is the archive's (LangGraph's default saves in the background: a step may
+        # then be stored after the invoke that made it returned)
+        run: Any = {"durability": "sync"}
+        graph.invoke({"messages": [HumanMessage(content="list files", id="u1")]}, config, **run)
+        graph.invoke({"messages": [HumanMessage(content="clean up", id="u2")]}, config, **run)
         assert graph.get_state(config).interrupts, "the approval step did not interrupt"
-        graph.invoke(Command(resume="yes"), config)
+        graph.invoke(Command(resume="yes"), config, **run)
         rm = branched = ""
         for snap in graph.get_state_history(config):  # newest first
             msgs = snap.values.get("messages", [])
@@ -104,5 +108,5 @@ def build_agent(run_root: Path, url: str | None = None) -> Scripted:
             old, {"messages": [HumanMessage(content="next time keep a backup", id="u3")]}
         )
         waiting: Any = {"configurable": {"thread_id": WAITING}}
-        graph.invoke({"messages": [HumanMessage(content="clean up", id="w1")]}, waiting)
+        graph.invoke({"messages": [HumanMessage(content="clean up", id="w1")]}, waiting, **run)
         return Scripted(rm, branched, new["configurable"]["checkpoint_id"])

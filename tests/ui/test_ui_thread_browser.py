@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpstore[langgraph])")
 
+from tests.backend_pass import DATABASE_URL_ENV, database_env_for
 from tests.cli._lg_agent import Scripted, build_agent
 from tests.ui.conftest import fingerprint, start_ui, stop
 from tests.ui.test_ui_browser import SHOTS_ENV, expect
@@ -23,7 +24,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     root = tmp_path_factory.mktemp("ui-thread") / "run"
     root.mkdir()
     script = build_agent(root)
-    proc, url = start_ui(["--root", str(root), "ui", "--port", "0"])
+    env = database_env_for(root)  # the PostgreSQL pass: the root's own schema
+    proc, url = start_ui(["--root", str(root), "ui", "--port", "0"], env=env)
     try:
         yield url, root, script
     finally:
@@ -49,7 +51,8 @@ def test_thread_page_shows_nodes_tool_calls_branch_and_channels(
     page: Any, served: tuple[str, Path, Scripted]
 ) -> None:
     _url, root, _ = served
-    before = fingerprint(root, None)
+    db_url = database_env_for(root).get(DATABASE_URL_ENV)
+    before = fingerprint(root, db_url)
     page.click("a.session-link >> text=langgraph:t1")
     page.click("#thread-link")
     expect(page.locator("h1")).to_contain_text("langgraph:t1")
@@ -73,7 +76,7 @@ def test_thread_page_shows_nodes_tool_calls_branch_and_channels(
     # the other channels, as JSON
     expect(page.locator("#channels")).to_contain_text('"approvals": 2')
     folder = os.environ.get(SHOTS_ENV)
-    if folder:
+    if folder and db_url is None:
         page.screenshot(path=str(Path(folder) / "ui-thread.png"), full_page=True)
     # an earlier step: its own conversation and channels
     page.locator("section.turn[data-turn='1'] li.step", has_text="@1.4").locator("a").click()
@@ -81,7 +84,7 @@ def test_thread_page_shows_nodes_tool_calls_branch_and_channels(
     expect(page.locator("#conversation article.entry")).to_have_count(3)
     expect(page.locator("#conversation div.call pre")).to_contain_text('"cmd": "ls"')
     expect(page.locator("#channels")).to_contain_text('"approvals": 1')
-    assert fingerprint(root, None) == before  # the inspector wrote nothing
+    assert fingerprint(root, db_url) == before  # the inspector wrote nothing
 
 
 def test_thread_page_refuses_what_is_not_a_step_of_a_thread(
