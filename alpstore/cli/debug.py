@@ -73,7 +73,15 @@ def _namer(st: Store) -> Callable[[str], str]:
 
 
 def _ref(st: Store, ck: CheckpointInfo) -> str:
-    return f"{_namer(st)(ck.session)}@{ck.turn}"
+    """How to name ``ck``: ``SESSION@TURN``, or for a LangGraph thread (several steps a
+    turn) ``SESSION@TURN.STEP``.
+    """
+    from alpstore.debug import lgsteps
+
+    name = _namer(st)(ck.session)
+    if lgsteps.is_thread(name):
+        return f"{name}@{ck.turn}.{lgsteps.step_of(st, ck)}"
+    return f"{name}@{ck.turn}"
 
 
 def _entry_doc(pos: int, e: Entry) -> dict[str, Any]:

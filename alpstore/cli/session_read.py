@@ -101,35 +101,53 @@ def log(
     ] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """List a session's checkpoints (turn, label, head length, bytes added) and decisions."""
+    """List a session's checkpoints (turn, label, head length, bytes added) and decisions.
+
+    For a LangGraph thread each step also shows its spelling SESSION@TURN.STEP (which every
+    command taking a checkpoint accepts), the node that wrote it, its interrupts and the
+    pending writes no later step consumed; a step from an older checkpoint (time travel)
+    shows as a backtrack to it.
+    """
+    from alpstore.debug import lgsteps
     from alpstore.store import checkpoint_deltas
 
     st = read_store(ctx, read_only=True)
     s = st.get_session(session)
-    cks = s.checkpoints(include_abandoned=show_all)
+    name = s.info(refresh=False).name
+    thread = lgsteps.is_thread(name)
+    every = s.checkpoints(include_abandoned=True)
+    cks = every if show_all else [ck for ck in every if not ck.abandoned]
     deltas = checkpoint_deltas(st, cks)
     events = [e for e in st.session_events(s.id) if e["kind"] not in ("status",)]
+    steps = lgsteps.thread_steps(st, s.id, str(name), every, events) if thread else {}
+    if thread:
+        events = [e for e in events if not lgsteps.is_mark(e)]
     rows: list[tuple[float, dict[str, Any]]] = []
     for ck in cks:
         added, size = deltas[ck.id]
-        rows.append(
-            (
-                ck.created_at,
-                {
-                    "type": "checkpoint",
-                    "checkpoint": ck.id,
-                    "seq": ck.seq,
-                    "turn": ck.turn,
-                    "label": ck.label,
-                    "trigger": ck.trigger,
-                    "head_length": ck.length,
-                    "entries_added": added,
-                    "bytes_added": size,
-                    "retained": not ck.abandoned,
-                    "at": _when(ck.created_at),
-                },
+        doc: dict[str, Any] = {
+            "type": "checkpoint",
+            "checkpoint": ck.id,
+            "seq": ck.seq,
+            "turn": ck.turn,
+            "label": ck.label,
+            "trigger": ck.trigger,
+            "head_length": ck.length,
+            "entries_added": added,
+            "bytes_added": size,
+            "retained": not ck.abandoned,
+            "at": _when(ck.created_at),
+        }
+        step = steps.get(ck.id)
+        if step is not None:
+            doc.update(
+                step=step.ref,
+                node=step.node,
+                checkpoint_id=step.checkpoint_id,
+                pending_writes=step.pending_writes,
+                marks=step.marks,
             )
-        )
+        rows.append((ck.created_at, doc))
     for e in events:
         rows.append(
             (
@@ -154,11 +172,26 @@ def log(
             )
         )
     rows.sort(key=lambda r: r[0])
+    _mark_branches([r for _, r in rows])
     if as_json:
         print_json([r for _, r in rows])
         return
     from alpstore.cli._table import CHECKPOINT_COLUMNS, Column, Kind, print_table
 
+    if thread:
+        print_table(
+            [
+                Column("CKPT", Kind.KEY, right=True),
+                Column("STEP", Kind.KEY),
+                Column("NODE"),
+                Column("TRIGGER"),
+                Column("HEAD", Kind.KEY, right=True),
+                Column("+BYTES", Kind.KEY, right=True),
+                Column("NOTE", Kind.WRAP),
+            ],
+            (_step_row(r) for _, r in rows),
+        )
+        return
     print_table(
         [
             *CHECKPOINT_COLUMNS,
@@ -167,6 +200,29 @@ def log(
         ],
         (_log_row(r) for _, r in rows),
     )
+
+
+def _step_row(r: dict[str, Any]) -> list[object]:
+    """One row of a LangGraph thread's `session log`: a step, or an event in NOTE."""
+    row = _log_row(r)
+    if r["type"] != "checkpoint":
+        return ["", "", "", "", "", "", row[-1]]
+    notes = [n for n in (*r.get("marks", []), row[-1]) if n]
+    if r.get("pending_writes"):
+        notes.append(f"pending writes of {r['pending_writes']} task(s)")
+    return [row[0], r.get("step", ""), r.get("node", "-"), row[3], row[4], row[5], "; ".join(notes)]
+
+
+def _mark_branches(rows: list[dict[str, Any]]) -> None:
+    """A backtrack that a LangGraph put made (time travel: a step from an older checkpoint)
+    names the step that branched (``by``: the trigger of the checkpoint it wrote next).
+    """
+    for i, r in enumerate(rows):
+        if r["type"] != "backtrack":
+            continue
+        nxt = next((n for n in rows[i + 1 :] if n["type"] == "checkpoint"), None)
+        if nxt is not None and str(nxt["trigger"] or "").startswith("langgraph:"):
+            r["by"] = nxt["trigger"]
 
 
 def _log_row(r: dict[str, Any]) -> list[object]:
@@ -184,9 +240,10 @@ def _log_row(r: dict[str, Any]) -> list[object]:
         ]
     if r["type"] == "backtrack":
         steer = f"; steering: {r['steering']}" if r.get("steering") else ""
+        by = f" (branch by {r['by']})" if r.get("by") else ""
         note = (
             f"backtrack {r['steps']} step(s) to checkpoint {r['to_checkpoint']}"
-            f"{' (automatic)' if r['automatic'] else ''}{steer}"
+            f"{' (automatic)' if r['automatic'] else ''}{by}{steer}"
         )
     else:
         detail = json.dumps(r["detail"], ensure_ascii=False, sort_keys=True)

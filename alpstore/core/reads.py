@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 _LANGGRAPH = "langgraph:"
 """The name prefix of a LangGraph thread's session (``langgraph:THREAD[ NS]``)."""
 _LG_CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)$")
+_CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)(?:\.(?P<step>\d{1,9}))?$")
 MAX_SQL_INTEGER = 2**63 - 1
 """The largest id or turn a row can hold (SQLite and PostgreSQL BIGINT)."""
 
@@ -304,7 +304,8 @@ class StoreReads(StoreParts):
 
     def resolve_checkpoint(self, ref: str) -> CheckpointInfo:
         """Resolve ``ID``, ``SESSION@TURN`` (the latest checkpoint at that turn),
-        ``SESSION@latest`` or a LangGraph ``checkpoint_id`` (stored by AlpstoreSaver).
+        ``SESSION@TURN.STEP`` (the STEP-th checkpoint recorded at that turn, cut ones
+        counted: a LangGraph step), ``SESSION@latest`` or a LangGraph ``checkpoint_id``.
 
         Raises:
             NotFoundError: nothing matches.
@@ -334,11 +335,30 @@ class StoreReads(StoreParts):
                     hint="`debug diff` takes a bare @TURN or @latest as B, in A's session",
                 )
             raise NotFoundError(
-                f"checkpoint {ref!r}: expected an id, SESSION@TURN, SESSION@latest "
-                "or a LangGraph checkpoint_id"
+                f"checkpoint {ref!r}: expected an id, SESSION@TURN, SESSION@TURN.STEP, "
+                "SESSION@latest or a LangGraph checkpoint_id"
             )
         session = self.get_session(match["session"])
         params: tuple[Any, ...]
+        if match["step"] is not None:
+            if match["at"] == "latest" or int(match["step"]) < 1:
+                raise NotFoundError(
+                    f"checkpoint {ref!r}: a step is SESSION@TURN.STEP, STEP counted from 1"
+                )
+            turn, step = int(match["at"]), int(match["step"])
+            with self.db.read() as conn:
+                found = rsql.fetchone(
+                    conn,
+                    "SELECT id FROM checkpoints WHERE session_id = ? AND turn = ? "
+                    "ORDER BY seq LIMIT 1 OFFSET ?",
+                    (session.id, turn, step - 1),
+                )
+            if found is None:
+                raise NotFoundError(
+                    f"session {session.uuid} has no step {step} at turn {turn}",
+                    hint=f"`alpstore session log {match['session']}` lists the steps",
+                )
+            return self.get_checkpoint(int(found[0]))
         if match["at"] == "latest":
             where, params = "abandoned = ?", (False,)
             missing = f"session {session.uuid} has no checkpoint"

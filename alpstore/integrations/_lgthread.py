@@ -53,6 +53,30 @@ class ThreadState:
         self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
         self.handed: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
         self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
+        self.writers: OrderedDict[str, list[str]] = OrderedDict()
+        """LangGraph checkpoint id → the nodes whose pending writes this process stored on
+        it (the nodes of the step that follows it): only names for display, keyed by ids
+        LangGraph never reuses, so it is kept across ``forget``."""
+
+        self.unnamed: OrderedDict[str, tuple[int, str]] = OrderedDict()
+        """LangGraph checkpoint id → the alpstore checkpoint (and trigger) of a step put
+        before the writes on its parent were (LangGraph saves both in the background): the
+        writes, once stored, name its node."""
+
+    def note_writer(self, checkpoint_id: str, node: str) -> list[str]:
+        """Remember that ``node`` wrote on ``checkpoint_id``; the nodes noted there so far."""
+        nodes = self.writers.setdefault(checkpoint_id, [])
+        if node not in nodes:
+            nodes.append(node)
+        self.writers.move_to_end(checkpoint_id)
+        while len(self.writers) > WRITERS_KEPT:
+            self.writers.popitem(last=False)
+        return list(nodes)
+
+    def note_unnamed(self, parent: str, ck_id: int, trigger: str) -> None:
+        self.unnamed[parent] = (ck_id, trigger)
+        while len(self.unnamed) > WRITERS_KEPT:
+            self.unnamed.popitem(last=False)
 
     def validate(self, row: HeadRow) -> bool:
         """Forget everything unless ``row`` is the head this state describes; True if kept."""
@@ -75,6 +99,9 @@ class ThreadState:
         self.handed.clear()
         self.last_put = None
 
+
+WRITERS_KEPT = 16
+"""How many checkpoints' writing nodes a thread remembers (a put reads its parent's)."""
 
 SEEN_LISTS = 4
 """How many caller-held message lists (of each kind) a thread remembers for identity

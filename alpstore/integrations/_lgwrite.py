@@ -28,13 +28,13 @@ from alpstore.integrations._lgcodec import (
     wrap,
 )
 from alpstore.integrations._lgpack import value_ref
+from alpstore.integrations._lgsteps import TRIGGER_PREFIX as TRIGGER_PREFIX
+from alpstore.integrations._lgsteps import branch_point, record_branch, step_nodes, step_trigger
+from alpstore.integrations._lgsteps import note_writes as note_writes
 from alpstore.integrations._lgthread import SaverState, ThreadState, held_prefix
 from alpstore.sessions import CheckpointInfo, Retention, SessionInfo, count_user_turns
 from alpstore.store import encode
 from alpstore.views import View, cover_add, cover_bytes, cover_int, cover_sub
-
-TRIGGER_PREFIX = "langgraph:"
-"""Checkpoints written by this saver carry the trigger ``langgraph:<source>``."""
 
 
 def put_checkpoint(
@@ -64,6 +64,12 @@ def put_checkpoint(
                 f"session {row.uuid} of LangGraph thread {thread_id!r} is {row.status}; "
                 "cannot checkpoint"
             )
+        branch = None
+        if parent is not None and (th.last_put is None or th.last_put[0] != str(parent)):
+            branch = branch_point(conn, row, str(parent), str(checkpoint["id"]))
+        if branch is not None:  # time travel: the head moves back to the parent first
+            th.forget()  # what it kept describes the old head, not the parent's view
+            row = row._replace(view=branch.view, turn=branch.turn, cover=branch.cover)
         cover = cover_int(row.cover)
         if cover is None:  # not recorded (an archive not upgraded to revision 0004)
             cover = store.views.cover(conn, row.view)
@@ -107,14 +113,17 @@ def put_checkpoint(
         ):
             lgdb.move_head(conn, row.session_id, view, turn, status, cover)
         source = str(md.get("source", "put"))
+        nodes = step_nodes(saver, conn, th, row.ref, parent, source)
         info = session_info(saver, conn, row, view, turn, status)
+        if branch is not None:
+            record_branch(saver, conn, row, branch)
         ck = store.insert_checkpoint(
             conn,
             info,
             view,
             turn=turn,
             label=None,
-            trigger=(TRIGGER_PREFIX + source)[:32],
+            trigger=step_trigger(source, nodes),
             kernel_id=None,
             wm_id=None,
             cover=cover,
@@ -135,6 +144,8 @@ def put_checkpoint(
             assert new is not None
         lgdb.insert_checkpoint_blobs(conn, new, [r[2] for r in refs.values() if r[0] == "b"])
     # committed: only now does this process's picture of the thread change
+    if source == "loop" and not nodes and parent is not None:
+        th.note_unnamed(str(parent), ck.id, str(ck.trigger))
     if run is not None:
         remember_run(saver, run)
     if head is not None:

@@ -309,6 +309,7 @@ class AlpstoreSaver(SaverState):
         with self._state(thread_id, ns).lock:
             store.db.retrying(attempt, what=f"pending writes of LangGraph thread {thread_id!r}")
         store.archive.after_commit()
+        lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes)
 
     # ---------------------------------------------------------------- reading
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:

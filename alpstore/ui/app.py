@@ -168,6 +168,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/s/{ref:path}/bisect", _page("bisect.html", pages.bisect, settings, env)),
         Route("/s/{ref:path}/poll", _json(pages.poll, settings)),
         Route("/s/{ref:path}", _page("timeline.html", pages.timeline, settings, env)),
+        Route("/t/{ref:path}", _page("thread.html", pages.thread, settings, env)),
         Route("/c/{ck:int}", _page("conversation.html", pages.conversation, settings, env)),
         Route("/diff", _page("diff.html", pages.diff, settings, env)),
         Route("/archive", _page("archive.html", pages.archive, settings, env)),

@@ -133,6 +133,7 @@ def poll(request: Request, settings: Settings) -> dict[str, Any]:
                 "label": visible(r.checkpoint.label),
                 "trigger": visible(r.checkpoint.trigger or "-"),
                 "added": r.entries_added,
+                "change": r.change,
                 "bytes": size(r.bytes_added),
                 "head": r.checkpoint.length,
                 "cut": r.checkpoint.abandoned,
@@ -253,3 +254,61 @@ def continuity(request: Request, settings: Settings) -> dict[str, Any]:
             },
         }
     return {"home": home, "executions": executions, "detail": detail}
+
+
+def thread(request: Request, settings: Settings) -> dict[str, Any]:
+    """A LangGraph thread: its steps grouped by turn (node, spelling, marks), the branches
+    (time travel), and at one step (``ck``; default: the head's latest) the conversation with
+    its tool calls and the state's other channels as JSON.
+    """
+    import json
+
+    from alpstore.debug import lgsteps
+
+    store = settings.store
+    session = _session(store, request.path_params["ref"])
+    info = session.info()
+    found = lgsteps.thread_of(store, session.id)
+    if found is None:
+        raise NotFoundError(f"session {info.uuid} holds no LangGraph thread")
+    cks = session.checkpoints(include_abandoned=True)
+    events = store.session_events(session.id)
+    name = info.name or info.uuid
+    steps = lgsteps.thread_steps(store, session.id, name, cks, events)
+    by_id = {ck.id: ck for ck in cks}
+    chosen = _int(request, "ck")
+    if chosen is None:
+        retained = [ck for ck in cks if not ck.abandoned]
+        chosen = (retained or cks)[-1].id if cks else None
+    if chosen is not None and chosen not in by_id:
+        raise NotFoundError(f"checkpoint {chosen} is not a step of {name}")
+    backtracks = store.session_backtracks(session.id)
+    after = {int(bt["from_checkpoint"]): bt for bt in backtracks if bt["from_checkpoint"]}
+    turns: list[tuple[int, list[Any]]] = []
+    for one in cks:
+        if not turns or turns[-1][0] != one.turn:
+            turns.append((one.turn, []))
+        turns[-1][1].append(one)
+    ck = by_id[chosen] if chosen is not None else None
+    window = queries.conversation(store, ck, None) if ck is not None else None
+    channels: dict[str, Any] | str = "no step"
+    if ck is not None:
+        channels = queries.thread_channels(store, found, steps[ck.id].checkpoint_id, "messages")
+    return {
+        "info": info,
+        "thread": found,
+        "turns": turns,
+        "steps": steps,
+        "after": after,
+        "branches": backtracks,
+        "ck": ck,
+        "w": window,
+        "channels": channels,
+        "channels_json": (
+            json.dumps(channels, indent=2, ensure_ascii=False, sort_keys=True)
+            if isinstance(channels, dict)
+            else ""
+        ),
+        "names": _names(settings, more=(info.uuid,)),
+        "ref": ref,
+    }

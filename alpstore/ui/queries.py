@@ -80,6 +80,13 @@ class TimelineRow:
     entries_added: int
     bytes_added: int
     markers: list[Marker] = field(default_factory=list)
+    entries_removed: int = 0
+
+    @property
+    def change(self) -> str:
+        """What it changed, as ``debug log`` says it: ``+3``, ``-4 +1``."""
+        removed = f"-{self.entries_removed} " if self.entries_removed else ""
+        return f"{removed}+{self.entries_added}"
 
 
 @dataclass(frozen=True)
@@ -207,7 +214,7 @@ def _rows_with_markers(
     if not cks:
         return [], []
     base = _baseline(store, info, cks[0])
-    deltas = checkpoint_deltas(store, [base, *cks] if base is not None else cks)
+    deltas = _changes(store, base, cks)
     hi = float(following.created_at) if following is not None else float("inf")
     markers = _markers(store, info, lo, hi)
     rows: list[TimelineRow] = []
@@ -222,12 +229,41 @@ def _rows_with_markers(
             rows_index = position - 1
             while len(rows) <= rows_index:
                 ck = cks[len(rows)]
-                rows.append(TimelineRow(ck, *deltas[ck.id]))
+                rows.append(_row(ck, deltas[ck.id]))
             rows[rows_index].markers.append(m)
     while len(rows) < len(cks):
         ck = cks[len(rows)]
-        rows.append(TimelineRow(ck, *deltas[ck.id]))
+        rows.append(_row(ck, deltas[ck.id]))
     return rows, before
+
+
+def _row(ck: CheckpointInfo, change: tuple[int, int, int]) -> TimelineRow:
+    added, size, removed = change
+    return TimelineRow(ck, added, size, entries_removed=removed)
+
+
+def _changes(
+    store: Store, base: CheckpointInfo | None, cks: list[CheckpointInfo]
+) -> dict[int, tuple[int, int, int]]:
+    """Per checkpoint ``(entries added, bytes added, entries removed)`` against the one before
+    it, counted as ``debug log`` counts them: a checkpoint that extends the one before in
+    place (the common case) is counted from the structural delta alone; one that does not (a
+    backtrack's or a LangGraph branch's, a fold) is compared entry by entry with it.
+    """
+    deltas = checkpoint_deltas(store, [base, *cks] if base is not None else cks)
+    out: dict[int, tuple[int, int, int]] = {}
+    prev = base
+    for ck in cks:
+        added, size = deltas[ck.id]
+        removed = 0
+        if prev is not None and (
+            ck.view.segment_id != prev.view.segment_id or ck.length < prev.length
+        ):
+            d = view_delta(store, prev.view, ck.view)
+            added, removed = len(d.added), len(d.removed)
+        out[ck.id] = (added, size, removed)
+        prev = ck
+    return out
 
 
 # ---------------------------------------------------------------- conversation
@@ -462,3 +498,42 @@ def dictionaries(store: Store) -> list[dict[str, Any]]:
         }
         for r in rows
     ]
+
+
+# ---------------------------------------------------------------- LangGraph threads
+HIDDEN_CHANNELS = ("__", "branch:")
+"""LangGraph's own channels (``__start__``, ``branch:to:agent``): not shown as state."""
+
+
+def thread_channels(
+    store: Store, thread: tuple[str, str], checkpoint_id: str | None, messages_key: str
+) -> dict[str, Any] | str:
+    """The state's other channels at one step of a thread, as JSON-able values (what the
+    saver's own ``get_tuple`` reads: nothing written), or a sentence saying why not.
+    """
+    import json
+
+    if checkpoint_id is None:
+        return "this step's LangGraph checkpoint is no longer stored"
+    try:
+        from alpstore.integrations.langgraph import AlpstoreSaver
+    except ImportError:
+        return "reading a thread's channels needs LangGraph (pip install 'alpstore[langgraph]')"
+    saver = AlpstoreSaver(store)
+    config: Any = {
+        "configurable": {
+            "thread_id": thread[0],
+            "checkpoint_ns": thread[1],
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+    found = saver.get_tuple(config)
+    if found is None:
+        return "this step's LangGraph checkpoint is no longer stored"
+    values = found.checkpoint["channel_values"]
+    out: dict[str, Any] = {}
+    for name in sorted(values):
+        if name == messages_key or name.startswith(HIDDEN_CHANNELS):
+            continue
+        out[name] = json.loads(json.dumps(values[name], default=repr, sort_keys=True))
+    return out

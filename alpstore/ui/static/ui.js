@@ -30,7 +30,7 @@
     tr.dataset.ck = String(r.id);
     tr.appendChild(radio("a", r.id));
     tr.appendChild(radio("b", r.id));
-    for (const v of [r.seq, r.turn, r.label, r.trigger, "+" + r.added, r.bytes, r.head]) {
+    for (const v of [r.seq, r.turn, r.label, r.trigger, r.change, r.bytes, r.head]) {
       tr.appendChild(cell(String(v)));
     }
     const td = document.createElement("td");
