@@ -165,6 +165,18 @@ ORDER: Final = ("blob", "session", "checkpoint", "head", "backtrack", "event", "
 """The order the line types come in (each type's lines together)."""
 
 
+def portable_dir(origin: Any) -> str | None:
+    """The recorded policy's ``checkpoint_dir`` in ``origin`` (a dict), if any."""
+    policy = origin.get("policy") if isinstance(origin, dict) else None
+    folder = policy.get("checkpoint_dir") if isinstance(policy, dict) else None
+    return folder if isinstance(folder, str) else None
+
+
+def with_dir(origin: dict[str, Any], folder: str | None) -> dict[str, Any]:
+    """``origin`` with its recorded policy's ``checkpoint_dir`` replaced."""
+    return {**origin, "policy": {**origin["policy"], "checkpoint_dir": folder}}
+
+
 def entries_hash(digests: Sequence[str]) -> str:
     """BLAKE3 (hex) over a covering list's entry digests, in order."""
     return blake3.blake3(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
@@ -473,7 +485,18 @@ class SessionReader:
         if rec["origin"]:
             from alpstore.policy.recorded import recorded_policy
 
-            recorded_policy(json.loads(rec["origin"]), where=f"{self.path}: line {n}: origin")
+            origin = json.loads(rec["origin"])
+            folder = portable_dir(origin)
+            if folder is not None:
+                parts = Path(folder).parts
+                if Path(folder).is_absolute() or ".." in parts or not parts:
+                    raise self._fail(
+                        n,
+                        "origin.policy.checkpoint_dir must be a path inside the run root",
+                        hint="a file from another machine does not decide where this one writes",
+                    )
+                origin = with_dir(origin, f"/{folder}")  # validated as an absolute one
+            recorded_policy(origin, where=f"{self.path}: line {n}: origin")
         self._need(n, rec["manifest"], "the manifest", (KIND_CODES["manifest"],))
         self._times(n, rec, "created_at", "updated_at")
         self._digester.feed(rec)

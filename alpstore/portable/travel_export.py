@@ -16,7 +16,7 @@ from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, NotFoundError
 from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
-from alpstore.portable.travel import FORMAT, KIND_NAMES, VERSION, Digester
+from alpstore.portable.travel import FORMAT, KIND_NAMES, VERSION, Digester, portable_dir, with_dir
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
 from alpstore.views import View, common_prefix, cover_of
 
@@ -119,7 +119,7 @@ def session_records(
             "turn": int(srow[9]),
             "backtrack_count": int(srow[10]),
             "retention": {"mode": srow[11], "n": int(srow[12])},
-            "origin": srow[4],
+            "origin": _portable_origin(srow[4], store.root),
             "manifest": blob(srow[5]),
             "created_at": float(srow[13]),
             "updated_at": float(srow[14]),
@@ -174,6 +174,25 @@ def session_records(
             }
         )
     return recs
+
+
+def _portable_origin(text: str | None, root: Path) -> str | None:
+    """The session's ``origin`` as the file carries it: the recorded policy's checkpoint
+    directory relative to the run root (None when it lay outside it: it does not travel).
+    """
+    if not text:
+        return text
+    origin = json.loads(text)
+    folder = portable_dir(origin)
+    if folder is None:
+        return text
+    try:
+        rel: str | None = Path(folder).relative_to(root).as_posix()
+    except ValueError:
+        rel = None
+    if rel == ".":
+        rel = None
+    return json.dumps(with_dir(origin, rel), sort_keys=True)
 
 
 def _delta(

@@ -14,16 +14,24 @@ numbers do), and the result says so.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from alpstore import fileio
 from alpstore.archive.base import summary_document
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import IntegrityError, UsageError
-from alpstore.portable.travel import KIND_CODES, SessionReader, check_session_file
+from alpstore.portable.travel import (
+    KIND_CODES,
+    SessionReader,
+    check_session_file,
+    portable_dir,
+    with_dir,
+)
 from alpstore.views import EMPTY, EMPTY_COVER, View
 
 if TYPE_CHECKING:
@@ -91,6 +99,20 @@ def _move_sequence(store: Store, conn: Connection, table: str, upto: int) -> Non
     """
     if not store.db.is_sqlite:
         rsql.fetchone(conn, "SELECT setval(pg_get_serial_sequence(?, 'id'), ?)", (table, upto))
+
+
+def _local_origin(text: str | None, root: Path) -> str | None:
+    """The file's ``origin`` for this run root: a recorded policy's checkpoint directory (kept
+    relative to the run root in the file, checked by the reader) under this one.
+    """
+    if not text:
+        return text
+    origin = json.loads(text)
+    folder = portable_dir(origin)
+    if folder is None:
+        return text
+    local = fileio.inside_root(root / folder, root)
+    return json.dumps(with_dir(origin, str(local)), sort_keys=True)
 
 
 class _Writer:
@@ -193,7 +215,7 @@ class _Writer:
                 parent_id=parent_id,
                 source_checkpoint_id=source_id,
                 root_id=root_id,
-                origin=rec["origin"],
+                origin=_local_origin(rec["origin"], st.root),
                 manifest_blob_id=self.blob_id(rec["manifest"]),
                 status=rec["status"],
                 head_segment_id=None,
