@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from alpstore.portable.files import (
 )
 from alpstore.rules.ids import session_id_problem, text_problem
 from alpstore.rules.secrets import may_hold_secrets_canonical, scan, secret_error
-from alpstore.views import cover_of
+from alpstore.views import cover_add, cover_bytes, cover_sub
 
 if TYPE_CHECKING:
     pass
@@ -78,7 +79,9 @@ _OPT_DIGEST = {"oneOf": [{"type": "null"}, _DIGEST]}
 _COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
 _TIME = {"type": "number", "minimum": 0}
 _OPT_TEXT = {"type": ["string", "null"]}
-_DELTA = {"keep": _COUNT, "add": {"type": "array", "items": _DIGEST}, "covering": _DIGEST}
+_DELTA = {"keep": _COUNT, "add": {"type": "array"}, "covering": _DIGEST}
+"""(``add``'s items, digests, are checked with :data:`_HEX` directly: far faster.)"""
+_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def _obj(props: dict[str, Any]) -> dict[str, Any]:
@@ -177,9 +180,21 @@ def with_dir(origin: dict[str, Any], folder: str | None) -> dict[str, Any]:
     return {**origin, "policy": {**origin["policy"], "checkpoint_dir": folder}}
 
 
-def entries_hash(digests: Sequence[str]) -> str:
-    """BLAKE3 (hex) over a covering list's entry digests, in order."""
-    return blake3.blake3(b"".join(bytes.fromhex(d) for d in digests)).hexdigest()
+ZERO: Final = bytes(32)
+
+
+@dataclass(frozen=True)
+class ListState:
+    """A covering list after a keep + add delta: length, entries hash (hex), covering digest."""
+
+    length: int
+    entries: str
+    cover: int
+
+    @property
+    def covering(self) -> str:
+        """The covering digest, hex (as the file spells it)."""
+        return digest_hex(cover_bytes(self.cover))
 
 
 def _seq_of(ref: dict[str, Any] | None) -> int | None:
@@ -191,11 +206,39 @@ class Digester:
 
     def __init__(self) -> None:
         self._hash = blake3.blake3(f"{FORMAT} digest {VERSION}\n".encode())
-        self.entries: list[str] = []
-        """The previous checkpoint's covering list (entry digests, hex)."""
+        self.entries: list[bytes] = []
+        """The previous checkpoint's covering list (entry digests)."""
+        self._chain: list[bytes] = [ZERO]
+        """``_chain[i]``: the entries hash of its first ``i`` entries."""
+        self._cover = 0
 
-    def feed(self, rec: dict[str, Any]) -> None:
-        """Add one checked non-blob line (blob lines and the end line add nothing)."""
+    def apply(self, keep: int, add: Sequence[str], *, commit: bool) -> ListState:
+        """The list ``keep`` + ``add`` makes of the previous checkpoint's, in O(dropped +
+        added): the entries hash is chained (``h_i = BLAKE3(h_{i-1} || digest_i)``, ``h_0`` 32
+        zero bytes), the covering digest kept as a sum. ``commit``: it becomes the previous
+        checkpoint's list (a checkpoint line; the head's is not).
+        """
+        entries, chain = (
+            (self.entries, self._chain) if commit else (self.entries[:], self._chain[:])
+        )
+        cover = cover_sub(self._cover, keep, entries[keep:])
+        del entries[keep:]
+        del chain[keep + 1 :]
+        added = [bytes.fromhex(d) for d in add]
+        last = chain[-1]
+        for d in added:
+            last = blake3.blake3(last + d).digest()
+            chain.append(last)
+        entries.extend(added)
+        cover = cover_add(cover, keep, added)
+        if commit:
+            self._cover = cover
+        return ListState(len(entries), last.hex(), cover)
+
+    def feed(self, rec: dict[str, Any], state: ListState | None = None) -> None:
+        """Add one checked non-blob line (blob lines and the end line add nothing); ``state``:
+        what :meth:`apply` gave for a checkpoint or head line (else it is applied here).
+        """
         kind = rec["type"]
         if kind == "session":
             doc: dict[str, Any] = {
@@ -205,10 +248,10 @@ class Digester:
             doc["created_at"] = rec["created_at"]
             doc["origin"] = json.loads(rec["origin"]) if rec["origin"] else None
         elif kind in ("checkpoint", "head"):
-            entries = self.entries[: rec["keep"]] + list(rec["add"])
-            doc = {"length": len(entries), "entries": entries_hash(entries)}
+            if state is None:
+                state = self.apply(rec["keep"], rec["add"], commit=kind == "checkpoint")
+            doc = {"length": state.length, "entries": state.entries}
             if kind == "checkpoint":
-                self.entries = entries
                 doc.update(
                     {
                         k: rec[k]
@@ -384,7 +427,19 @@ class SessionReader:
             if not isinstance(rec, dict) or rec.get("type") not in LINE_SCHEMAS:
                 raise self._fail(n, 'not a session-file line (no known "type")')
             kind = rec["type"]
-            errors = sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
+            errors = (
+                []
+                if kind == "blob"
+                else sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
+            )
+            if kind == "blob":
+                self._blob_shape(n, rec)
+            elif (
+                kind in ("checkpoint", "head")
+                and not errors
+                and not all(isinstance(d, str) and _HEX.fullmatch(d) for d in rec["add"])
+            ):
+                raise self._fail(n, f"{kind} line: $.add: every entry must be a blob digest")
             if errors:
                 where = "".join(
                     f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in errors[0].path
@@ -440,6 +495,17 @@ class SessionReader:
             raise self._fail(n, f"{what} names blob {digest[:16]}…, which the file does not hold")
         if kind not in kinds:
             raise self._fail(n, f"{what} names blob {digest[:16]}…, a {KIND_NAMES[kind]}")
+
+    def _blob_shape(self, n: int, rec: dict[str, Any]) -> None:
+        """What the blob line's schema says, checked directly (the hot line: jsonschema
+        would cost more than the rest of the import).
+        """
+        if set(rec) != {"type", "digest", "kind", "value"}:
+            raise self._fail(n, "blob line: expected exactly type, digest, kind, value")
+        if not isinstance(rec["digest"], str) or not _HEX.fullmatch(rec["digest"]):
+            raise self._fail(n, "blob line: $.digest: not a BLAKE3 digest (64 hex digits)")
+        if rec["kind"] not in KIND_CODES:
+            raise self._fail(n, f"blob line: $.kind: expected one of {', '.join(KIND_CODES)}")
 
     def _blob(self, n: int, rec: dict[str, Any]) -> bytes:
         digest = rec["digest"]
@@ -518,17 +584,16 @@ class SessionReader:
             if not math.isfinite(rec[key]) or rec[key] > 1e11:
                 raise self._fail(n, f"{key} is not a time")
 
-    def _delta(self, n: int, rec: dict[str, Any], what: str) -> list[str]:
-        entries = self._digester.entries
-        if rec["keep"] > len(entries):
-            raise self._fail(n, f"{what} keeps {rec['keep']} entries of a list of {len(entries)}")
+    def _delta(self, n: int, rec: dict[str, Any], what: str) -> ListState:
+        known = len(self._digester.entries)
+        if rec["keep"] > known:
+            raise self._fail(n, f"{what} keeps {rec['keep']} entries of a list of {known}")
         for d in rec["add"]:
             self._need(n, d, what, (KIND_CODES["message"], BLOB_SUMMARY))
-        now = entries[: rec["keep"]] + list(rec["add"])
-        derived = digest_hex(cover_of([bytes.fromhex(d) for d in now]))
-        if derived != rec["covering"]:
+        state = self._digester.apply(rec["keep"], rec["add"], commit=rec["type"] == "checkpoint")
+        if state.covering != rec["covering"]:
             raise self._fail(n, f"{what}: its entries do not give its covering digest")
-        return now
+        return state
 
     def _checkpoint(self, n: int, rec: dict[str, Any]) -> None:
         if rec["seq"] <= self._last_seq or rec["id"] <= self._last_id:
@@ -539,15 +604,16 @@ class SessionReader:
         for key in ("kernel", "wm"):
             self._need(n, rec[key], f"checkpoint {key}", (KIND_CODES["state"],))
         self._times(n, rec, "created_at")
-        self._delta(n, rec, f"checkpoint {rec['seq']}")
+        state = self._delta(n, rec, f"checkpoint {rec['seq']}")
         self._last_seq, self._last_id = rec["seq"], rec["id"]
         self._seqs.add(rec["seq"])
-        self._digester.feed(rec)
+        self._digester.feed(rec, state)
         self.result.checkpoints += 1
 
     def _head(self, n: int, rec: dict[str, Any]) -> None:
-        self._length = len(self._delta(n, rec, "the head"))
-        self._digester.feed(rec)
+        state = self._delta(n, rec, "the head")
+        self._length = state.length
+        self._digester.feed(rec, state)
 
     def _refs(self, n: int, rec: dict[str, Any], *keys: str) -> None:
         for key in keys:

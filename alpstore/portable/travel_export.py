@@ -18,7 +18,7 @@ from alpstore.errors import CheckpointFileError, NotFoundError
 from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
 from alpstore.portable.travel import FORMAT, KIND_NAMES, VERSION, Digester, portable_dir, with_dir
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
-from alpstore.views import View, common_prefix, cover_of
+from alpstore.views import View, common_prefix
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -128,10 +128,10 @@ def session_records(
     ]
     seqs = {int(r[0]): int(r[1]) for r in cks}
     previous: list[tuple[int, int, int]] = []
-    entries: list[bytes] = []
+    lists = Digester()
     for r in cks:
         view = View(r[3], int(r[4]))
-        rec, previous, entries = _delta(store, conn, view, previous, entries, blobs)
+        rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True)
         recs.append(
             {
                 "type": "checkpoint",
@@ -147,7 +147,7 @@ def session_records(
                 **rec,
             }
         )
-    head, _, _ = _delta(store, conn, View(srow[7], int(srow[8])), previous, entries, blobs)
+    head, _ = _delta(store, conn, View(srow[7], int(srow[8])), previous, lists, blobs, commit=False)
     recs.append({"type": "head", **head})
     for bt_id, src, dst, steps, steering, automatic, signature, at in bts:
         recs.append(
@@ -200,9 +200,11 @@ def _delta(
     conn: Any,
     view: View,
     previous: list[tuple[int, int, int]],
-    entries: list[bytes],
+    lists: Digester,
     blobs: _Collect,
-) -> tuple[dict[str, Any], list[tuple[int, int, int]], list[bytes]]:
+    *,
+    commit: bool,
+) -> tuple[dict[str, Any], list[tuple[int, int, int]]]:
     """``view`` as keep + add over the previous checkpoint's view (its chain and entries): keep
     is the prefix the two share in the piece table, as `session log` counts what a checkpoint
     adds, so the importing archive shares (and counts) the same prefix.
@@ -210,13 +212,11 @@ def _delta(
     chain = store.views.chain(conn, view) if view.length else []
     keep = common_prefix(previous, chain)
     added = store.views.read_digests(conn, view, keep) if view.length > keep else []
-    now = entries[:keep] + added
-    rec = {
-        "keep": keep,
-        "add": [blobs.add(d) for d in added],
-        "covering": digest_hex(cover_of(now)),
-    }
-    return rec, chain, now
+    add = [digest_hex(d) for d in added]
+    for d in added:
+        blobs.add(d)
+    state = lists.apply(keep, add, commit=commit)
+    return {"keep": keep, "add": add, "covering": state.covering}, chain
 
 
 def _blob_lines(
