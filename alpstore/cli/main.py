@@ -88,6 +88,8 @@ EXAMPLES: dict[tuple[str, str], str] = {
     ("session", "log"): "alpstore session log demo --no-all",
     ("session", "show"): "alpstore session show demo --at demo@120 --width 100",
     ("session", "lineage"): "alpstore session lineage --format mermaid",
+    ("session", "export"): "alpstore session export demo -o demo.session.jsonl.zst",
+    ("session", "digest"): "alpstore session digest demo",
     ("session", "import"): "alpstore session import conversation.jsonl --name demo",
     ("checkpoint", "list"): "alpstore checkpoint list --archive | tail -3",
     ("checkpoint", "show"): "alpstore checkpoint show archive:demo@120",

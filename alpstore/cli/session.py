@@ -27,6 +27,7 @@ from alpstore.cli._common import (
 from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
 from alpstore.cli.session_read import lineage, list_sessions, log, show
+from alpstore.cli.session_travel import digest_command, export_command, import_session
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
 from alpstore.rules.secrets import require_no_secrets
@@ -507,12 +508,17 @@ def status(
 app.command("log")(log)
 app.command("show")(show)
 app.command("lineage")(lineage)
+app.command("export")(export_command)
+app.command("digest")(digest_command)
 
 
 @app.command("import")
 def import_history(
     ctx: typer.Context,
-    source: Annotated[Path, typer.Argument(help="OpenAI JSONL or Claude Code transcript.")],
+    source: Annotated[
+        Path,
+        typer.Argument(help="OpenAI JSONL, Claude Code transcript, or a `session export` file."),
+    ],
     name: Annotated[str | None, typer.Option("--name", help="Name of the new session.")] = None,
     session_id: Annotated[str | None, typer.Option("--id", help="The new session's id.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto, openai or claude.")] = "auto",
@@ -520,7 +526,15 @@ def import_history(
     """Import a conversation as a new session, checkpointing every turn (one transaction:
     interrupted, it leaves nothing). Names are unique: a taken --name is refused; the default
     name (the file's stem) is suffixed when taken.
+
+    A file `session export` wrote (detected by its first line) is imported whole: the same
+    session id, every checkpoint, backtrack and event, `session digest` equal.
     """
+    from alpstore.cli.session_travel import is_session_file
+
+    if fmt == "auto" and is_session_file(source):
+        import_session(ctx, source, name, session_id)
+        return
     from alpstore.importers import import_history, parse_history
     from alpstore.rules.ids import check_text, text_problem
 

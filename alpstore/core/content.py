@@ -185,10 +185,13 @@ class StoreContent(StoreReads):
 
 
 def checkpoint_deltas(store: StoreContent, cks: list[CheckpointInfo]) -> dict[int, tuple[int, int]]:
-    """For each checkpoint, ``(entries, stored bytes)`` its view adds over the previous one."""
+    """For each checkpoint, ``(entries, bytes)`` its view adds over the previous one: the bytes
+    are the added entries' canonical JSON sizes (``raw_size``), what the session holds and not how
+    this archive compresses it, so an exported and imported session logs the same figures.
+    """
     out: dict[int, tuple[int, int]] = {}
     sql = (
-        "SELECT COUNT(*), COALESCE(SUM(LENGTH(b.payload)), 0) FROM segment_entries e "
+        "SELECT COUNT(*), COALESCE(SUM(b.raw_size), 0) FROM segment_entries e "
         "JOIN blobs b ON b.id = e.blob_id WHERE e.segment_id = ? AND e.position >= ? "
         "AND e.position < ?"
     )

@@ -1,0 +1,90 @@
+"""`alpstore session export|digest`, and `session import` of a session file: a session travels
+whole (every checkpoint, backtrack, event, the policy and the blobs they need) between archives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alpstore.cli._common import JsonOpt, SessionArg, echo, print_json, read_store, store, warn
+from alpstore.cli._terminal import term
+from alpstore.errors import UsageError
+
+
+def export_command(
+    ctx: typer.Context,
+    session: SessionArg,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o", "--output", help="The session file to write (.jsonl, or .zst: zstd-compressed)."
+        ),
+    ],
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a whole session — every checkpoint, backtrack, event, its policy and the blobs
+    they need — to one self-contained file (`session import FILE` reads it on another run root).
+    """
+    from alpstore.portable.travel_export import export_session
+
+    st = read_store(ctx, read_only=True)
+    s = st.get_session(session)
+    done = export_session(st, s.id, output, overwrite=force)
+    echo(
+        f"exported session {term(done.session)}: {done.checkpoints} checkpoints, "
+        f"{done.blobs} blobs, {done.lines} lines to {term(str(output))} (digest {done.digest})"
+    )
+
+
+def digest_command(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = False) -> None:
+    """Print the session digest: BLAKE3 over its history and checkpoints, equal on every
+    archive that holds the same session (an exported and imported copy included).
+    """
+    from alpstore.portable.travel_export import export_session
+
+    st = read_store(ctx, read_only=True)
+    s = st.get_session(session)
+    done = export_session(st, s.id, None)
+    if as_json:
+        print_json({"session": done.session, "digest": done.digest})
+        return
+    echo(done.digest)
+
+
+def is_session_file(source: Path) -> bool:
+    """The file starts with a session file's header (any version)."""
+    from alpstore.portable.travel import header_of
+
+    return header_of(source) is not None
+
+
+def import_session(
+    ctx: typer.Context, source: Path, name: str | None, session_id: str | None
+) -> None:
+    """`session import FILE` for a session file: checked before the archive is opened."""
+    from alpstore.portable.travel import check_session_file
+    from alpstore.portable.travel_import import import_session_file
+
+    if session_id is not None:
+        raise UsageError("--id: a session file keeps its session's id")
+    check_session_file(source)  # a refused file leaves the run root as it was
+    done = import_session_file(store(ctx), source, name=name, checked=True)
+    if name is None and done.file_name is not None and done.name != done.file_name:
+        warn(
+            f"the name {term(done.file_name)} is taken here; the session is named "
+            f"{term(done.name or '')}"
+        )
+    if done.orphaned:
+        warn("its parent session is not in this archive: imported as a root session")
+    if not done.ids_kept:
+        warn(
+            "the file's checkpoint numbers are taken in this archive: renumbered "
+            "(`session log` numbers differ; the session digest does not)"
+        )
+    echo(
+        f"imported session {term(done.session)}: {done.checkpoints} checkpoints, {done.blobs} "
+        f"blobs ({done.inserted} new here) (digest {done.digest})"
+    )

@@ -1,0 +1,657 @@
+"""A whole session as one file (``alpstore.session`` version 1): export, reading, the digest.
+
+A session file is JSON Lines (optionally one zstd stream, ``.zst``): a header line, every blob
+the session needs once (by digest, covered blobs before the summary covering them), the session
+line, its checkpoints in ``seq`` order as keep + add deltas of the previous checkpoint's
+covering list, the head (a delta of the last checkpoint), its backtracks and events in the
+order they happened, and an end line with the line count and the session digest. docs/formats.md
+describes every field. Checkpoints, backtracks and events refer to checkpoints by ``seq`` (the
+session's own number); the archive-local ids travel beside it so an import can keep them when
+they are free (``travel_import``).
+
+The session digest (:class:`Digester`) is BLAKE3 over canonical JSON documents of the session,
+every checkpoint (its covering list as a hash of its entries' digests), the head, every
+backtrack and event — by ``seq``, never by an archive-local id — so it is equal on every
+archive holding the same session. Blob contents enter it through their digests (each blob line
+is checked against its digest on import).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Final
+
+import blake3
+import jsonschema
+import zstandard
+
+from alpstore.codec import (
+    canonical_json,
+    digest_hex,
+    parse_json,
+)
+from alpstore.db.names import BLOB_KINDS, BLOB_SUMMARY
+from alpstore.errors import CanonicalJSONError, CheckpointFileError, NotFoundError
+from alpstore.portable.files import (
+    MAX_DOCUMENT_BYTES,
+    MAX_INT,
+    MAX_MESSAGE_BYTES,
+    canonical_bytes,
+    is_compressed,
+)
+from alpstore.rules.ids import session_id_problem, text_problem
+from alpstore.rules.secrets import may_hold_secrets_canonical, scan, secret_error
+from alpstore.views import cover_add, cover_bytes, cover_sub
+
+if TYPE_CHECKING:
+    pass
+
+FORMAT: Final = "alpstore.session"
+VERSION: Final = 1
+KIND_NAMES: Final = dict(BLOB_KINDS)
+KIND_CODES: Final = {name: code for code, name in BLOB_KINDS.items()}
+LINE_LIMIT: Final = 2 * MAX_MESSAGE_BYTES
+"""Longest line read (a blob line holds one message of at most MAX_MESSAGE_BYTES, escaped)."""
+HEX64: Final = r"^[0-9a-f]{64}$"
+
+_REF = {
+    "oneOf": [
+        {"type": "null"},
+        {
+            "type": "object",
+            "properties": {
+                "seq": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+                "id": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+            },
+            "additionalProperties": False,
+            "minProperties": 1,
+        },
+    ]
+}
+_DIGEST = {"type": "string", "pattern": HEX64}
+_OPT_DIGEST = {"oneOf": [{"type": "null"}, _DIGEST]}
+_COUNT = {"type": "integer", "minimum": 0, "maximum": MAX_INT}
+_TIME = {"type": "number", "minimum": 0}
+_OPT_TEXT = {"type": ["string", "null"]}
+_DELTA = {"keep": _COUNT, "add": {"type": "array"}, "covering": _DIGEST}
+"""(``add``'s items, digests, are checked with :data:`_HEX` directly: far faster.)"""
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def _obj(props: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"type": {"type": "string"}, **props},
+        "required": ["type", *props],
+        "additionalProperties": False,
+    }
+
+
+LINE_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
+    "blob": _obj({"digest": _DIGEST, "kind": {"enum": sorted(KIND_CODES)}, "value": {}}),
+    "session": _obj(
+        {
+            "uuid": {"type": "string"},
+            "name": _OPT_TEXT,
+            "status": {"enum": ["created", "active", "paused", "terminated"]},
+            "turn": _COUNT,
+            "backtrack_count": _COUNT,
+            "retention": {
+                "type": "object",
+                "properties": {
+                    "mode": {"enum": ["all", "single", "last_n"]},
+                    "n": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+                },
+                "required": ["mode", "n"],
+                "additionalProperties": False,
+            },
+            "origin": _OPT_TEXT,
+            "manifest": _OPT_DIGEST,
+            "created_at": _TIME,
+            "updated_at": _TIME,
+            "parent": {
+                "oneOf": [
+                    {"type": "null"},
+                    {
+                        "type": "object",
+                        "properties": {
+                            "session": {"type": "string"},
+                            "seq": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+                            "covering": _OPT_DIGEST,
+                        },
+                        "required": ["session", "seq", "covering"],
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+        }
+    ),
+    "checkpoint": _obj(
+        {
+            "id": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+            "seq": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+            "turn": _COUNT,
+            "label": _OPT_TEXT,
+            "trigger": _OPT_TEXT,
+            "abandoned": {"type": "boolean"},
+            "created_at": _TIME,
+            "kernel": _OPT_DIGEST,
+            "wm": _OPT_DIGEST,
+            **_DELTA,
+        }
+    ),
+    "head": _obj(_DELTA),
+    "backtrack": _obj(
+        {
+            "id": {"type": "integer", "minimum": 1, "maximum": MAX_INT},
+            "from": _REF,
+            "to": _REF,
+            "steps": _COUNT,
+            "steering": _OPT_DIGEST,
+            "automatic": {"type": "boolean"},
+            "error_signature": _OPT_TEXT,
+            "created_at": _TIME,
+        }
+    ),
+    "event": _obj(
+        {"kind": {"type": "string"}, "checkpoint": _REF, "detail": _OPT_TEXT, "created_at": _TIME}
+    ),
+    "end": _obj({"lines": _COUNT, "digest": _DIGEST}),
+}
+ORDER: Final = ("blob", "session", "checkpoint", "head", "backtrack", "event", "end")
+"""The order the line types come in (each type's lines together)."""
+
+
+def portable_dir(origin: Any) -> str | None:
+    """The recorded policy's ``checkpoint_dir`` in ``origin`` (a dict), if any."""
+    policy = origin.get("policy") if isinstance(origin, dict) else None
+    folder = policy.get("checkpoint_dir") if isinstance(policy, dict) else None
+    return folder if isinstance(folder, str) else None
+
+
+def with_dir(origin: dict[str, Any], folder: str | None) -> dict[str, Any]:
+    """``origin`` with its recorded policy's ``checkpoint_dir`` replaced."""
+    return {**origin, "policy": {**origin["policy"], "checkpoint_dir": folder}}
+
+
+ZERO: Final = bytes(32)
+
+
+@dataclass(frozen=True)
+class ListState:
+    """A covering list after a keep + add delta: length, entries hash (hex), covering digest."""
+
+    length: int
+    entries: str
+    cover: int
+
+    @property
+    def covering(self) -> str:
+        """The covering digest, hex (as the file spells it)."""
+        return digest_hex(cover_bytes(self.cover))
+
+
+def _seq_of(ref: dict[str, Any] | None) -> int | None:
+    return None if ref is None else ref.get("seq")
+
+
+class Digester:
+    """The session digest, fed the non-blob lines of a session file in order."""
+
+    def __init__(self) -> None:
+        self._hash = blake3.blake3(f"{FORMAT} digest {VERSION}\n".encode())
+        self.entries: list[bytes] = []
+        """The previous checkpoint's covering list (entry digests)."""
+        self._chain: list[bytes] = [ZERO]
+        """``_chain[i]``: the entries hash of its first ``i`` entries."""
+        self._cover = 0
+
+    def apply(self, keep: int, add: Sequence[str], *, commit: bool) -> ListState:
+        """The list ``keep`` + ``add`` makes of the previous checkpoint's, in O(dropped +
+        added): the entries hash is chained (``h_i = BLAKE3(h_{i-1} || digest_i)``, ``h_0`` 32
+        zero bytes), the covering digest kept as a sum. ``commit``: it becomes the previous
+        checkpoint's list (a checkpoint line; the head's is not).
+        """
+        entries, chain = (
+            (self.entries, self._chain) if commit else (self.entries[:], self._chain[:])
+        )
+        cover = cover_sub(self._cover, keep, entries[keep:])
+        del entries[keep:]
+        del chain[keep + 1 :]
+        added = [bytes.fromhex(d) for d in add]
+        last = chain[-1]
+        for d in added:
+            last = blake3.blake3(last + d).digest()
+            chain.append(last)
+        entries.extend(added)
+        cover = cover_add(cover, keep, added)
+        if commit:
+            self._cover = cover
+        return ListState(len(entries), last.hex(), cover)
+
+    def feed(self, rec: dict[str, Any], state: ListState | None = None) -> None:
+        """Add one checked non-blob line (blob lines and the end line add nothing); ``state``:
+        what :meth:`apply` gave for a checkpoint or head line (else it is applied here).
+        """
+        kind = rec["type"]
+        if kind == "session":
+            doc: dict[str, Any] = {
+                k: rec[k]
+                for k in ("uuid", "status", "turn", "backtrack_count", "retention", "manifest")
+            }
+            doc["created_at"] = rec["created_at"]
+            doc["origin"] = json.loads(rec["origin"]) if rec["origin"] else None
+        elif kind in ("checkpoint", "head"):
+            if state is None:
+                state = self.apply(rec["keep"], rec["add"], commit=kind == "checkpoint")
+            doc = {"length": state.length, "entries": state.entries}
+            if kind == "checkpoint":
+                doc.update(
+                    {
+                        k: rec[k]
+                        for k in (
+                            "seq",
+                            "turn",
+                            "label",
+                            "trigger",
+                            "abandoned",
+                            "created_at",
+                            "kernel",
+                            "wm",
+                        )
+                    }
+                )
+        elif kind == "backtrack":
+            doc = {k: v for k, v in rec.items() if k not in ("id", "from", "to")}
+            doc["from"], doc["to"] = _seq_of(rec["from"]), _seq_of(rec["to"])
+        elif kind == "event":
+            doc = {k: v for k, v in rec.items() if k != "checkpoint"}
+            doc["checkpoint"] = _seq_of(rec["checkpoint"])
+            doc["detail"] = json.loads(rec["detail"]) if rec["detail"] else None
+        else:
+            return
+        doc["type"] = kind
+        self._hash.update(canonical_json(doc) + b"\n")
+
+    def hexdigest(self) -> str:
+        """The digest so far, hex."""
+        return self._hash.hexdigest()
+
+
+# ---------------------------------------------------------------------- reading
+def _open(path: Path) -> tuple[IO[bytes], Callable[[int], bytes]]:
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise CheckpointFileError(f"{path}: not a regular file")
+        handle: IO[bytes] = path.open("rb")
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise CheckpointFileError(f"{path}: cannot read ({exc.strerror})") from exc
+    if is_compressed(path):
+        reader: Any = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
+        return handle, reader.read
+    return handle, handle.read
+
+
+def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` of a (``.zst``) JSON Lines file, bounded: a line longer than
+    ``limit``, more than :data:`MAX_DOCUMENT_BYTES` in all, or a last line without its newline
+    (a cut file) is refused.
+
+    Raises:
+        NotFoundError, CheckpointFileError.
+    """
+    handle, read = _open(path)
+    with handle:
+        buf = b""
+        total = 0
+        n = 0
+        try:
+            while True:
+                chunk = read(1 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > MAX_DOCUMENT_BYTES:
+                    raise CheckpointFileError(
+                        f"{path}: larger than the {MAX_DOCUMENT_BYTES}-byte limit; refused"
+                    )
+                buf += chunk
+                start = 0
+                while True:
+                    end = buf.find(b"\n", start)
+                    if end < 0:
+                        break
+                    n += 1
+                    yield n, buf[start:end]
+                    start = end + 1
+                buf = buf[start:]
+                if len(buf) > limit:
+                    raise CheckpointFileError(
+                        f"{path}: line {n + 1} is longer than {limit} bytes; refused"
+                    )
+        except zstandard.ZstdError as exc:
+            raise CheckpointFileError(f"{path}: not a valid zstd file ({exc})") from exc
+        except OSError as exc:
+            raise CheckpointFileError(f"{path}: cannot read ({exc.strerror})") from exc
+        if buf.strip():
+            raise CheckpointFileError(
+                f"{path}: line {n + 1} ends without a newline: the file is cut short (truncated)"
+            )
+
+
+def header_of(path: Path) -> dict[str, Any] | None:
+    """The first line of ``path`` when it is a session file's header (any version), else None
+    (the file is something else: a transcript, a history).
+    """
+    try:
+        handle, read = _open(path)
+    except CheckpointFileError:
+        return None
+    with handle:
+        try:
+            head = read(4096)
+        except (OSError, zstandard.ZstdError):
+            return None
+    first = head.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0]
+    try:
+        doc = json.loads(first)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and doc.get("format") == FORMAT:
+        return doc
+    return None
+
+
+@dataclass
+class Checked:
+    """What reading a session file found (see :class:`SessionReader`)."""
+
+    digest: str = ""
+    session: dict[str, Any] | None = None
+    checkpoints: int = 0
+    blobs: int = 0
+    lines: int = 0
+
+
+class SessionReader:
+    """Reads a session file line by line, checking each as an import must: the header's format
+    and version, every line against its schema and the type order, duplicate keys (the strict
+    parser), every blob's content against its digest (each blob once), every reference to a blob
+    or checkpoint, covering digests, ids and labels, inline secrets, the end line's count and
+    digest. ``records()`` yields ``(line type, record, canonical bytes of a blob or None)``.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.result = Checked()
+        self._digester = Digester()
+        self._kinds: dict[str, int] = {}
+        self._seqs: set[int] = set()
+        self._last_seq = 0
+        self._last_id = 0
+        self._last_bt = 0
+        self._length = 0
+        self._stage = 0
+
+    def _fail(self, n: int, reason: str, hint: str | None = None) -> CheckpointFileError:
+        return CheckpointFileError(f"{self.path}: line {n}: {reason}", hint=hint)
+
+    def records(self) -> Iterator[tuple[str, dict[str, Any], bytes | None]]:
+        """Every line, checked, in order; raises on the first that fails.
+
+        Raises:
+            NotFoundError, CheckpointFileError, SecretError, PolicyError.
+        """
+        schemas = {k: jsonschema.Draft7Validator(v) for k, v in LINE_SCHEMAS.items()}
+        ended = False
+        for n, line in raw_lines(self.path):
+            if n == 1:
+                self._header(line.removeprefix(b"\xef\xbb\xbf"))
+                continue
+            if ended:
+                if line.strip():
+                    raise self._fail(n, "a line after the end line")
+                continue
+            try:
+                rec = parse_json(line, where=f"{self.path}: line {n}")
+            except CanonicalJSONError as exc:
+                raise CheckpointFileError(exc.message) from exc
+            if not isinstance(rec, dict) or rec.get("type") not in LINE_SCHEMAS:
+                raise self._fail(n, 'not a session-file line (no known "type")')
+            kind = rec["type"]
+            errors = (
+                []
+                if kind == "blob"
+                else sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
+            )
+            if kind == "blob":
+                self._blob_shape(n, rec)
+            elif (
+                kind in ("checkpoint", "head")
+                and not errors
+                and not all(isinstance(d, str) and _HEX.fullmatch(d) for d in rec["add"])
+            ):
+                raise self._fail(n, f"{kind} line: $.add: every entry must be a blob digest")
+            if errors:
+                where = "".join(
+                    f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in errors[0].path
+                )
+                raise self._fail(n, f"{kind} line: ${where}: {errors[0].message[:120]}")
+            stage = ORDER.index(kind)
+            if stage < self._stage or (kind in ("session", "head") and stage == self._stage):
+                raise self._fail(n, f"a {kind} line out of order")
+            if stage > ORDER.index("session") and self._stage < ORDER.index("session"):
+                raise self._fail(n, f"a {kind} line before the session line")
+            if kind in ("backtrack", "event", "end") and self._stage < ORDER.index("head"):
+                raise self._fail(n, f"a {kind} line before the head line")
+            self._stage = stage
+            raw = getattr(self, f"_{kind}")(n, rec)
+            if kind == "end":
+                if rec["lines"] != n:
+                    raise self._fail(n, f"the end line says {rec['lines']} lines, the file has {n}")
+                if rec["digest"] != self.result.digest:
+                    raise self._fail(
+                        n,
+                        f"session digest mismatch: the file says {rec['digest'][:16]}…, its "
+                        f"content gives {self.result.digest[:16]}…",
+                        hint="the file was changed after it was exported",
+                    )
+                ended = True
+                self.result.lines = n
+            yield kind, rec, raw
+        if not ended:
+            raise CheckpointFileError(
+                f"{self.path}: no end line: the file is cut short (truncated)",
+                hint="export the session again",
+            )
+
+    def _header(self, line: bytes) -> None:
+        try:
+            doc = parse_json(line, where=f"{self.path}: line 1")
+        except CanonicalJSONError as exc:
+            raise CheckpointFileError(exc.message) from exc
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise CheckpointFileError(f"{self.path}: not an {FORMAT} file (line 1)")
+        if doc.get("version") != VERSION or set(doc) != {"format", "version"}:
+            raise CheckpointFileError(
+                f"{self.path}: {FORMAT} version {str(doc.get('version'))[:20]} is not known "
+                f"(this alpstore reads version {VERSION})",
+                hint="upgrade alpstore to import it",
+            )
+
+    def _need(self, n: int, digest: str | None, what: str, kinds: tuple[int, ...]) -> None:
+        if digest is None:
+            return
+        kind = self._kinds.get(digest)
+        if kind is None:
+            raise self._fail(n, f"{what} names blob {digest[:16]}…, which the file does not hold")
+        if kind not in kinds:
+            raise self._fail(n, f"{what} names blob {digest[:16]}…, a {KIND_NAMES[kind]}")
+
+    def _blob_shape(self, n: int, rec: dict[str, Any]) -> None:
+        """What the blob line's schema says, checked directly (the hot line: jsonschema
+        would cost more than the rest of the import).
+        """
+        if set(rec) != {"type", "digest", "kind", "value"}:
+            raise self._fail(n, "blob line: expected exactly type, digest, kind, value")
+        if not isinstance(rec["digest"], str) or not _HEX.fullmatch(rec["digest"]):
+            raise self._fail(n, "blob line: $.digest: not a BLAKE3 digest (64 hex digits)")
+        if rec["kind"] not in KIND_CODES:
+            raise self._fail(n, f"blob line: $.kind: expected one of {', '.join(KIND_CODES)}")
+
+    def _blob(self, n: int, rec: dict[str, Any]) -> bytes:
+        digest = rec["digest"]
+        if digest in self._kinds:
+            raise self._fail(n, f"blob {digest[:16]}… comes twice")
+        raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
+        actual = blake3.blake3(raw).hexdigest()
+        if actual != digest:
+            raise self._fail(
+                n,
+                f"blob {digest[:16]}…: digest mismatch (its content hashes to {actual[:16]}…)",
+                hint="the file was changed after it was exported",
+            )
+        kind = KIND_CODES[rec["kind"]]
+        if kind == BLOB_SUMMARY:
+            value = rec["value"]
+            if (
+                not isinstance(value, dict)
+                or set(value) != {"covers", "summary"}
+                or not isinstance(value["summary"], str)
+                or not isinstance(value["covers"], list)
+            ):
+                raise self._fail(n, f"summary {digest[:16]}… is not a summary document")
+            for c in value["covers"]:
+                self._need(n, c if isinstance(c, str) else "?", "a summary", tuple(KIND_NAMES))
+        if may_hold_secrets_canonical(raw):
+            findings = scan(rec["value"], f"line {n} (blob {digest[:16]}…)")
+            if findings:
+                raise secret_error(findings, what=str(self.path))
+        self._kinds[digest] = kind
+        self.result.blobs += 1
+        return raw
+
+    def _session(self, n: int, rec: dict[str, Any]) -> None:
+        problem = session_id_problem(rec["uuid"])
+        if problem is not None:
+            raise self._fail(n, f"session id: {problem}")
+        if rec["name"] is not None and (p := text_problem(rec["name"])) is not None:
+            raise self._fail(n, f"session name {p}")
+        for key in ("origin",):
+            if rec[key] is not None:
+                self._json_text(n, rec[key], f"$.{key}", must_be_object=True)
+        if rec["origin"]:
+            from alpstore.policy.recorded import recorded_policy
+
+            origin = json.loads(rec["origin"])
+            folder = portable_dir(origin)
+            if folder is not None:
+                parts = Path(folder).parts
+                if Path(folder).is_absolute() or ".." in parts or not parts:
+                    raise self._fail(
+                        n,
+                        "origin.policy.checkpoint_dir must be a path inside the run root",
+                        hint="a file from another machine does not decide where this one writes",
+                    )
+                origin = with_dir(origin, f"/{folder}")  # validated as an absolute one
+            recorded_policy(origin, where=f"{self.path}: line {n}: origin")
+        self._need(n, rec["manifest"], "the manifest", (KIND_CODES["manifest"],))
+        self._times(n, rec, "created_at", "updated_at")
+        self._digester.feed(rec)
+        self.result.session = rec
+
+    def _json_text(self, n: int, text: str, where: str, *, must_be_object: bool) -> None:
+        try:
+            doc = parse_json(text, where=f"{self.path}: line {n}: {where}")
+        except CanonicalJSONError as exc:
+            raise CheckpointFileError(exc.message) from exc
+        if must_be_object and not isinstance(doc, dict):
+            raise self._fail(n, f"{where} must hold a JSON object")
+        findings = scan(doc, f"line {n} {where}")
+        if findings:
+            raise secret_error(findings, what=str(self.path))
+
+    def _times(self, n: int, rec: dict[str, Any], *keys: str) -> None:
+        for key in keys:
+            if not math.isfinite(rec[key]) or rec[key] > 1e11:
+                raise self._fail(n, f"{key} is not a time")
+
+    def _delta(self, n: int, rec: dict[str, Any], what: str) -> ListState:
+        known = len(self._digester.entries)
+        if rec["keep"] > known:
+            raise self._fail(n, f"{what} keeps {rec['keep']} entries of a list of {known}")
+        for d in rec["add"]:
+            self._need(n, d, what, (KIND_CODES["message"], BLOB_SUMMARY))
+        state = self._digester.apply(rec["keep"], rec["add"], commit=rec["type"] == "checkpoint")
+        if state.covering != rec["covering"]:
+            raise self._fail(n, f"{what}: its entries do not give its covering digest")
+        return state
+
+    def _checkpoint(self, n: int, rec: dict[str, Any]) -> None:
+        if rec["seq"] <= self._last_seq or rec["id"] <= self._last_id:
+            raise self._fail(n, "checkpoints must come in increasing seq and id")
+        for key in ("label", "trigger"):
+            if rec[key] is not None and (p := text_problem(rec[key])) is not None:
+                raise self._fail(n, f"checkpoint {key} {p}")
+        for key in ("kernel", "wm"):
+            self._need(n, rec[key], f"checkpoint {key}", (KIND_CODES["state"],))
+        self._times(n, rec, "created_at")
+        state = self._delta(n, rec, f"checkpoint {rec['seq']}")
+        self._last_seq, self._last_id = rec["seq"], rec["id"]
+        self._seqs.add(rec["seq"])
+        self._digester.feed(rec, state)
+        self.result.checkpoints += 1
+
+    def _head(self, n: int, rec: dict[str, Any]) -> None:
+        state = self._delta(n, rec, "the head")
+        self._length = state.length
+        self._digester.feed(rec, state)
+
+    def _refs(self, n: int, rec: dict[str, Any], *keys: str) -> None:
+        for key in keys:
+            ref = rec[key]
+            if ref is not None and "seq" in ref and ref["seq"] not in self._seqs:
+                raise self._fail(n, f"{key} names checkpoint seq {ref['seq']}, not in the file")
+
+    def _backtrack(self, n: int, rec: dict[str, Any]) -> None:
+        if rec["id"] <= self._last_bt:
+            raise self._fail(n, "backtracks must come in increasing id")
+        self._last_bt = rec["id"]
+        self._refs(n, rec, "from", "to")
+        self._need(n, rec["steering"], "the steering message", (KIND_CODES["message"],))
+        if rec["error_signature"] is not None and len(rec["error_signature"]) > 200:
+            raise self._fail(n, "error_signature is longer than 200 characters")
+        self._times(n, rec, "created_at")
+        self._digester.feed(rec)
+
+    def _event(self, n: int, rec: dict[str, Any]) -> None:
+        if (p := text_problem(rec["kind"], limit=32)) is not None:
+            raise self._fail(n, f"event kind {p}")
+        self._refs(n, rec, "checkpoint")
+        if rec["detail"] is not None:
+            self._json_text(n, rec["detail"], "$.detail", must_be_object=True)
+        self._times(n, rec, "created_at")
+        self._digester.feed(rec)
+
+    def _end(self, n: int, rec: dict[str, Any]) -> None:
+        self.result.digest = self._digester.hexdigest()
+
+
+def check_session_file(path: Path) -> Checked:
+    """Read and check a whole session file with no archive (see :class:`SessionReader`).
+
+    Raises:
+        NotFoundError, CheckpointFileError, SecretError, PolicyError.
+    """
+    reader = SessionReader(path)
+    for _ in reader.records():
+        pass
+    return reader.result

@@ -1,0 +1,329 @@
+"""Write a session file (``alpstore.session``, see ``travel``): every blob once, then the
+session, its checkpoints as keep + add deltas, the head, backtracks, events and the end line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from alpstore import fileio
+from alpstore.codec import MAX_DEPTH, brackets, digest_hex, nesting_depth
+from alpstore.db import raw as rsql
+from alpstore.db.names import BLOB_SUMMARY
+from alpstore.errors import CheckpointFileError, NotFoundError
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
+from alpstore.portable.travel import FORMAT, KIND_NAMES, VERSION, Digester, portable_dir, with_dir
+from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
+from alpstore.views import View, common_prefix
+
+if TYPE_CHECKING:
+    from alpstore.core.store import CoreStore as Store
+
+
+@dataclass(frozen=True)
+class SessionExport:
+    """What an export wrote (or, with no file, what the digest covered)."""
+
+    session: str
+    digest: str
+    checkpoints: int
+    blobs: int
+    lines: int
+
+
+def _line(rec: dict[str, Any]) -> bytes:
+    return json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _ref(ref_id: Any, seqs: dict[int, int]) -> dict[str, int] | None:
+    if ref_id is None:
+        return None
+    ref: dict[str, int] = {"id": int(ref_id)}
+    if int(ref_id) in seqs:
+        ref["seq"] = seqs[int(ref_id)]
+    return ref
+
+
+class _Collect:
+    """The blob digests the records need, in order of first need."""
+
+    def __init__(self) -> None:
+        self.order: dict[bytes, None] = {}
+
+    def add(self, digest: bytes | None) -> str | None:
+        if digest is None:
+            return None
+        self.order.setdefault(bytes(digest), None)
+        return digest_hex(digest)
+
+
+def session_records(
+    store: Store, conn: Any, session_id: int, blobs: _Collect
+) -> list[dict[str, Any]]:
+    """Every non-blob line of the session's file (blob digests noted in ``blobs``)."""
+    srow = rsql.fetchone(
+        conn,
+        "SELECT uuid, name, parent_id, source_checkpoint_id, origin, manifest_blob_id, status, "
+        "head_segment_id, head_length, turn, backtrack_count, retention_mode, retention_n, "
+        "created_at, updated_at FROM sessions WHERE id = ?",
+        (session_id,),
+    )
+    if srow is None:
+        raise NotFoundError(f"session {session_id} is gone")
+    cks = rsql.fetchall(
+        conn,
+        "SELECT id, seq, turn, segment_id, length, kernel_blob_id, wm_blob_id, label, trigger, "
+        "abandoned, created_at FROM checkpoints WHERE session_id = ? ORDER BY seq",
+        (session_id,),
+    )
+    bts = rsql.fetchall(
+        conn,
+        "SELECT id, from_checkpoint_id, to_checkpoint_id, steps, steering_blob_id, automatic, "
+        "error_signature, created_at FROM backtracks WHERE session_id = ? ORDER BY id",
+        (session_id,),
+    )
+    evs = rsql.fetchall(
+        conn,
+        "SELECT kind, checkpoint_id, detail, created_at FROM session_events "
+        "WHERE session_id = ? ORDER BY id",
+        (session_id,),
+    )
+    state_ids = [r[5] for r in cks] + [r[6] for r in cks] + [r[4] for r in bts] + [srow[5]]
+    known = [int(i) for i in dict.fromkeys(state_ids) if i is not None]
+    digest_of = dict(zip(known, store.digests_for_ids(conn, known), strict=True))
+
+    def blob(blob_id: Any) -> str | None:
+        return blobs.add(digest_of[int(blob_id)] if blob_id is not None else None)
+
+    parent = None
+    if srow[2] is not None and srow[3] is not None:
+        anchor = rsql.fetchone(
+            conn,
+            "SELECT s.uuid, c.seq, c.covering_digest FROM checkpoints c JOIN sessions s "
+            "ON s.id = c.session_id WHERE c.id = ? AND s.id = ?",
+            (srow[3], srow[2]),
+        )
+        if anchor is not None:
+            cover = digest_hex(bytes(anchor[2])) if anchor[2] is not None else None
+            parent = {"session": anchor[0], "seq": int(anchor[1]), "covering": cover}
+    recs: list[dict[str, Any]] = [
+        {
+            "type": "session",
+            "uuid": srow[0],
+            "name": srow[1],
+            "status": srow[6],
+            "turn": int(srow[9]),
+            "backtrack_count": int(srow[10]),
+            "retention": {"mode": srow[11], "n": int(srow[12])},
+            "origin": _portable_origin(srow[4], store.root),
+            "manifest": blob(srow[5]),
+            "created_at": float(srow[13]),
+            "updated_at": float(srow[14]),
+            "parent": parent,
+        }
+    ]
+    seqs = {int(r[0]): int(r[1]) for r in cks}
+    previous: list[tuple[int, int, int]] = []
+    lists = Digester()
+    for r in cks:
+        view = View(r[3], int(r[4]))
+        rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True)
+        recs.append(
+            {
+                "type": "checkpoint",
+                "id": int(r[0]),
+                "seq": int(r[1]),
+                "turn": int(r[2]),
+                "label": r[7],
+                "trigger": r[8],
+                "abandoned": bool(r[9]),
+                "created_at": float(r[10]),
+                "kernel": blob(r[5]),
+                "wm": blob(r[6]),
+                **rec,
+            }
+        )
+    head, _ = _delta(store, conn, View(srow[7], int(srow[8])), previous, lists, blobs, commit=False)
+    recs.append({"type": "head", **head})
+    for bt_id, src, dst, steps, steering, automatic, signature, at in bts:
+        recs.append(
+            {
+                "type": "backtrack",
+                "id": int(bt_id),
+                "from": _ref(src, seqs),
+                "to": _ref(dst, seqs),
+                "steps": int(steps),
+                "steering": blob(steering),
+                "automatic": bool(automatic),
+                "error_signature": signature,
+                "created_at": float(at),
+            }
+        )
+    for kind, ck_id, detail, at in evs:
+        recs.append(
+            {
+                "type": "event",
+                "kind": kind,
+                "checkpoint": _ref(ck_id, seqs),
+                "detail": detail,
+                "created_at": float(at),
+            }
+        )
+    return recs
+
+
+def _portable_origin(text: str | None, root: Path) -> str | None:
+    """The session's ``origin`` as the file carries it: the recorded policy's checkpoint
+    directory relative to the run root (None when it lay outside it: it does not travel).
+    """
+    if not text:
+        return text
+    origin = json.loads(text)
+    folder = portable_dir(origin)
+    if folder is None:
+        return text
+    try:
+        rel: str | None = Path(folder).relative_to(root).as_posix()
+    except ValueError:
+        rel = None
+    if rel == ".":
+        rel = None
+    return json.dumps(with_dir(origin, rel), sort_keys=True)
+
+
+def _delta(
+    store: Store,
+    conn: Any,
+    view: View,
+    previous: list[tuple[int, int, int]],
+    lists: Digester,
+    blobs: _Collect,
+    *,
+    commit: bool,
+) -> tuple[dict[str, Any], list[tuple[int, int, int]]]:
+    """``view`` as keep + add over the previous checkpoint's view (its chain and entries): keep
+    is the prefix the two share in the piece table, as `session log` counts what a checkpoint
+    adds, so the importing archive shares (and counts) the same prefix.
+    """
+    chain = store.views.chain(conn, view) if view.length else []
+    keep = common_prefix(previous, chain)
+    added = store.views.read_digests(conn, view, keep) if view.length > keep else []
+    add = [digest_hex(d) for d in added]
+    for d in added:
+        blobs.add(d)
+    state = lists.apply(keep, add, commit=commit)
+    return {"keep": keep, "add": add, "covering": state.covering}, chain
+
+
+def _blob_lines(
+    store: Store, conn: Any, digests: Sequence[bytes], done: set[bytes], checks: _Scan
+) -> Iterator[bytes]:
+    """The blob lines of ``digests`` not yet written, each summary's covered blobs first."""
+    todo = [d for d in dict.fromkeys(digests) if d not in done]
+    for start in range(0, len(todo), 256):
+        part = todo[start : start + 256]
+        ids = store.archive.ids_for(conn, part)
+        missing = [d for d in part if d not in ids]
+        if missing:
+            raise NotFoundError(f"blob {digest_hex(missing[0])} is missing from the archive")
+        rows = store.archive.load_raw_by_ids(conn, [ids[d] for d in part])
+        for d in part:
+            if d in done:
+                continue
+            digest, kind, raw = rows[ids[d]]
+            if kind == BLOB_SUMMARY:
+                covers = [bytes.fromhex(c) for c in json.loads(raw)["covers"]]
+                yield from _blob_lines(store, conn, covers, done, checks)
+            hexd = digest_hex(digest)
+            checks.blob(raw, f"blob {hexd}")
+            done.add(d)
+            yield (
+                b'{"type":"blob","digest":"'
+                + hexd.encode()
+                + b'","kind":"'
+                + KIND_NAMES[kind].encode()
+                + b'","value":'
+                + raw
+                + b"}\n"
+            )
+
+
+class _Scan:
+    """Depth and secret checks of what an export writes (as an import will check them)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.findings: list[Finding] = []
+
+    def blob(self, raw: bytes, path: str) -> None:
+        if brackets(raw) > MAX_DEPTH and nesting_depth(json.loads(raw)) > MAX_DEPTH:
+            raise CheckpointFileError(
+                f"{self.what}: {path} is nested deeper than {MAX_DEPTH} levels; not exported"
+            )
+        if may_hold_secrets_canonical(raw):
+            self.findings.extend(scan(json.loads(raw), path))
+
+    def text(self, value: str | None, path: str) -> None:
+        if value:
+            self.findings.extend(scan(json.loads(value), path))
+
+
+def export_session(
+    store: Store, session_id: int, path: Path | None, *, overwrite: bool = False
+) -> SessionExport:
+    """Write the session file to ``path`` (``.zst``: one zstd stream), or with ``path`` None
+    only compute the session digest.
+
+    The file appears (temp → fsync → rename) only when every check passed: nothing deeper
+    than an import reads, no inline secret (CK-11).
+
+    Raises:
+        NotFoundError, CheckpointFileError, SecretError, StorageError.
+    """
+    from alpstore.portable.exporting import atomic_stream
+
+    blobs = _Collect()
+    digester = Digester()
+    with store.db.read() as conn:
+        recs = session_records(store, conn, session_id, blobs)
+        for rec in recs:
+            digester.feed(rec)
+        digest = digester.hexdigest()
+        n_cks = sum(1 for r in recs if r["type"] == "checkpoint")
+        if path is None:
+            return SessionExport(recs[0]["uuid"], digest, n_cks, len(blobs.order), 0)
+        checks = _Scan(str(path))
+        checks.text(recs[0]["origin"], "$.session.origin")
+        for rec in recs:
+            if rec["type"] == "event":
+                checks.text(rec["detail"], f"$.event[{rec['kind']}].detail")
+        fileio.refuse_symlink(path)
+        lines = 0
+        written = 0
+        with atomic_stream(path, compress=is_compressed(path), overwrite=overwrite) as write:
+
+            def put(data: bytes) -> None:
+                nonlocal lines, written
+                lines += 1
+                written += len(data)
+                if written > MAX_DOCUMENT_BYTES:
+                    raise CheckpointFileError(
+                        f"{path}: the file would be larger than {MAX_DOCUMENT_BYTES} bytes, the "
+                        "limit an import reads; not exported"
+                    )
+                write(data)
+
+            put(_line({"format": FORMAT, "version": VERSION}))
+            done: set[bytes] = set()
+            for data in _blob_lines(store, conn, list(blobs.order), done, checks):
+                put(data)
+            if checks.findings:
+                raise secret_error(checks.findings, what=str(path))
+            for rec in recs:
+                put(_line(rec))
+            put(_line({"type": "end", "lines": lines + 1, "digest": digest}))
+    return SessionExport(recs[0]["uuid"], digest, n_cks, len(done), lines)

@@ -1,0 +1,371 @@
+"""Import a session file (``alpstore.session``, see ``travel``) into an archive, in one transaction.
+
+The file is read twice: once with no archive (every check; a refused file leaves the run root as
+it was, no archive created), then again inside one write transaction that checks each line once
+more as it writes it (the file may have changed in between) — an error rolls everything back.
+
+Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide.
+The import keeps the file's ids when every one of them lies above the highest id this archive
+has ever handed out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never reused,
+so that is the only way an id is free); the sequence then moves past them. Otherwise the rows
+are numbered here as any new rows are (the session digest does not change; `session log`'s
+numbers do), and the result says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from alpstore import fileio
+from alpstore.archive.base import summary_document
+from alpstore.canonical import digest_bytes
+from alpstore.db import raw as rsql
+from alpstore.db.names import BLOB_SUMMARY
+from alpstore.errors import IntegrityError, UsageError
+from alpstore.portable.travel import (
+    KIND_CODES,
+    SessionReader,
+    check_session_file,
+    portable_dir,
+    with_dir,
+)
+from alpstore.views import EMPTY, EMPTY_COVER, View
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from alpstore.core.store import CoreStore as Store
+
+BATCH_ITEMS: Final = 256
+BATCH_BYTES: Final = 8 * 1024 * 1024
+
+INSERT_CHECKPOINT: Final = (
+    "INSERT INTO checkpoints ({id}session_id, seq, turn, segment_id, length, kernel_blob_id, "
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES ({q}?, ?, ?, ?, "
+    "?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+)
+INSERT_BACKTRACK: Final = (
+    "INSERT INTO backtracks ({id}session_id, from_checkpoint_id, to_checkpoint_id, steps, "
+    "steering_blob_id, automatic, error_signature, created_at) VALUES ({q}?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@dataclass(frozen=True)
+class SessionImport:
+    """What an import wrote.
+
+    Fields:
+        session: the session id (kept from the file).
+        name: its name here; ``file_name`` the file's (they differ when that one was taken).
+        digest: the session digest (equal to the exporting archive's).
+        checkpoints, blobs: lines imported; ``inserted`` the blobs this archive lacked.
+        ids_kept: the checkpoint and backtrack numbers are the file's.
+        parent: the parent session linked as the fork's source, or None (not here, or a root).
+        orphaned: the file names a parent this archive lacks (imported as a root session).
+    """
+
+    session: str
+    name: str | None
+    file_name: str | None
+    digest: str
+    checkpoints: int
+    blobs: int
+    inserted: int
+    ids_kept: bool
+    parent: str | None
+    orphaned: bool
+
+
+def _high_water(store: Store, conn: Connection, table: str) -> int:
+    """The highest id ``table`` has ever handed out (or holds)."""
+    top = rsql.fetchone(conn, f"SELECT COALESCE(MAX(id), 0) FROM {table}")[0]
+    if store.db.is_sqlite:
+        row = rsql.fetchone(conn, "SELECT seq FROM sqlite_sequence WHERE name = ?", (table,))
+    else:
+        row = rsql.fetchone(
+            conn,
+            "SELECT pg_sequence_last_value(CAST(pg_get_serial_sequence(?, 'id') AS regclass))",
+            (table,),
+        )
+    return max(int(top), int(row[0]) if row and row[0] is not None else 0)
+
+
+def _move_sequence(store: Store, conn: Connection, table: str, upto: int) -> None:
+    """After rows were inserted with their own ids: the next id handed out is above them
+    (SQLite's AUTOINCREMENT does so by itself).
+    """
+    if not store.db.is_sqlite:
+        rsql.fetchone(conn, "SELECT setval(pg_get_serial_sequence(?, 'id'), ?)", (table, upto))
+
+
+def _local_origin(text: str | None, root: Path) -> str | None:
+    """The file's ``origin`` for this run root: a recorded policy's checkpoint directory (kept
+    relative to the run root in the file, checked by the reader) under this one.
+    """
+    if not text:
+        return text
+    origin = json.loads(text)
+    folder = portable_dir(origin)
+    if folder is None:
+        return text
+    local = fileio.inside_root(root / folder, root)
+    return json.dumps(with_dir(origin, str(local)), sort_keys=True)
+
+
+class _Writer:
+    def __init__(self, store: Store, conn: Connection, name: str | None) -> None:
+        self.store = store
+        self.conn = conn
+        self.name = name
+        self.ids: dict[bytes, int] = {}
+        self.batch: list[tuple[Any, int, bytes]] = []
+        self.batch_bytes = 0
+        self.inserted = 0
+        self.sid = 0
+        self.uuid = ""
+        self.file_name: str | None = None
+        self.final_name: str | None = None
+        self.parent: str | None = None
+        self.orphaned = False
+        self.seq_ids: dict[int, int] = {}
+        self.view: View = EMPTY
+        self.keep_cks: bool | None = None
+        self.keep_bts: bool | None = None
+        self.top_ck = 0
+        self.top_bt = 0
+
+    # ---------------------------------------------------------------- blobs
+    def blob(self, rec: dict[str, Any], raw: bytes) -> None:
+        digest = bytes.fromhex(rec["digest"])
+        if KIND_CODES[rec["kind"]] == BLOB_SUMMARY:
+            self.flush()
+            value = rec["value"]
+            covers = [bytes.fromhex(c) for c in value["covers"]]
+            if digest_bytes(raw) != digest or summary_document(value["summary"], covers) != value:
+                raise IntegrityError(f"summary {rec['digest'][:16]}… does not re-derive")
+            had = self.store.archive.ids_for(self.conn, [digest])
+            sid, stored = self.store.archive.store_summary(self.conn, value["summary"], covers)
+            self.inserted += 0 if had else 1
+            if stored != digest:
+                raise IntegrityError(f"summary {rec['digest'][:16]}… does not re-derive")
+            self.ids[digest] = sid
+            return
+        self.batch.append((digest, KIND_CODES[rec["kind"]], raw))
+        self.batch_bytes += len(raw)
+        if len(self.batch) >= BATCH_ITEMS or self.batch_bytes >= BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.batch:
+            return
+        ids, inserted = self.store.archive.store_encoded_counted(self.conn, self.batch)
+        self.inserted += inserted
+        for (digest, _, _), blob_id in zip(self.batch, ids, strict=True):
+            self.ids[digest] = blob_id
+        self.batch, self.batch_bytes = [], 0
+
+    def blob_id(self, hexd: str | None) -> int | None:
+        return None if hexd is None else self.ids[bytes.fromhex(hexd)]
+
+    # ---------------------------------------------------------------- the session
+    def session(self, rec: dict[str, Any]) -> None:
+        from alpstore.db.tables import sessions
+
+        self.flush()
+        st, conn = self.store, self.conn
+        self.uuid = rec["uuid"]
+        st._require_free_id(conn, self.uuid)
+        self.file_name = rec["name"]
+        if self.name is not None:
+            st._require_free_name(conn, self.name)
+            name: str | None = self.name
+        elif rec["name"] is not None:
+            name = st.available_name(conn, rec["name"])
+            st._require_free_name(conn, name)
+        else:
+            name = None
+        self.final_name = name
+        parent_id = source_id = root_id = None
+        anchor = rec["parent"]
+        if anchor is not None:
+            row = rsql.fetchone(
+                conn,
+                "SELECT s.id, s.root_id, c.id, c.covering_digest FROM sessions s JOIN "
+                "checkpoints c ON c.session_id = s.id WHERE s.uuid = ? AND c.seq = ?",
+                (anchor["session"], anchor["seq"]),
+            )
+            same = row is not None and (
+                anchor["covering"] is None
+                or (row[3] is not None and bytes(row[3]).hex() == anchor["covering"])
+            )
+            if row is not None and same:
+                parent_id, root_id, source_id = int(row[0]), row[1] or row[0], int(row[2])
+                self.parent = anchor["session"]
+            else:
+                self.orphaned = True
+        self.sid = st._insert_session(
+            conn,
+            name,
+            sessions.insert().values(
+                uuid=self.uuid,
+                name=name,
+                parent_id=parent_id,
+                source_checkpoint_id=source_id,
+                root_id=root_id,
+                origin=_local_origin(rec["origin"], st.root),
+                manifest_blob_id=self.blob_id(rec["manifest"]),
+                status=rec["status"],
+                head_segment_id=None,
+                head_length=0,
+                turn=rec["turn"],
+                backtrack_count=rec["backtrack_count"],
+                retention_mode=rec["retention"]["mode"],
+                retention_n=rec["retention"]["n"],
+                created_at=rec["created_at"],
+                updated_at=rec["updated_at"],
+                head_digest=EMPTY_COVER,
+            ),
+        )
+        if root_id is None:
+            rsql.execute(conn, "UPDATE sessions SET root_id = ? WHERE id = ?", (self.sid, self.sid))
+
+    def _view(self, rec: dict[str, Any]) -> View:
+        views = self.store.views
+        base = views.cut(self.conn, self.view, rec["keep"]) if rec["keep"] else EMPTY
+        return views.append(
+            self.conn, base, self.sid, [self.ids[bytes.fromhex(d)] for d in rec["add"]]
+        )
+
+    def checkpoint(self, rec: dict[str, Any]) -> None:
+        if self.keep_cks is None:
+            self.keep_cks = rec["id"] > _high_water(self.store, self.conn, "checkpoints")
+        view = self._view(rec)
+        own = self.keep_cks
+        (ck_id,) = rsql.fetchone(
+            self.conn,
+            INSERT_CHECKPOINT.format(id="id, " if own else "", q="?, " if own else ""),
+            (
+                *((rec["id"],) if own else ()),
+                self.sid,
+                rec["seq"],
+                rec["turn"],
+                view.segment_id,
+                view.length,
+                self.blob_id(rec["kernel"]),
+                self.blob_id(rec["wm"]),
+                rec["label"],
+                rec["trigger"],
+                rec["abandoned"],
+                rec["created_at"],
+                bytes.fromhex(rec["covering"]),
+            ),
+        )
+        self.seq_ids[rec["seq"]] = int(ck_id)
+        self.top_ck = max(self.top_ck, int(ck_id))
+        self.view = view
+
+    def head(self, rec: dict[str, Any]) -> None:
+        view = self._view(rec)
+        rsql.execute(
+            self.conn,
+            "UPDATE sessions SET head_segment_id = ?, head_length = ?, head_digest = ? "
+            "WHERE id = ?",
+            (view.segment_id, view.length, bytes.fromhex(rec["covering"]), self.sid),
+        )
+
+    def _ref(self, ref: dict[str, int] | None) -> int | None:
+        """A checkpoint reference here: by seq, else (a checkpoint the session no longer has)
+        the file's id when ids are kept, else none.
+        """
+        if ref is None:
+            return None
+        if "seq" in ref:
+            return self.seq_ids[ref["seq"]]
+        return ref["id"] if self.keep_cks is not False else None
+
+    def backtrack(self, rec: dict[str, Any]) -> None:
+        if self.keep_bts is None:
+            self.keep_bts = rec["id"] > _high_water(self.store, self.conn, "backtracks")
+        own = self.keep_bts
+        to = self._ref(rec["to"])
+        rsql.execute(
+            self.conn,
+            INSERT_BACKTRACK.format(id="id, " if own else "", q="?, " if own else ""),
+            (
+                *((rec["id"],) if own else ()),
+                self.sid,
+                self._ref(rec["from"]),
+                to if to is not None else rec["to"]["id"],
+                rec["steps"],
+                self.blob_id(rec["steering"]),
+                rec["automatic"],
+                rec["error_signature"],
+                rec["created_at"],
+            ),
+        )
+        if own:
+            self.top_bt = max(self.top_bt, rec["id"])
+
+    def event(self, rec: dict[str, Any]) -> None:
+        rsql.execute(
+            self.conn,
+            "INSERT INTO session_events (session_id, checkpoint_id, kind, detail, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (self.sid, self._ref(rec["checkpoint"]), rec["kind"], rec["detail"], rec["created_at"]),
+        )
+
+    def finish(self) -> None:
+        if self.keep_cks and self.top_ck:
+            _move_sequence(self.store, self.conn, "checkpoints", self.top_ck)
+        if self.keep_bts and self.top_bt:
+            _move_sequence(self.store, self.conn, "backtracks", self.top_bt)
+
+
+def import_session_file(
+    store: Store, path: Path, *, name: str | None = None, checked: bool = False
+) -> SessionImport:
+    """Import the session file at ``path`` as a new session with the file's id (one
+    transaction). ``name`` overrides the file's name (refused when taken); the file's name, when
+    taken here, gets a ``#2``… suffix. ``checked``: the caller ran :func:`check_session_file`.
+
+    Raises:
+        NotFoundError, CheckpointFileError, SecretError, PolicyError: the file (nothing written).
+        UsageError: the session id is taken here; SessionNameTakenError: ``name`` is taken.
+    """
+    if not checked:
+        check_session_file(path)
+    reader = SessionReader(path)
+    with store.db.atomic() as conn:
+        w = _Writer(store, conn, name)
+        for kind, rec, raw in reader.records():
+            if kind == "blob":
+                assert raw is not None
+                w.blob(rec, raw)
+            elif kind != "end":
+                getattr(w, kind)(rec)
+        w.finish()
+        result = SessionImport(
+            session=w.uuid,
+            name=w.final_name,
+            file_name=w.file_name,
+            digest=reader.result.digest,
+            checkpoints=reader.result.checkpoints,
+            blobs=reader.result.blobs,
+            inserted=w.inserted,
+            ids_kept=w.keep_cks is not False and w.keep_bts is not False,
+            parent=w.parent,
+            orphaned=w.orphaned,
+        )
+        store.emit(
+            "session_import",
+            session=result.session,
+            checkpoints=result.checkpoints,
+            digest=result.digest,
+        )
+    store.archive.after_commit()
+    if not result.session:
+        raise UsageError(f"{path}: holds no session")
+    return result
