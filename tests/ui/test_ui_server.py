@@ -384,3 +384,65 @@ def test_the_host_is_checked_before_the_token(client: Any) -> None:
         "http://127.0.0.1:4242//evil.example/?token=s3cret-token", follow_redirects=False
     )
     assert r.status_code == 303 and r.headers["location"] == "/evil.example/"
+
+
+def test_a_claude_code_tool_use_is_a_tool_call_on_the_conversation_page(tmp_path: Path) -> None:
+    """A Claude Code transcript's ``tool_use`` block shows as a call (name, arguments), its
+    ``tool_result`` as the result, not as raw JSON blocks."""
+    from starlette.testclient import TestClient
+
+    from tests.conftest import run_cli
+
+    lines = [
+        {"type": "user", "uuid": "u1", "message": {"role": "user", "content": "clean up"}},
+        {
+            "type": "assistant",
+            "uuid": "a1",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "I'll clean up."},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "input": {"command": "rm -rf build"},
+                    },
+                ],
+            },
+        },
+        {
+            "type": "user",
+            "uuid": "u2",
+            "message": {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "removed"}
+                ],
+            },
+        },
+    ]
+    root = tmp_path / "run"
+    root.mkdir()
+    path = tmp_path / "cc.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    r = run_cli("--root", str(root), "session", "import", str(path), "--name", "cc")
+    assert r.code == 0, r.err
+    ro = read_only(root)
+    try:
+        head = ro.resolve_checkpoint("cc@latest")
+        settings_ = Settings(ro, "tok", 4242, ["127.0.0.1"], tmp_path)
+        with TestClient(create_app(settings_), base_url="http://127.0.0.1:4242") as c:
+            c.get("/?token=tok")
+            page = c.get(f"/c/{head.id}")
+    finally:
+        ro.close()
+    assert page.status_code == 200, page.text
+    assert '<span class="fn">Bash</span> <span class="callid">toolu_1</span>' in page.text
+    assert (
+        "&#34;command&#34;: &#34;rm -rf build&#34;" in page.text
+        or '"command": "rm -rf build"' in page.text
+    )
+    assert "I&#39;ll clean up." in page.text or "I'll clean up." in page.text
+    assert "result: removed" in page.text
+    assert '"type": "tool_use"' not in page.text and "&#34;tool_use&#34;" not in page.text
