@@ -16,7 +16,14 @@ from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, NotFoundError
 from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
-from alpstore.portable.travel import FORMAT, KIND_NAMES, VERSION, Digester, portable_dir, with_dir
+from alpstore.portable.travel_format import (
+    FORMAT,
+    KIND_NAMES,
+    VERSION,
+    Digester,
+    portable_dir,
+    with_dir,
+)
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
 from alpstore.views import View, common_prefix
 

@@ -25,13 +25,8 @@ from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import IntegrityError, UsageError
-from alpstore.portable.travel import (
-    KIND_CODES,
-    SessionReader,
-    check_session_file,
-    portable_dir,
-    with_dir,
-)
+from alpstore.portable.travel import SessionReader, check_session_file
+from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
 from alpstore.views import EMPTY, EMPTY_COVER, View
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from alpstore.archive.frames import CODEC_PACKED, parse_pointer, pointer
 from alpstore.archive.packing import FRAME_TARGET
@@ -102,28 +103,30 @@ def test_frames_hold_tens_of_kb_in_conversation_order(tmp_path: Path) -> None:
         store.close()
 
 
-def test_verify_names_a_damaged_frame(tmp_path: Path) -> None:
-    store = Store.open(tmp_path)
+def test_verify_names_a_damaged_frame(backend: Backend) -> None:
+    store = backend.open_store()
     session = store.create_session(name="damage")
     for turn in _turns(40):
         session.commit_turn(turn)
     store.archive.pack_cold()
+    with store.db.atomic() as conn:
+        frame_id, data = conn.exec_driver_sql(
+            "SELECT id, data FROM pack_frames ORDER BY id LIMIT 1"
+        ).one()
+        damaged = bytearray(data)
+        damaged[len(damaged) // 2] ^= 0xFF
+        conn.execute(
+            text("UPDATE pack_frames SET data = :data WHERE id = :id"),
+            {"data": bytes(damaged), "id": frame_id},
+        )
     store.close()
-    db = sqlite_path_for_root(tmp_path)
-    con = sqlite3.connect(db)
-    frame_id, data = con.execute("SELECT id, data FROM pack_frames ORDER BY id LIMIT 1").fetchone()
-    damaged = bytearray(data)
-    damaged[len(damaged) // 2] ^= 0xFF
-    con.execute("UPDATE pack_frames SET data = ? WHERE id = ?", (bytes(damaged), frame_id))
-    con.commit()
-    con.close()
-    res = run_cli("--root", str(tmp_path), "archive", "verify")
+    res = backend.cli("archive", "verify")
     assert res.code != 0
     assert f"pack frame {frame_id}" in res.out
     assert "blob(s) are packed in it" in res.out
     assert "Traceback" not in res.err
     # a read of a blob in it fails naming the blob, not with a traceback
-    res = run_cli("--root", str(tmp_path), "session", "show", "damage")
+    res = backend.cli("session", "show", "damage")
     assert res.code != 0 and "Traceback" not in res.err
 
 

@@ -215,6 +215,23 @@ def test_prune_keep_latest_keeps_the_latest_state_loadable(run_root: Path) -> No
         assert build_graph(saver).get_state(config).values == state
 
 
+def test_a_task_error_holding_a_lone_surrogate_is_stored_and_listed(run_root: Path) -> None:
+    """An ``__error__`` write whose text is not valid Unicode (a file name read with
+    surrogateescape) is kept as InMemorySaver keeps it (the serde stores "?"), and the error
+    event alpstore records beside it does not fail the write (found by the differential test)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+    with AlpstoreSaver.open(run_root) as saver:
+        ck = empty_checkpoint()
+        stored = saver.put(config, ck, {"source": "loop", "step": 0}, {})
+        saver.put_writes(
+            stored, [("__error__", "file-\udcff.txt")], "task-1", "~__pregel_pull, agent"
+        )
+        (tup,) = list(saver.list(config))
+        assert tup.pending_writes == [("task-1", "__error__", "file-?.txt")]
+
+
 try:
     from langgraph.channels.delta import DeltaChannel
     from langgraph.graph.message import _messages_delta_reducer

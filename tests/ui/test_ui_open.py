@@ -27,6 +27,7 @@ pytest.importorskip("starlette")
 from alpstore.store import Store
 from alpstore.ui.app import allowed_hosts
 from alpstore.ui.settings import Settings
+from tests.backend_pass import database_env_for
 from tests.ui.conftest import start_ui, stop
 
 RECORD = """\
@@ -45,8 +46,10 @@ def root(tmp_path: Path) -> Path:
     return run
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "ALPSTORE_DATABASE_URL"}
+def _env(root: Path) -> dict[str, str]:
+    """The environment of the `alpstore ui` child: on the PostgreSQL pass, root's schema."""
+    env = {k: v for k, v in os.environ.items() if k != "ALPSTORE_DATABASE_URL"}
+    return {**env, **database_env_for(root)}
 
 
 def get(
@@ -74,7 +77,7 @@ def opened(root: Path, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
     script.write_text(RECORD)
     argv_file = tmp_path / "argv.json"
     browser = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {argv_file} %s"
-    env = {**_env(), "BROWSER": browser}
+    env = {**_env(root), "BROWSER": browser}
     proc, url = start_ui(["--root", str(root), "ui", "--port", "0", "--open"], env=env)
     try:
         deadline = time.monotonic() + 30
@@ -122,7 +125,7 @@ def test_a_one_time_code_expires_and_is_replaced(tmp_path: Path) -> None:
 
 def test_host_wildcard_prints_a_url_that_answers(root: Path) -> None:
     proc, url = start_ui(
-        ["--root", str(root), "ui", "--port", "0", "--host", "0.0.0.0"], env=_env()
+        ["--root", str(root), "ui", "--port", "0", "--host", "0.0.0.0"], env=_env(root)
     )
     try:
         assert "0.0.0.0" not in url, url
