@@ -30,7 +30,6 @@ from alpstore.cli.session_read import lineage, list_sessions, log, show
 from alpstore.cli.session_travel import digest_command, export_command, import_session
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
-from alpstore.rules.secrets import require_no_secrets
 
 if TYPE_CHECKING:
     from alpstore.sessions import Entry
@@ -118,6 +117,8 @@ def new(
             "spec.checkpoint.retention is the session's"
         )
     doc = _load_manifest(manifest)
+    from alpstore.rules.secrets import require_no_secrets
+
     require_no_secrets(doc, what=str(manifest))  # CK-11: before the archive is even opened
     from alpstore.live import open_prepared, prepare_manifest
 

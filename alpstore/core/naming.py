@@ -15,7 +15,6 @@ from alpstore.db import raw as rsql
 from alpstore.errors import DatabaseError, SessionNameTakenError, UsageError
 from alpstore.rules.ids import session_id_problem, shown
 from alpstore.rules.names import normal_name
-from alpstore.rules.secrets import require_no_secrets
 from alpstore.sessions import Retention, Session, manifest_blob, new_session_uuid
 from alpstore.views import EMPTY_COVER
 
@@ -71,6 +70,7 @@ class StoreNaming(StoreContent):
         from sqlalchemy import update
 
         from alpstore.db.tables import sessions
+        from alpstore.rules.secrets import require_no_secrets
 
         uuid = acceptable_id(session_id)
         name = normal_name(name)  # one spelling of each name (NFC)

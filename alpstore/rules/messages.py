@@ -252,6 +252,16 @@ def render(message: Any, width: int = 0) -> tuple[str, str]:
     """``(role, text)`` of a stored message on one line, tool calls as
     ``calls name(arguments)`` after the text; the text cut at ``width`` (0: whole).
     """
+    if type(message) is dict and len(message) <= 3:  # the commonest shape, at a glance
+        role = message.get("role")
+        content = message.get("content")
+        if (
+            type(role) is str
+            and role
+            and type(content) is str
+            and len(message) == 2 + ("name" in message)
+        ):
+            return role, cut_line(content, width)
     s = shown(message)
     return s.role, s.line(width)
 

@@ -167,6 +167,17 @@ def test_the_plain_chat_shortcut_shows_what_the_general_reader_shows(value: Any)
     assert shown(value) == _shown(value)
 
 
+@settings(max_examples=300)
+@given(st.one_of(CHAT, SHAPED), st.integers(min_value=0, max_value=60))
+def test_render_s_shortcut_gives_what_the_general_reader_gives(value: Any, width: int) -> None:
+    """``render`` lines up a ``{role, content}`` message without building a ``Shown``; every
+    message renders as the general reader shows it."""
+    from alpstore.rules.messages import _shown
+
+    general = _shown(value)
+    assert render(value, width) == (general.role, general.line(width))
+
+
 WHITESPACE = st.text(alphabet=st.sampled_from(" \t\n\r\x0b\x0c\x1c\u2028\u3000ab·é"), max_size=300)
 
 
