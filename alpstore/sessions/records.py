@@ -6,6 +6,7 @@ Plain values, no database: the rules of a default label, a steering message, a u
 from __future__ import annotations
 
 import json
+import os
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,8 +145,13 @@ def count_user_turns(messages: Sequence[Any]) -> int:
 
 
 def new_session_uuid() -> str:
-    """A fresh session id (UUID4 text)."""
-    return str(uuidlib.uuid4())
+    """A fresh session id (UUID4 text).
+
+    Made as :func:`uuid.uuid4` makes one (16 random bytes from ``os.urandom``, version 4), but
+    not through it: a test suite that patches ``uuid.uuid4`` for its own ids (LangGraph's
+    ``deterministic_uuids``) would otherwise see alpstore draw from its sequence.
+    """
+    return str(uuidlib.UUID(bytes=os.urandom(16), version=4))
 
 
 def event_detail(detail: dict[str, Any]) -> str:

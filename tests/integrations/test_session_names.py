@@ -138,3 +138,16 @@ def test_a_deleted_langgraph_thread_frees_its_name(run_root: Path) -> None:
         assert saver.get_tuple(config) is not None
         names = sorted(s.name or "" for s in saver.store.list_sessions())
     assert names == ["langgraph:t", "langgraph:t (deleted)"]
+
+
+def test_a_patched_uuid4_is_not_drawn_by_alpstore(tmp_path: Path) -> None:
+    """LangGraph's own suite patches ``uuid.uuid4`` with a fixed sequence for its message ids
+    (``deterministic_uuids``): a session alpstore creates must not take one of them."""
+    import uuid
+    from unittest import mock
+
+    drawn = mock.Mock(side_effect=AssertionError("alpstore called uuid.uuid4"))
+    with Store.open(tmp_path) as store, mock.patch("uuid.uuid4", drawn):
+        info = store.create_session(name="patched").info()
+    assert drawn.call_count == 0
+    assert uuid.UUID(info.uuid).version == 4
