@@ -4,10 +4,13 @@ one ``pack_frames`` row each; each blob's row then points into its frame
 (:mod:`alpstore.archive.frames`).
 
 Which blobs are cold: every loose blob up to :data:`PACK_BLOB_MAX` bytes (a larger one
-compresses well alone and would make a frame that every read of its neighbours pays for), not a
-delta (a delta is a few bytes against its base; packed whole it would grow), and, for the
-background packer, not among the newest ``keep_loose`` (the turns a live writer may still read
-back at once). An explicit ``alpstore archive pack`` and the end of an import pack them all.
+compresses well alone and would make a frame that every read of its neighbours pays for) and,
+for the background packer, not among the newest ``keep_loose`` (the turns a live writer may
+still read back at once). An explicit ``alpstore archive pack`` and the end of an import pack
+them all. Deltas are packed too, whole: their bases are their neighbours in conversation order,
+so the frame's compression finds what the delta held (measured on the 1,000-turn benchmark
+corpus: frames + loose deltas 309 KB before, 239 KB with deltas packed), and a packed delta no
+longer needs its base (``base_id`` is cleared).
 
 Each frame is one short transaction — the frame row inserted, then its blobs' rows updated only
 where they are still loose (a blob `gc` deleted meanwhile is simply absent; one another packer
@@ -42,6 +45,7 @@ from alpstore.archive.reading import ArchiveReader, BlobRow
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
+    CODEC_ZSTD_BASE,
     CODEC_ZSTD_DICT,
     Decompressor,
     digest_bytes,
@@ -53,11 +57,13 @@ if TYPE_CHECKING:
     from alpstore.db.database import Database
     from alpstore.db.raw import AnyConnection
 
-FRAME_TARGET = 32 * 1024
-"""Content bytes per frame: reading one packed message decompresses this much (≈0.1 ms)."""
+FRAME_TARGET = 64 * 1024
+"""Content bytes per frame: reading one packed message decompresses this much (≈0.03 ms)."""
 
-PACK_LEVEL = 12
-"""zstd level of the frames (with the archive's dictionary when it has one)."""
+PACK_LEVEL = 15
+"""zstd level of the frames (with the archive's dictionary when it has one). Measured on the
+1,000-turn benchmark corpus (64 KB frames, deltas packed): level 12 261 KB in 0.19 s, 15 239 KB
+in 0.40 s, 17 and 19 235 KB in 0.7 s."""
 
 PACK_BLOB_MAX = 16 * 1024
 """Blobs larger than this stay loose."""
@@ -70,12 +76,13 @@ READ_SLICE = 500
 
 LOOSE_SELECT = (
     "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
-    f"WHERE id > ? AND id <= ? AND codec IN ({CODEC_RAW}, {CODEC_ZSTD}, {CODEC_ZSTD_DICT}) "
+    f"WHERE id > ? AND id <= ? "
+    f"AND codec IN ({CODEC_RAW}, {CODEC_ZSTD}, {CODEC_ZSTD_DICT}, {CODEC_ZSTD_BASE}) "
     "AND raw_size <= ? ORDER BY id LIMIT ?"
 )
 
 PACK_UPDATE = (
-    f"UPDATE blobs SET codec = {CODEC_PACKED}, dict_id = NULL, payload = ? "
+    f"UPDATE blobs SET codec = {CODEC_PACKED}, dict_id = NULL, base_id = NULL, payload = ? "
     f"WHERE id = ? AND codec != {CODEC_PACKED}"
 )
 

@@ -235,3 +235,28 @@ def test_a_base_deleted_meanwhile_is_replaced_by_the_new_document(tmp_path: Path
     assert codecs[third][:2] == (CODEC_ZSTD_BASE, codecs[second][2])
     assert archive.get(third, verify=True) == _file(3)
     assert archive.verify().ok
+
+
+def test_a_packed_delta_is_stored_whole_in_its_frame_and_needs_no_base(tmp_path: Path) -> None:
+    """Packing takes deltas too (issue 33): the frame holds the delta's whole content, its row
+    no longer names a base, and the base can go (gc) without the delta losing anything."""
+    from alpstore.archive.frames import CODEC_PACKED
+
+    archive = SqlArchive(open_database(root=tmp_path / "run"), auto_train=False)
+    first = archive.put(_file(1))
+    second = archive.put(_file(2))
+    assert _codecs(archive)[second][:2] == (CODEC_ZSTD_BASE, _codecs(archive)[first][2])
+    report = archive.pack_cold()
+    assert report.blobs == 2
+    codecs = _codecs(archive)
+    assert codecs[first][:2] == (CODEC_PACKED, None)
+    assert codecs[second][:2] == (CODEC_PACKED, None)
+    with archive.db.atomic() as conn:  # the old base gone: the packed delta reads alone
+        conn.execute(delete(blobs).where(blobs.c.digest == first))
+    archive.close()
+    fresh = SqlArchive(open_database(root=tmp_path / "run"), auto_train=False)
+    try:
+        assert fresh.get(second, verify=True) == _file(2)
+        assert fresh.verify().ok
+    finally:
+        fresh.close()
