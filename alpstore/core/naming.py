@@ -81,7 +81,7 @@ class StoreNaming(StoreContent):
         with self.db.atomic() as conn:
             self._require_free_id(conn, uuid)
             self._require_free_name(conn, name)
-            mid = manifest_blob(conn, self, manifest)
+            mid = manifest_blob(conn, self.archive, manifest)
             sid = self._insert_session(
                 conn,
                 name,

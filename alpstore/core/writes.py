@@ -247,7 +247,7 @@ class StoreWrites(StoreNaming):
         self.emit(
             "fork", session=uuid, parent=parent.uuid, checkpoint=checkpoint.id, turn=checkpoint.turn
         )
-        return Session(self, info)  # type: ignore[arg-type]
+        return Session(self, info)
 
     def record_event(
         self,

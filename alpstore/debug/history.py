@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from alpstore.db import raw as rsql
 from alpstore.debug.entries import Delta, delta, load_entries
 from alpstore.sessions import CheckpointInfo, Entry
-from alpstore.views import EMPTY, READ_RANGE, View, clip, common_prefix
+from alpstore.views import EMPTY, READ_RANGE, View, ViewStore, clip, common_prefix
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -49,9 +49,9 @@ class Change:
         return " ".join(parts)
 
 
-def _tail_ids(store: Store, conn: Any, view: View, start: int) -> list[int]:
+def _tail_ids(views: ViewStore, conn: Any, view: View, start: int) -> list[int]:
     ids: list[int] = []
-    for seg, lo, hi in clip(store.views.chain(conn, view), start):
+    for seg, lo, hi in clip(views.chain(conn, view), start):
         ids.extend(r[0] for r in rsql.fetchall(conn, READ_RANGE, (seg, lo, hi)))
     return ids
 
@@ -60,8 +60,8 @@ def view_delta(store: Store, old: View, new: View) -> Delta:
     """How ``new`` differs from ``old``, reading only what the two do not share structurally."""
     with store.db.read() as conn:
         shared = common_prefix(store.views.chain(conn, old), store.views.chain(conn, new))
-        old_tail = _tail_ids(store, conn, old, shared)
-        new_tail = _tail_ids(store, conn, new, shared)
+        old_tail = _tail_ids(store.views, conn, old, shared)
+        new_tail = _tail_ids(store.views, conn, new, shared)
     d = delta(old_tail, new_tail)
     return Delta(
         shared + d.common,

@@ -111,7 +111,7 @@ class SnapshotTree:
                 shared = common_prefix(
                     self.store.views.chain(conn, last_view), self.store.views.chain(conn, view)
                 )
-            ids = _tail_ids(self.store, conn, view, shared)
+            ids = _tail_ids(self.store.views, conn, view, shared)
             digests = [*last[:shared], *self.store.digests_for_ids(conn, ids)]
         self._digests = (view, digests)
         return digests

@@ -1,5 +1,6 @@
 """Sessions: their records (what reads return) and the ``Session`` handle that moves a head.
-May import alpstore.archive, views, policy, rules, db and below; the store only for typing.
+May import alpstore.archive, views, policy, rules, db and below; never the store (a handle
+sees it through ``SessionHost``, a protocol the store satisfies).
 """
 
 from alpstore.sessions.records import (

@@ -28,7 +28,7 @@ from alpstore.views import View, cover_add, cover_int
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from alpstore.core.parts import StoreParts
+    from alpstore.archive.sql import SqlArchive
 
 
 class Session(SessionBase):
@@ -245,7 +245,9 @@ class Session(SessionBase):
             if not retained:
                 raise NotFoundError(f"session {self.uuid} has no checkpoint to fork from")
             checkpoint = retained[-1]
-        return self.store.fork_checkpoint(checkpoint, session_id=session_id, name=name)
+        child = self.store.fork_checkpoint(checkpoint, session_id=session_id, name=name)
+        assert isinstance(child, Session)  # the store makes Session handles
+        return child
 
     def set_status(self, status: Status) -> None:
         """Pause, reactivate or terminate the session.
@@ -275,9 +277,9 @@ class Session(SessionBase):
         self.store.emit(kind, session=self.uuid, **detail)
 
 
-def manifest_blob(conn: Connection, store: StoreParts, manifest: Any | None) -> int | None:
-    """Store a manifest blob and return its id (None for no manifest)."""
+def manifest_blob(conn: Connection, archive: SqlArchive, manifest: Any | None) -> int | None:
+    """Store a manifest blob in ``archive`` and return its id (None for no manifest)."""
     if manifest is None:
         return None
-    (mid,) = store.archive.store_encoded(conn, [encode(manifest, BLOB_MANIFEST)])
+    (mid,) = archive.store_encoded(conn, [encode(manifest, BLOB_MANIFEST)])
     return mid
