@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import update
 
@@ -285,3 +285,19 @@ def test_lines_made_safe_at_once_are_each_line_made_safe(lines: list[str]) -> No
     from alpstore.cli._terminal import term, term_lines
 
     assert term_lines(lines) == "".join(f"{term(line)}\n" for line in lines)
+
+
+@settings(max_examples=500)
+@given(
+    st.text(
+        alphabet=st.characters(codec=None)
+        | st.sampled_from("\\\t\n\r\x1b\x7f\x85\u202e\u2028\ufeff\U000e0041é中 ")
+    )
+)
+def test_a_printable_cell_takes_the_short_way_to_the_same_value(text: str) -> None:
+    """``plain_cell`` returns a printable text without a backslash as it is: the same value the
+    escaping gives it (nothing :func:`term` escapes is printable)."""
+    from alpstore.cli._terminal import term
+
+    escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+    assert plain_cell(text) == term(escaped.replace("\r", "\\r"))
