@@ -50,13 +50,16 @@ def list_sessions(
     --limit and --offset print one page of them.
     """
     try:
-        infos = read_store(ctx, read_only=True).list_sessions(limit=limit, offset=offset)
+        store = read_store(ctx, read_only=True)
     except NotFoundError:  # no archive here: nothing to list, and nothing is created
-        infos = []
+        store = None
     if as_json:
+        infos = store.list_sessions(limit=limit, offset=offset) if store is not None else []
         print_json([_info_doc(i) for i in infos])
         return
     from alpstore.cli._table import Column, Kind, print_table
+
+    rows = store.session_listing(limit=limit, offset=offset) if store is not None else []
 
     print_table(
         [
@@ -67,7 +70,7 @@ def list_sessions(
             Column("HEAD", Kind.KEY, right=True),
             Column("PARENT"),  # an id prefix names it: cut (marked) on a narrow terminal
         ],
-        ([i.uuid, i.name or "-", i.status, i.turn, i.head_length, i.parent or "-"] for i in infos),
+        ((u, n or "-", st, t, h, p or "-") for u, n, st, t, h, p in rows),
     )
 
 

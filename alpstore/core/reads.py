@@ -6,6 +6,7 @@ call: no SQLAlchemy on this path, so an SQLite archive is read with the ``sqlite
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -16,6 +17,7 @@ from alpstore.core.parts import StoreParts
 from alpstore.core.rows import CHECKPOINT_COLUMNS, SESSION_COLUMNS, CheckpointRow, SessionRow
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError
+from alpstore.gcpause import no_gc_pause
 from alpstore.rules.names import normal_name
 from alpstore.sessions import CheckpointInfo, Retention, Session, SessionInfo, default_label
 from alpstore.views import View
@@ -32,6 +34,12 @@ MAX_SQL_INTEGER = 2**63 - 1
 
 _SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
 _CHECKPOINTS = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"
+
+
+@functools.lru_cache(maxsize=64)
+def _retention(mode: str, n: int) -> Retention:
+    """One :class:`Retention` per spelling (immutable: cached by its content)."""
+    return Retention(mode, n)
 
 
 def _like_prefix(text: str) -> str:
@@ -60,33 +68,45 @@ class StoreReads(StoreParts):
         return self._info(conn, rows[0])
 
     def _info(self, conn: Connection, row: Any, names: dict[Any, Any] | None = None) -> SessionInfo:
-        """``row`` as a SessionInfo; ``names`` (id → uuid) when the caller read them already."""
-        wanted = sorted({i for i in (row.parent_id, row.root_id) if i is not None})
-        if names is None and wanted:
-            names = dict(
-                rsql.fetchall(
-                    conn,
-                    f"SELECT id, uuid FROM sessions WHERE id IN ({rsql.placeholders(len(wanted))})",
-                    wanted,
+        """``row`` as a SessionInfo; ``names`` (id → uuid) when the caller read them already.
+
+        Built as :func:`~alpstore.sessions.records.evolve` builds one (a listing of 30,000
+        sessions makes 30,000: a frozen dataclass's ``__init__`` sets each field through
+        ``object.__setattr__``); the retention policy is shared between rows that spell it
+        alike (:class:`Retention` is immutable and checked when made).
+        """
+        if names is None:
+            wanted = sorted({i for i in (row.parent_id, row.root_id) if i is not None})
+            names = {}
+            if wanted:
+                names = dict(
+                    rsql.fetchall(
+                        conn,
+                        "SELECT id, uuid FROM sessions "
+                        f"WHERE id IN ({rsql.placeholders(len(wanted))})",
+                        wanted,
+                    )
                 )
-            )
-        names = names or {}
-        return SessionInfo(
+        head = object.__new__(View)
+        head.__dict__.update(segment_id=row.head_segment_id, length=int(row.head_length))
+        info = object.__new__(SessionInfo)
+        info.__dict__.update(
             id=int(row.id),
             uuid=row.uuid,
             name=row.name,
             status=row.status,
             turn=int(row.turn),
-            head=View(row.head_segment_id, int(row.head_length)),
+            head=head,
             parent=names.get(row.parent_id),
             root=names.get(row.root_id, row.uuid),
             source_checkpoint=row.source_checkpoint_id,
             backtrack_count=int(row.backtrack_count),
-            retention=Retention(row.retention_mode, int(row.retention_n)),
+            retention=_retention(row.retention_mode, int(row.retention_n)),
             created_at=float(row.created_at),
             updated_at=float(row.updated_at),
             origin=json.loads(row.origin) if row.origin else None,
         )
+        return info
 
     def get_session(self, ref: str) -> Session:
         """Find a session by uuid, unique uuid prefix (≥ 4 characters) or name.
@@ -158,8 +178,25 @@ class StoreReads(StoreParts):
                         offset,
                     ),
                 )
-            rows = self._sessions(conn, where, params)
-            return self.infos_of(conn, rows)
+            with no_gc_pause():  # 30,000 rows and infos: acyclic, freed by reference counts
+                rows = self._sessions(conn, where, params)
+                return self.infos_of(conn, rows)
+
+    def session_listing(
+        self, *, limit: int | None = None, offset: int = 0
+    ) -> list[tuple[str, str | None, str, int, int, str | None]]:
+        """What ``session list`` shows of each session, oldest first: ``(uuid, name, status,
+        turn, head length, parent uuid)`` — one query, those columns only (the table of 30,000
+        sessions needs no :class:`SessionInfo` each).
+        """
+        sql = (
+            "SELECT s.uuid, s.name, s.status, s.turn, s.head_length, p.uuid FROM sessions s "
+            "LEFT JOIN sessions p ON p.id = s.parent_id ORDER BY s.id LIMIT ? OFFSET ?"
+        )
+        params = (MAX_SQL_INTEGER if limit is None else limit, offset)
+        with self.db.read() as conn, no_gc_pause():
+            rows = rsql.fetchall(conn, sql, params)
+            return [(u, n, st, int(t), int(h), p) for u, n, st, t, h, p in rows]
 
     def infos_of(self, conn: Connection, rows: list[SessionRow]) -> list[SessionInfo]:
         """Session rows as SessionInfos, their parents' and roots' uuids read in one query."""

@@ -214,3 +214,30 @@ def test_an_id_that_is_another_sessions_name_or_not_an_id_is_refused(
     assert cli("session", "list", "--json").out == before
     shown = cli("session", "show", "demo", "--json")
     assert "mine" in shown.out and "theirs" not in shown.out
+
+
+def test_the_listing_table_says_what_the_json_says(cli: Any) -> None:
+    """`session list` reads only the columns it prints (one query); each row agrees with the
+    `--json` listing, a fork names its parent, and --limit/--offset cut the same page."""
+    sid = cli("session", "new", "--name", "first").out.strip()
+    cli("session", "append", "first", "--role", "user", "--content", "q", "--checkpoint")
+    assert cli("session", "fork", f"{sid}@1", "--name", "child").code == 0
+    cli("session", "new", "--name", "third")
+    docs = json.loads(cli("session", "list", "--json").out)
+    table = cli("session", "list").out.splitlines()
+    assert table[0].split("\t") == ["SESSION", "NAME", "STATUS", "TURN", "HEAD", "PARENT"]
+    want = [
+        [
+            d["session"],
+            d["name"],
+            d["status"],
+            str(d["turn"]),
+            str(d["head_length"]),
+            d["parent"] or "-",
+        ]
+        for d in docs
+    ]
+    assert [line.split("\t") for line in table[1:]] == want
+    assert want[1][5] == sid  # the child names its parent
+    page = cli("session", "list", "--limit", "1", "--offset", "1").out.splitlines()
+    assert page[1:] == table[2:3]
