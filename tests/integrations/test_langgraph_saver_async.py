@@ -12,6 +12,7 @@ import json
 import random
 import threading
 import time
+import traceback
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,7 @@ def test_a_turn_is_o_delta_in_one_transaction_per_call(
     encoded: list[int] = []
     scanned: list[int] = []
     transactions: list[int] = []
+    named: list[int] = []
     real_doc, real_scan = lgcodec.message_doc, lg.is_message_list
 
     def counting_doc(message: Any) -> Any:
@@ -188,13 +190,17 @@ def test_a_turn_is_o_delta_in_one_transaction_per_call(
         real_atomic = saver.store.db.atomic
 
         def counting_atomic() -> Any:
-            transactions.append(1)
+            # LangGraph may store a step before its parent task's writes (both run in its
+            # background executor): the writes then name that step's node in one more short
+            # transaction (`_lgsteps.name_step`), counted apart: O(1), whatever the race
+            late = any(f.name == "name_step" for f in traceback.extract_stack(limit=6))
+            (named if late else transactions).append(1)
             return real_atomic()
 
         monkeypatch.setattr(saver.store.db, "atomic", counting_atomic)
         graph = agent_graph(saver)
         for turn in range(40):
-            for seen in (encoded, scanned, transactions):
+            for seen in (encoded, scanned, transactions, named):
                 seen.clear()
             graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
         # the last turn (80 messages in the thread): its 2 new messages encoded, each at most
@@ -203,6 +209,7 @@ def test_a_turn_is_o_delta_in_one_transaction_per_call(
         assert sum(encoded) <= 4, encoded
         assert max(scanned) <= 2, scanned
         assert len(transactions) == 5, transactions
+        assert len(named) <= 1, named
         assert len(graph.get_state(cfg).values["messages"]) == 80
 
 
