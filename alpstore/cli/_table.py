@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Final
 
 from alpstore.cli._common import stdout_is_terminal
 from alpstore.cli._terminal import term
-from alpstore.gcpause import no_gc_pause
 
 if TYPE_CHECKING:
     from alpstore.debug.lineage import Branch
@@ -102,8 +101,7 @@ def print_table(
     cols = [c if isinstance(c, Column) else Column(c) for c in columns]
     if not stdout_is_terminal():
         lines = ["\t".join(plain_cell(c.header) for c in cols)]
-        with no_gc_pause():  # a row's cells are acyclic: freed by reference counts
-            lines += ["\t".join([plain_cell(str(v)) for v in row]) for row in rows]
+        lines += ["\t".join([plain_cell(str(v)) for v in row]) for row in rows]
         lines.append("")
         sys.stdout.write("\n".join(lines))  # one write: 30,000 rows in one call
         return

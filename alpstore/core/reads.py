@@ -6,7 +6,6 @@ call: no SQLAlchemy on this path, so an SQLite archive is read with the ``sqlite
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import uuid
@@ -36,12 +35,6 @@ _SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
 _CHECKPOINTS = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"
 
 
-@functools.lru_cache(maxsize=64)
-def _retention(mode: str, n: int) -> Retention:
-    """One :class:`Retention` per spelling (immutable: cached by its content)."""
-    return Retention(mode, n)
-
-
 def _like_prefix(text: str) -> str:
     """A LIKE pattern matching what starts with ``text`` (``%``, ``_``, ``/`` escaped by ``/``)."""
     return text.replace("/", "//").replace("%", "/%").replace("_", "/_") + "%"
@@ -68,13 +61,7 @@ class StoreReads(StoreParts):
         return self._info(conn, rows[0])
 
     def _info(self, conn: Connection, row: Any, names: dict[Any, Any] | None = None) -> SessionInfo:
-        """``row`` as a SessionInfo; ``names`` (id → uuid) when the caller read them already.
-
-        Built as :func:`~alpstore.sessions.records.evolve` builds one (a listing of 30,000
-        sessions makes 30,000: a frozen dataclass's ``__init__`` sets each field through
-        ``object.__setattr__``); the retention policy is shared between rows that spell it
-        alike (:class:`Retention` is immutable and checked when made).
-        """
+        """``row`` as a SessionInfo; ``names`` (id → uuid) when the caller read them already."""
         if names is None:
             wanted = sorted({i for i in (row.parent_id, row.root_id) if i is not None})
             names = {}
@@ -87,26 +74,22 @@ class StoreReads(StoreParts):
                         wanted,
                     )
                 )
-        head = object.__new__(View)
-        head.__dict__.update(segment_id=row.head_segment_id, length=int(row.head_length))
-        info = object.__new__(SessionInfo)
-        info.__dict__.update(
+        return SessionInfo(
             id=int(row.id),
             uuid=row.uuid,
             name=row.name,
             status=row.status,
             turn=int(row.turn),
-            head=head,
+            head=View(row.head_segment_id, int(row.head_length)),
             parent=names.get(row.parent_id),
             root=names.get(row.root_id, row.uuid),
             source_checkpoint=row.source_checkpoint_id,
             backtrack_count=int(row.backtrack_count),
-            retention=_retention(row.retention_mode, int(row.retention_n)),
+            retention=Retention(row.retention_mode, int(row.retention_n)),
             created_at=float(row.created_at),
             updated_at=float(row.updated_at),
             origin=json.loads(row.origin) if row.origin else None,
         )
-        return info
 
     def get_session(self, ref: str) -> Session:
         """Find a session by uuid, unique uuid prefix (≥ 4 characters) or name.

@@ -155,11 +155,11 @@ def new_session_uuid() -> str:
 
 
 def event_detail(detail: dict[str, Any]) -> str:
-    r"""Serialise an event's detail for the ``session_events`` table.
+    """Serialise an event's detail for the ``session_events`` table.
 
     A string that is not valid Unicode (a lone surrogate, e.g. from a LangGraph task's error
-    text) cannot be stored as UTF-8 text: the whole detail is then written with JSON's
-    ``\uXXXX`` escapes (``ensure_ascii``), which read back as the same strings.
+    text) cannot be stored as UTF-8 text: the whole detail is then written ASCII-only, every
+    other character as a JSON escape (``ensure_ascii``), which reads back as the same strings.
     """
     text = json.dumps(detail, ensure_ascii=False, sort_keys=True)
     try:
