@@ -27,7 +27,7 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
-from alpstore.db.names import BLOB_MESSAGE
+from alpstore.db.names import BLOB_MESSAGE, DIGEST_PREFIX
 from alpstore.errors import IntegrityError, NotFoundError
 
 if TYPE_CHECKING:
@@ -40,7 +40,8 @@ CHUNK = 500
 BASE_CACHE = 64
 """How many decoded delta bases a reader keeps."""
 
-BLOB_SELECT = "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs"
+BLOB_COLUMNS = "id, digest, kind, raw_size, codec, dict_id, payload, base_id"
+BLOB_SELECT = f"SELECT {BLOB_COLUMNS} FROM blobs"
 """A blob row whole, as :class:`BlobRow` holds it."""
 
 DICT_SELECT = "SELECT id, codec, size, digest, data FROM zstd_dicts"
@@ -107,6 +108,40 @@ def parse_documents(items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
     if not isinstance(docs, list) or len(docs) != len(items):
         raise IntegrityError("a stored blob holds more than one JSON document")
     return docs
+
+
+def digest_rows(
+    conn: AnyConnection, columns: str, digests: Sequence[bytes], *, lock: bool = False
+) -> list[Any]:
+    """``SELECT digest, <columns> FROM blobs`` for the stored ones among ``digests`` (at most
+    :data:`CHUNK` of them), each row's first value the digest as bytes.
+
+    PostgreSQL looks them up in the unique index on the whole digest (``lock``: the rows are
+    locked ``FOR KEY SHARE`` until commit). SQLite keeps one copy of each digest (0008): its
+    index holds the first :data:`~alpstore.db.names.DIGEST_PREFIX` bytes, so the query finds
+    the rows of those prefixes and the whole digests are compared here.
+    """
+    if not digests:
+        return []
+    marks = rsql.placeholders(len(digests))
+    if rsql.dialect_of(conn) != "sqlite":
+        sql = f"SELECT digest, {columns} FROM blobs WHERE digest IN ({marks})"
+        if lock:
+            sql += " FOR KEY SHARE"
+        return [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, digests)]
+    wanted = set(digests)
+    sql = (
+        f"SELECT digest, {columns} FROM blobs WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({marks})"
+    )
+    prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in digests})
+    if len(prefixes) < len(digests):
+        sql = sql.replace(f"IN ({marks})", f"IN ({rsql.placeholders(len(prefixes))})")
+    rows = []
+    for row in rsql.fetchall(conn, sql, prefixes):
+        digest = bytes(row[0])
+        if digest in wanted:
+            rows.append((digest, *row[1:]))
+    return rows
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
@@ -188,11 +223,8 @@ class ArchiveReader(FrameReading):
         """
         found: dict[bytes, int] = {}
         for part in chunks(digests):
-            sql = f"SELECT digest, id FROM blobs WHERE digest IN ({rsql.placeholders(len(part))})"
-            if lock:
-                sql += " FOR KEY SHARE"
-            for digest, blob_id in rsql.fetchall(conn, sql, part):
-                found[bytes(digest)] = int(blob_id)
+            for digest, blob_id in digest_rows(conn, "id", part, lock=lock):
+                found[digest] = int(blob_id)
         return found
 
     # ----------------------------------------------------------------- reading
@@ -336,10 +368,10 @@ class ArchiveReader(FrameReading):
             NotFoundError: no such blob.
         """
         with self.db.read() as conn:
-            row = rsql.fetchone(conn, f"{BLOB_SELECT} WHERE digest = ?", (digest,))
-            if row is None:
+            rows = digest_rows(conn, BLOB_COLUMNS, [bytes(digest)])
+            if not rows:
                 raise NotFoundError(f"no blob {digest_hex(digest)} in the archive")
-            blob = BlobRow(*row)
+            blob = BlobRow(*rows[0][1:])
             return int(blob.kind), self._decode_row(conn, blob, verify=verify)
 
     def has(self, digest: Digest) -> bool:

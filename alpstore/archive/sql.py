@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
 from alpstore.archive.frames import CODEC_PACKED
-from alpstore.archive.packing import FrameStats, PackReport, PackWriting
+from alpstore.archive.packing import PACK_TRAIN_SAMPLES, FrameStats, PackReport, PackWriting
 from alpstore.archive.reading import (
     BASE_CACHE,
     CHUNK,
@@ -29,8 +29,9 @@ from alpstore.codec import (
     Decompressor,
     parse_json,
 )
+from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
-from alpstore.errors import IntegrityError
+from alpstore.errors import IntegrityError, UsageError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -57,6 +58,51 @@ class SqlArchive(PackWriting, ArchiveWriter):
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary;
     cold ones packed into frames (``pack_frames``: :mod:`alpstore.archive.packing`).
     """
+
+    def pack_cold(self, *, keep_loose: int = 0) -> PackReport:
+        """Pack the cold loose blobs (:meth:`PackWriting.pack_cold`), first training the
+        frames a better dictionary when the archive has outgrown its own (see
+        :data:`PACK_TRAIN_SAMPLES`).
+
+        Raises:
+            UsageError: called inside a transaction.
+        """
+        if self.db.in_transaction():
+            raise UsageError("packing runs its own transactions: call it outside one")
+        self._train_for_packing()
+        return super().pack_cold(keep_loose=keep_loose)
+
+    def _train_for_packing(self) -> int | None:
+        """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``
+        small blobs when the archive's newest dictionary learned from fewer than half as many
+        (or there is none) and automatic training is on; the id trained, or None.
+
+        A live writer trains its dictionary once, from the first :data:`AUTO_TRAIN_SAMPLES`
+        small blobs; the frames packed from a conversation many times that size compress much
+        better with one learned from more of it (1,000-turn benchmark corpus, 192 KB frames:
+        230 KB with the 1,000-sample dictionary, 206 KB with 5,787 samples). New loose blobs
+        use the new dictionary too; frames and blobs written with the older one keep it.
+        """
+        if not self.auto_train:
+            return None
+        self.wait_for_training()
+        with self.db.read() as conn:
+            small = int(
+                rsql.fetchone(
+                    conn,
+                    "SELECT count(*) FROM blobs WHERE raw_size <= ? AND raw_size >= 16 "
+                    "AND codec != ?",
+                    [SMALL_BLOB_MAX, CODEC_ZSTD_BASE],
+                )[0]
+            )
+            newest = rsql.fetchone(
+                conn, "SELECT sample_count FROM zstd_dicts ORDER BY id DESC LIMIT 1"
+            )
+        want = min(small, PACK_TRAIN_SAMPLES)
+        if want < AUTO_TRAIN_SAMPLES or (newest is not None and 2 * int(newest[0]) >= want):
+            return None
+        dict_id, used, _ = self.train_dictionary(samples=want, recompress=False)
+        return dict_id if used else None
 
     def settle(self, *, pack: bool = True) -> Settled:
         """After a bulk write that ran in one transaction (an import), in the caller's

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.base import summary_document
 from alpstore.archive.candidates import DeltaCandidates
-from alpstore.archive.reading import Encoded, chunks, encode
+from alpstore.archive.reading import Encoded, chunks, digest_rows, encode
 from alpstore.archive.training import SMALL_BLOB_MAX, DictionaryTraining
 from alpstore.codec import (
     CODEC_ZSTD_BASE,
@@ -25,7 +25,7 @@ from alpstore.codec import (
 )
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
-from alpstore.errors import NotFoundError
+from alpstore.errors import IntegrityError, NotFoundError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -39,10 +39,11 @@ INSERT_BLOBS = (
 """One multi-row insert that hands back the ids it assigned (a digest another transaction
 stored first is not returned: it is looked up)."""
 INSERT_BLOBS_PLAIN = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
-    "ON CONFLICT (digest) DO NOTHING"
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
 )
-"""The same on SQLite, without RETURNING (see :meth:`SqlArchive._insert_blobs`)."""
+"""The same on SQLite: rows its transaction looked up and did not find, so none is stored (a
+SQLite writer holds the whole database; the digest is not a unique index there, 0008), and no
+RETURNING (see :meth:`SqlArchive._insert_blobs`)."""
 
 INSERT_ROWS = 1000
 """Rows per insert: 7,000 parameters, under SQLite's 32,766 and PostgreSQL's 65,535."""
@@ -111,13 +112,9 @@ class ArchiveWriter(DictionaryTraining):
         """
         found: dict[bytes, int] = {}
         for part in chunks(digests):
-            sql = (
-                "SELECT digest, id, codec FROM blobs WHERE digest IN "
-                f"({rsql.placeholders(len(part))}) FOR KEY SHARE"
-            )
-            for digest, blob_id, codec in rsql.fetchall(conn, sql, part):
+            for digest, blob_id, codec in digest_rows(conn, "id, codec", part, lock=True):
                 if codec != CODEC_ZSTD_BASE:
-                    found[bytes(digest)] = int(blob_id)
+                    found[digest] = int(blob_id)
         for digest in digests:
             if digest not in found:
                 self._bases.discard(digest)
@@ -170,14 +167,16 @@ class ArchiveWriter(DictionaryTraining):
         insert them all, each ``ON CONFLICT DO NOTHING`` — for a caller that expects none to
         be (an import whose last batch was all new). The ids of rows a statement did not
         insert are then looked up (and locked) after it, so the result is the same; a wrong
-        guess costs the compression and delta search of the rows already stored.
+        guess costs the compression and delta search of the rows already stored. PostgreSQL
+        only: SQLite always looks them up (its digests have no unique index to conflict on,
+        0008).
         """
         if not items:
             return [], 0
         wanted = list(dict.fromkeys(d for d, _, _ in items))
         ids: dict[bytes, int] = {d: known[d] for d in wanted if d in known} if known else {}
         rest = [d for d in wanted if d not in ids] if ids else wanted
-        if probe and rest:
+        if (probe or self.db.is_sqlite) and rest:  # SQLite inserts only what it did not find
             ids.update(self.ids_for(conn, rest, lock=True))
         fresh: dict[bytes, Encoded] = {}
         inserted = 0
@@ -233,22 +232,21 @@ class ArchiveWriter(DictionaryTraining):
         """Insert blob rows (those already stored are left as they are), note the new rows'
         ids in ``ids`` and return how many there were.
 
-        SQLite: no RETURNING. The writer holds the whole database, so when the statement
-        inserted every row (its change count says so) the ids are the consecutive ones ending
-        at the last insert rowid (``AUTOINCREMENT``: each row takes the largest id so far plus
-        one, in the order of the VALUES); otherwise they are looked up. That spares building a
-        returned row per blob, and the interpreter lock taken back for each.
+        SQLite: no RETURNING. The writer holds the whole database and inserts only rows its
+        transaction looked up and did not find, so the statement inserts every row and their
+        ids are the consecutive ones ending at the last insert rowid (``AUTOINCREMENT``: each
+        row takes the largest id so far plus one, in the order of the VALUES). That spares
+        building a returned row per blob, and the interpreter lock taken back for each.
         """
         values = [v for r in part for v in r]
         group = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(part))
         if self.db.is_sqlite:
             cur = rsql.execute(conn, INSERT_BLOBS_PLAIN.format(rows=group), values)
-            if cur.rowcount == len(part) and cur.lastrowid is not None:
-                first = int(cur.lastrowid) - len(part) + 1
-                for offset, row in enumerate(part):
-                    ids[bytes(row[0])] = first + offset
-            else:
-                ids.update(self.ids_for(conn, [row[0] for row in part]))
+            if cur.rowcount != len(part) or cur.lastrowid is None:
+                raise IntegrityError(f"blobs insert stored {cur.rowcount} of {len(part)} rows")
+            first = int(cur.lastrowid) - len(part) + 1
+            for offset, row in enumerate(part):
+                ids[bytes(row[0])] = first + offset
             return int(cur.rowcount)
         inserted = 0
         for digest, blob_id in rsql.fetchall(conn, INSERT_BLOBS.format(rows=group), values):

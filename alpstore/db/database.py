@@ -32,11 +32,12 @@ T = TypeVar("T")
 SQLITE_QUEUE_SUFFIX = "-writers"
 """Beside ``archive.db``: the file SQLite writers queue on (an OS lock, never any content)."""
 
-SQLITE_PAGE_SIZE = 2048
-"""2 KiB pages (set when an archive is created): compressed messages are mostly well under 2 KiB,
-so rows rarely overflow, and every empty table or index costs 2 KiB instead of 4. Measured on a
-1,000-turn coding-agent conversation with every-turn checkpoints: 0.494x raw against 0.507x with
-4 KiB pages, at the same time per turn."""
+SQLITE_PAGE_SIZE = 1024
+"""1 KiB pages (set when an archive is created; an older archive keeps its own). Rows are small
+(a blob's row is about 54 bytes, its message packed or compressed elsewhere), and every table
+or index costs at least one page, empty or not. Measured on the 1,000-turn benchmark corpus
+(benchmarks/bench_import_bytes.py, issue 33): 0.306x raw against 0.319x with 2 KiB pages, and
+512-byte pages are larger again (0.309x: more of each page is its header)."""
 
 SQLITE_SYNCHRONOUS = "NORMAL"
 """In WAL mode NORMAL never corrupts and never loses a committed transaction to a process

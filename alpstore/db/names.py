@@ -13,8 +13,12 @@ from alpstore.errors import NotFoundError, SchemaVersionError, UsageError
 ARCHIVE_DIR = Path("traces") / "archive"
 ARCHIVE_FILE = "archive.db"
 
-SCHEMA_HEAD = "0007"
+SCHEMA_HEAD = "0008"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
+
+DIGEST_PREFIX = 4
+"""Bytes of a blob digest in the SQLite lookup index ``ix_blobs_digest_prefix`` (0008): the
+digest's one stored copy is in the row; the index holds this prefix and the row id."""
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """Writers wait up to 30 s for the write lock before we retry (bounded) and report."""

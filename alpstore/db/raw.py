@@ -58,6 +58,13 @@ def _cursor(conn: AnyConnection) -> tuple[Any, str]:
     return conn.connection.dbapi_connection.cursor(), conn.dialect.name  # type: ignore[union-attr]
 
 
+def dialect_of(conn: AnyConnection) -> str:
+    """``"sqlite"`` or ``"postgresql"``."""
+    if isinstance(conn, LiteConnection):
+        return conn.dialect_name
+    return str(conn.dialect.name)
+
+
 def execute(conn: AnyConnection, sql: str, params: Sequence[Any] = ()) -> Any:
     """Run one statement on the connection's DBAPI cursor; returns the cursor."""
     cur, dialect = _cursor(conn)

@@ -9,6 +9,9 @@ branched from its parent at ``base_length``; a view is ``(segment_id, length)``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sqlalchemy import (
     Boolean,
     Column,
@@ -24,6 +27,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    func,
     text,
 )
 
@@ -44,6 +48,9 @@ from alpstore.db.names import (
 )
 from alpstore.db.names import (
     BLOB_SUMMARY as BLOB_SUMMARY,
+)
+from alpstore.db.names import (
+    DIGEST_PREFIX as DIGEST_PREFIX,
 )
 
 NAMING = {
@@ -76,15 +83,21 @@ blobs = Table(
     "blobs",
     metadata,
     Column("id", Integer, primary_key=True),
-    Column("digest", LargeBinary(32), nullable=False, unique=True),
+    # one copy of the digest (0008): unique on PostgreSQL; on SQLite looked up through an
+    # index on its first DIGEST_PREFIX bytes (see alpstore.archive.reading.digest_rows)
+    Column("digest", LargeBinary(32), nullable=False),
     Column("kind", SmallInteger, nullable=False),
     Column("raw_size", Integer, nullable=False),
     Column("codec", SmallInteger, nullable=False),
     Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
     Column("payload", LargeBinary, nullable=False),
     Column("base_id", Integer, nullable=True),
+    UniqueConstraint("digest", name="uq_blobs_digest").ddl_if(dialect="postgresql"),
     comment="Content-addressed nodes: digest = BLAKE3-256 of the canonical JSON bytes.",
     sqlite_autoincrement=True,
+)
+Index("ix_blobs_digest_prefix", func.substr(blobs.c.digest, 1, DIGEST_PREFIX)).ddl_if(
+    dialect="sqlite"
 )
 
 pack_frames = Table(
@@ -292,3 +305,16 @@ lg_write_items = Table(
     comment="The blobs (messages, large values) of a task's pending writes, in order.",
     sqlite_with_rowid=False,
 )
+
+
+def include_for(dialect: str) -> Callable[..., bool]:
+    """An Alembic ``include_object`` hook for comparing the models with a ``dialect``
+    database: it leaves out what the models create on another dialect only (``ddl_if``, e.g.
+    the digest's unique constraint, PostgreSQL's, and its prefix index, SQLite's: 0008).
+    """
+
+    def include(obj: Any, name: str | None, type_: str, reflected: bool, other: Any) -> bool:
+        cond = getattr(obj, "_ddl_if", None)
+        return reflected or cond is None or cond.dialect in (None, dialect)
+
+    return include

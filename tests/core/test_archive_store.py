@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,13 @@ from alpstore.errors import NotFoundError
 
 
 @pytest.fixture
-def archive(tmp_path: Path) -> SqlArchive:
-    return SqlArchive(open_database(root=tmp_path / "run"))
+def archive(tmp_path: Path) -> Iterator[SqlArchive]:
+    """An archive closed after the test (its WAL checkpoint thread with it)."""
+    db = open_database(root=tmp_path / "run")
+    archive = SqlArchive(db)
+    yield archive
+    archive.close()
+    db.close()
 
 
 def _count(a: SqlArchive) -> int:

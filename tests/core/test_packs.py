@@ -135,7 +135,8 @@ def test_gc_rewrites_a_mostly_dead_frame_and_deletes_an_empty_one(backend: Backe
     keep = store.create_session(name="keep")
     keep.commit_turn([{"role": "user", "content": "kept " * 20}])
     # blobs nothing references, stored after the kept one: most of its frame will be dead
-    orphans = store.archive.put_many([{"n": i, "text": "orphan " * 300} for i in range(40)])
+    count = FRAME_TARGET // len("orphan " * 300) + 8  # more than one frame of them
+    orphans = store.archive.put_many([{"n": i, "text": "orphan " * 300} for i in range(count)])
     store.archive.pack_cold()
     frames_before = store.archive.stats().frames
     assert frames_before >= 2

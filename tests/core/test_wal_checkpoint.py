@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import alpstore.db.walcheckpoint as walcheckpoint
+from alpstore.db.database import SQLITE_PAGE_SIZE
 from alpstore.db.engine import sqlite_path_for_root
 from alpstore.db.walcheckpoint import CHECKPOINT_FRAMES, WalCheckpointer
 from alpstore.sessions import Session
@@ -31,7 +32,7 @@ from alpstore.ui.readonly import open_read_only
 pytestmark = pytest.mark.sqlite_only("checks SQLite's write-ahead log beside the archive file")
 
 THREAD = "alpstore-wal-checkpoint"
-FRAME_BYTES = 2048 + 24  # a 2 KiB page and its frame header
+FRAME_BYTES = SQLITE_PAGE_SIZE + 24  # a page and its frame header
 
 
 def _text(rng: random.Random, size: int) -> str:
