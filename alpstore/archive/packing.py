@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -135,10 +135,15 @@ class PackWriting(ArchiveReader):
     tables take milliseconds to build)."""
 
     # ----------------------------------------------------------------- packing
-    def pack_cold(self, *, keep_loose: int = 0) -> PackReport:
+    def pack_cold(
+        self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
+    ) -> PackReport:
         """Pack every cold loose blob (see the module docstring), one frame per transaction.
 
         ``keep_loose``: leave the newest this many blobs loose (the background packer).
+        ``pause``: called before each frame is written; it returns once the frame may be
+        written, False to stop there (the background packer waits for a pause in its process's
+        writes, and stops when the archive closes).
 
         Raises:
             UsageError: called inside a transaction.
@@ -161,12 +166,14 @@ class PackWriting(ArchiveReader):
                 batch.append((row, raw))
                 size += len(raw)
                 if size >= FRAME_TARGET:
+                    if pause is not None and not pause():
+                        return report
                     self._write_frame(batch, report)
                     batch, size = [], 0
             if len(part) < READ_SLICE:
                 break
             last = part[-1].id
-        if batch:
+        if batch and (pause is None or pause()):
             self._write_frame(batch, report)
         return report
 

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
@@ -36,8 +38,12 @@ from alpstore.errors import IntegrityError, UsageError
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from alpstore.db.database import Database
+
 __all__ = [
     "AUTO_TRAIN_SAMPLES",
+    "PACK_EVERY",
+    "PACK_KEEP_LOOSE",
     "BASE_CACHE",
     "CHUNK",
     "DICT_SIZE",
@@ -54,12 +60,97 @@ __all__ = [
 ]
 
 
+PACK_EVERY = 4000
+"""A long-lived writer packs in the background once it has stored this many new blobs (beyond
+:data:`PACK_KEEP_LOOSE`) since it opened the archive or last packed."""
+
+PACK_KEEP_LOOSE = 1000
+"""...leaving its newest this many blobs loose: the turns a live writer reads back at once."""
+
+
 class SqlArchive(PackWriting, ArchiveWriter):
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary;
-    cold ones packed into frames (``pack_frames``: :mod:`alpstore.archive.packing`).
+    cold ones packed into frames (``pack_frames``: :mod:`alpstore.archive.packing`), by
+    ``archive pack``, after an import, and in the background of a long-lived writer.
     """
 
-    def pack_cold(self, *, keep_loose: int = 0) -> PackReport:
+    auto_pack: bool = True
+    """Pack in the background of this process's writes (see :meth:`_maybe_auto_pack`)."""
+    packing_error: BaseException | None = None
+    """Why the last background packing failed (it is tried again after as many new blobs)."""
+    _packer: threading.Thread | None = None
+    _since_pack = 0
+
+    def __init__(self, db: Database, **options: Any) -> None:
+        super().__init__(db, **options)
+        self._pack_lock = threading.Lock()
+        """Held by :meth:`pack_cold`: this process's packings run one at a time (an import's
+        settle and the background packer would otherwise pack the same blobs twice)."""
+
+    # ----------------------------------------------------------------- background packing
+    def _maybe_auto_pack(self, new_blobs: int) -> None:
+        """After a committed write: once :data:`PACK_EVERY` + :data:`PACK_KEEP_LOOSE` new
+        blobs are stored, start the packer thread (one at a time).
+
+        Like the dictionary trainer, it runs on a thread of its own with short transactions of
+        its own, never inside a turn's: it waits for a pause in this process's writes
+        (``_wait_for_pause``: no write for ``RECLAIM_IDLE`` s, at most ``RECLAIM_WAIT_MAX``)
+        before each frame, so a writer waits for one frame's transaction at most, and it stops
+        at the next frame when the archive closes. A kill -9 leaves every blob loose or packed.
+        """
+        if not self.auto_pack or new_blobs <= 0:
+            return
+        self._since_pack += new_blobs
+        if self._since_pack < PACK_EVERY + PACK_KEEP_LOOSE:
+            return
+        with self._trainer_lock:
+            if self._closed or self._packer is not None:
+                return
+            self._since_pack = 0
+            self._packer = threading.Thread(
+                target=self._pack_in_background,
+                name="alpstore-packer",
+                daemon=True,  # an unclosed store must not hold the interpreter open
+            )
+            self._packer.start()
+
+    def _pack_in_background(self) -> None:
+        """The packer thread's body; never raises (the error is kept in ``packing_error``)."""
+
+        def pause() -> bool:
+            self._wait_for_pause()
+            return not self._closing.is_set()
+
+        try:
+            self.wait_for_training()
+            if pause():
+                self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause)
+            self.packing_error = None
+        except BaseException as err:  # kept for the caller to see; tried again later
+            self.packing_error = err
+        finally:
+            with self._trainer_lock:
+                self._packer = None
+
+    def wait_for_packing(self, timeout: float | None = None) -> bool:
+        """Block until a background packing this archive started has finished (or ``timeout``
+        seconds passed); True when none is running any more.
+        """
+        with self._trainer_lock:
+            packer = self._packer
+        if packer is not None:
+            packer.join(timeout)
+            return not packer.is_alive()
+        return True
+
+    def close(self) -> None:
+        """Stop the background packer at its next frame and let a training finish."""
+        super().close()
+        self.wait_for_packing()
+
+    def pack_cold(
+        self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
+    ) -> PackReport:
         """Pack the cold loose blobs (:meth:`PackWriting.pack_cold`), first training the
         frames a better dictionary when the archive has outgrown its own (see
         :data:`PACK_TRAIN_SAMPLES`).
@@ -69,8 +160,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
         """
         if self.db.in_transaction():
             raise UsageError("packing runs its own transactions: call it outside one")
-        self._train_for_packing()
-        return super().pack_cold(keep_loose=keep_loose)
+        with self._pack_lock:
+            self._train_for_packing()
+            return super().pack_cold(keep_loose=keep_loose, pause=pause)
 
     def _train_for_packing(self) -> int | None:
         """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``

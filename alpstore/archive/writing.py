@@ -86,10 +86,13 @@ class ArchiveWriter(DictionaryTraining):
         A candidate's id is looked up (and on PostgreSQL locked) in the writing transaction:
         `gc` may have deleted it since.
         """
+        self._pending_new = 0
+        """Blobs inserted by the transaction under way (``after_commit`` hands them on)."""
         super().__init__(db, level=level, dict_level=dict_level, auto_train=auto_train)
 
     def _forget_uncommitted(self) -> None:
         self._bases.clear()
+        self._pending_new = 0
         super()._forget_uncommitted()
 
     def _delta(self, raw: bytes, lines: frozenset[bytes], plain: int) -> tuple[bytes, bytes] | None:
@@ -222,6 +225,7 @@ class ArchiveWriter(DictionaryTraining):
             # the small ones among those inserted (unprobed, `fresh` may hold some that were not)
             small = sum(1 for _, _, r in fresh.values() if len(r) <= SMALL_BLOB_MAX)
             self._pending_small += min(small, inserted)
+            self._pending_new += inserted
         if known is not None:
             known.update(ids)
         return [ids[d] for d, _, _ in items], inserted
@@ -257,9 +261,13 @@ class ArchiveWriter(DictionaryTraining):
     def after_commit(self) -> None:
         """Housekeeping once a write committed (automatic dictionary training)."""
         self._last_write = time.monotonic()
-        pending = self._pending_small
-        self._pending_small = 0
+        pending, new = self._pending_small, self._pending_new
+        self._pending_small = self._pending_new = 0
         self._maybe_auto_train(pending)
+        self._maybe_auto_pack(new)
+
+    def _maybe_auto_pack(self, new_blobs: int) -> None:
+        """Count blobs a committed write stored, for background packing (``SqlArchive``)."""
 
     def put(self, value: Any, kind: int = BLOB_MESSAGE) -> Digest:
         """Store ``value`` once; return its digest (idempotent)."""
