@@ -24,11 +24,12 @@ dead fraction (bytes of blobs deleted since it was written) passes :data:`REPACK
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zstandard
 
@@ -134,6 +135,13 @@ class PackWriting(ArchiveReader):
     """The frame compressor and the dictionary it was made with (made once: a dictionary's
     tables take milliseconds to build)."""
 
+    def __init__(self, db: Database, **options: Any) -> None:
+        self._compress_lock = threading.Lock()
+        """Held while a frame is compressed: a zstd compressor is not thread-safe, and `gc`'s
+        repacking may run beside the background packer (two threads on one compressor wrote
+        a frame that did not decode to its content, found by the kill -9 torture)."""
+        super().__init__(db, **options)
+
     # ----------------------------------------------------------------- packing
     def pack_cold(
         self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
@@ -178,6 +186,10 @@ class PackWriting(ArchiveReader):
         return report
 
     def _compress_frame(self, content: bytes) -> tuple[int, int | None, bytes]:
+        with self._compress_lock:
+            return self._compress_frame_locked(content)
+
+    def _compress_frame_locked(self, content: bytes) -> tuple[int, int | None, bytes]:
         dict_id = self._codec[0]
         if self._pack_comp is None or self._pack_comp[0] != dict_id:
             if dict_id is None:

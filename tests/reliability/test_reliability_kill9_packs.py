@@ -1,5 +1,6 @@
 """Kill -9 during packing, repacking and GC (issue 33): a worker that writes turns, stores
-orphans, packs, collects and repacks in a loop is SIGKILLed at random moments; after every kill
+orphans, packs (itself, and on its background packer thread), collects and repacks in a loop
+is SIGKILLed at random moments; after every kill
 each checkpoint it acknowledged (and every one from before) hydrates to what was written, and
 `verify` finds nothing wrong. Both backends (a schema of its own on PostgreSQL).
 """
@@ -27,6 +28,12 @@ from pathlib import Path
 from alpstore.maintenance import gc
 from alpstore.samples import generate
 from alpstore.store import Store
+import alpstore.archive.sql as archive_sql
+import alpstore.archive.training as training
+
+# the background packer runs beside the explicit packing: a long-lived writer's thread
+archive_sql.PACK_EVERY, archive_sql.PACK_KEEP_LOOSE = 40, 8
+training.RECLAIM_IDLE = 0.0
 
 root, url, log, seed = Path(sys.argv[1]), sys.argv[2] or None, sys.argv[3], int(sys.argv[4])
 store = Store.open(root, url=url)
@@ -43,7 +50,8 @@ while True:
     os.write(fd, (json.dumps({"ck": ck.id, "digest": digest}) + "\n").encode())
     os.fsync(fd)
     store.archive.put_many([{"orphan": f"{seed}-{i}-{k}", "pad": "x" * 900} for k in range(20)])
-    store.archive.pack_cold()
+    if i % 3 == 0:
+        store.archive.pack_cold()
     if i % 2:
         gc(store)
     i += 1
