@@ -100,6 +100,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
         """
         if not self.auto_pack or new_blobs <= 0:
             return
+        if self.db.in_transaction():  # a turn inside a caller's larger write (an import):
+            self._pending_new += new_blobs  # counted once that write commits, if ever
+            return
         self._since_pack += new_blobs
         if self._since_pack < PACK_EVERY + PACK_KEEP_LOOSE:
             return
@@ -162,7 +165,11 @@ class SqlArchive(PackWriting, ArchiveWriter):
             raise UsageError("packing runs its own transactions: call it outside one")
         with self._pack_lock:
             self._train_for_packing()
-            return super().pack_cold(keep_loose=keep_loose, pause=pause)
+            report = super().pack_cold(keep_loose=keep_loose, pause=pause)
+            self._since_pack = 0  # what was written so far is packed
+            if keep_loose == 0:  # ...and what an import's one transaction wrote
+                self._pending_new = 0
+            return report
 
     def _train_for_packing(self) -> int | None:
         """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``

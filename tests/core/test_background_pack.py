@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +141,26 @@ def test_no_background_packing_when_it_is_off(backend: Backend, small_thresholds
         session.commit_turn(turn)
     assert store.archive.wait_for_packing(timeout=5)
     assert CODEC_PACKED not in _codecs(store)
+
+
+def test_an_import_in_one_transaction_leaves_packing_to_its_settle(
+    backend: Backend, small_thresholds: None, tmp_path: Path
+) -> None:
+    """Each imported turn ends inside the import's one transaction: no packer starts there
+    (it would race the settle that follows and split the frames)."""
+    from alpstore.importers import import_history, parse_history
+    from alpstore.samples import write_jsonl
+
+    source = tmp_path / "c.jsonl"
+    write_jsonl(source, 200, seed=8)
+    store = backend.open_store()
+    import_history(store, parse_history(source, "auto"), name="imported")
+    assert store.archive._packer is None, "a packer started inside the import"
+    store.archive.settle()
+    assert store.archive._packer is None
+    if backend.is_postgresql:
+        return  # the settle packs on SQLite only (the next writes' packer packs there)
+    store.archive.put({"after": "the import"})  # the next write does not count the import's
+    assert store.archive._packer is None
+    codecs = _codecs(store)
+    assert codecs[:-1] == [CODEC_PACKED] * (len(codecs) - 1)
