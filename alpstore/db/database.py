@@ -184,13 +184,19 @@ class Database:
         return self._current() is not None
 
     @contextmanager
-    def atomic(self, *, snapshot: bool = False) -> Iterator[Connection]:
+    def atomic(self, *, snapshot: bool = False, foreign_keys: bool = True) -> Iterator[Connection]:
         """One write transaction; nested calls become savepoints.
 
         ``snapshot``: every statement sees the same snapshot (on PostgreSQL REPEATABLE READ,
         taken at the first statement after ``exclude_writers``; SQLite's transactions always
         do). For work that reads the whole archive in several statements and must see it
         whole: GC's mark, repair.
+
+        ``foreign_keys`` False (SQLite; ignored elsewhere and by a nested call): the
+        transaction runs without foreign-key enforcement, for a caller that checks its deletes
+        itself in one pass (GC's sweep: SQLite checks each deleted parent row by scanning a
+        child table that has no index on the key, ``segment_entries.blob_id`` since 0008).
+        The connection's enforcement is back on before it returns to the pool.
 
         Raises:
             DatabaseError: the database refused the write (after bounded retries are exhausted
@@ -207,10 +213,21 @@ class Database:
                 try:
                     if self.is_sqlite:
                         conn.execution_options(sqlite_begin="IMMEDIATE")
-                        with self._writer_queue(), translate_errors(self.location), conn.begin():
-                            yield conn
+                        driver = conn.connection.driver_connection
+                        if not foreign_keys:  # a no-op inside a transaction: set before BEGIN
+                            driver.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+                        try:
+                            with (
+                                self._writer_queue(),
+                                translate_errors(self.location),
+                                conn.begin(),
+                            ):
+                                yield conn
+                        finally:
+                            if not foreign_keys:
+                                driver.execute("PRAGMA foreign_keys=ON")  # type: ignore[union-attr]
                         if self.wal is not None:  # committed: checkpoint off this transaction
-                            self.wal.committed(conn.connection.driver_connection)  # type: ignore[arg-type]
+                            self.wal.committed(driver)  # type: ignore[arg-type]
                     else:
                         if snapshot:
                             conn.execution_options(isolation_level="REPEATABLE READ")

@@ -35,8 +35,6 @@ CREATE TABLE segment_entries (
 
 ;
 
-CREATE INDEX ix_segment_entries_blob_id ON segment_entries (blob_id);
-
 CREATE TABLE lg_write_items (
 	write_id INTEGER NOT NULL, 
 	position INTEGER NOT NULL, 

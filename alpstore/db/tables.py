@@ -173,10 +173,13 @@ segment_entries = Table(
     metadata,
     Column("segment_id", Integer, ForeignKey("segments.id"), primary_key=True),
     Column("position", Integer, primary_key=True),
-    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
+    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False),
     comment="One row per appended covering entry; position is absolute in the covering list.",
     sqlite_with_rowid=False,
 )
+# PostgreSQL checks the foreign key through it when a blob is deleted; SQLite does without it
+# (0008): GC, the one deleter of blobs there, checks its sweep itself in one pass
+Index("ix_segment_entries_blob_id", segment_entries.c.blob_id).ddl_if(dialect="postgresql")
 
 checkpoints = Table(
     "checkpoints",

@@ -20,6 +20,7 @@ from alpstore.codec import CODEC_RAW
 from alpstore.db import open_database, sqlite_path_for_root
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision, upgrade
 from alpstore.db.names import DIGEST_PREFIX
+from alpstore.errors import IntegrityError
 from alpstore.maintenance import gc, verify
 from alpstore.store import Store
 from tests.conftest import Backend
@@ -186,3 +187,46 @@ def test_postgresql_keeps_the_unique_digest(backend: Backend) -> None:
             )
         }
     assert "uq_blobs_digest" in names
+
+
+def _foreign_keys_on(store: Store) -> bool:
+    with store.db.atomic() as conn:
+        return bool(conn.exec_driver_sql("PRAGMA foreign_keys").scalar_one())
+
+
+@sqlite_only
+def test_gc_checks_its_own_sweep_when_foreign_keys_are_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite has no index on ``segment_entries.blob_id`` (0008), so GC sweeps with foreign keys
+    off and checks itself that nothing refers to what it deletes: a mark that missed a live
+    blob (a GC bug, simulated) deletes nothing, and every connection enforces foreign keys
+    again afterwards."""
+    import alpstore.maintenance as maintenance
+
+    store = Store.open(tmp_path)
+    try:
+        s = store.create_session(name="kept")
+        s.commit_turn([{"role": "user", "content": "keep me"}])
+        orphan = store.archive.put({"role": "tool", "content": "nothing refers to me"})
+        with store.db.read() as conn:
+            names = {
+                str(r[0])
+                for r in conn.exec_driver_sql(
+                    "SELECT name FROM sqlite_master WHERE tbl_name = 'segment_entries'"
+                )
+            }
+        assert "ix_segment_entries_blob_id" not in names
+        monkeypatch.setattr(maintenance, "_reachable_blobs", lambda *a, **k: set())
+        with pytest.raises(IntegrityError, match=r"segment_entries\.blob_id still refers"):
+            gc(store)
+        assert store.archive.has(orphan)  # nothing removed
+        assert _foreign_keys_on(store)
+        monkeypatch.undo()
+        report = gc(store)
+        assert report.blobs_removed == 1 and not store.archive.has(orphan)
+        assert _foreign_keys_on(store)
+        assert [e.value for e in s.history()] == [{"role": "user", "content": "keep me"}]
+        assert verify(store).ok
+    finally:
+        store.close()
