@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, delete, func, select
 
 from alpstore.archive.base import Problem, VerifyReport
+from alpstore.db.sweep import blob_root_columns, check_unreferenced
 from alpstore.db.tables import (
     blob_refs,
     blobs,
@@ -24,7 +25,6 @@ from alpstore.db.tables import (
     segments,
     sessions,
 )
-from alpstore.errors import IntegrityError
 from alpstore.views import View, cover_bytes, covers_of_views
 
 if TYPE_CHECKING:
@@ -109,18 +109,6 @@ def _chain(
     return out
 
 
-def blob_root_columns() -> list[tuple[str, str]]:
-    """``(table, column)`` pairs that reference ``blobs.id`` and keep a blob alive."""
-    roots = []
-    for table in metadata.sorted_tables:
-        if table.name in ("blob_refs", "segment_entries", "blobs"):
-            continue
-        for column in table.columns:
-            if any(fk.column.table.name == "blobs" for fk in column.foreign_keys):
-                roots.append((table.name, column.name))
-    return roots
-
-
 def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     """Remove what no view and no row references, in one write transaction.
 
@@ -142,8 +130,8 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
 def _gc_once(store: Store, dry_run: bool) -> GcReport:
     report = GcReport(dry_run=dry_run)
     # foreign keys unenforced on SQLite: the sweep checks its blobs itself, in one pass per
-    # referring table (_check_unreferenced), where SQLite would scan segment_entries once per
-    # deleted blob (its blob_id has no index there since 0008)
+    # referring table (db.sweep.check_unreferenced), where SQLite would scan segment_entries
+    # once per deleted blob (its blob_id has no index there since 0008)
     with store.db.atomic(snapshot=True, foreign_keys=False) as conn:
         store.db.exclude_writers(conn)  # no blob may gain a reference between mark and sweep
         shapes = _shapes(conn)
@@ -212,47 +200,13 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         for seg in order:
             conn.execute(delete(segments).where(segments.c.id == seg))
         if store.db.is_sqlite:
-            _check_unreferenced(conn, doomed_blobs)
+            check_unreferenced(conn, doomed_blobs)
         for start in range(0, len(doomed_blobs), 500):
             part = doomed_blobs[start : start + 500]
             conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
             conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
     store.views.forget()
     return report
-
-
-def _check_unreferenced(conn: Connection, doomed: list[int]) -> None:
-    """What foreign keys would check for the blobs a sweep deletes, in one pass over each
-    table that refers to blobs: no row left after the sweep names one of them (a summary's
-    references go with it). Runs after the entries and segments are deleted, before the blobs.
-
-    Raises:
-        IntegrityError: a row still refers to a blob about to be deleted (nothing is deleted:
-            the transaction rolls back).
-    """
-    if not doomed:
-        return
-    conn.exec_driver_sql("CREATE TEMP TABLE IF NOT EXISTS gc_doomed (id INTEGER PRIMARY KEY)")
-    try:
-        conn.exec_driver_sql("DELETE FROM temp.gc_doomed")
-        conn.exec_driver_sql("INSERT INTO temp.gc_doomed (id) VALUES (?)", [(i,) for i in doomed])
-        checks = [(t, c, "") for t, c in blob_root_columns()]
-        checks += [
-            ("segment_entries", "blob_id", ""),
-            ("blob_refs", "child_id", " AND parent_id NOT IN (SELECT id FROM temp.gc_doomed)"),
-        ]
-        for table, column, extra in checks:
-            found = conn.exec_driver_sql(
-                f"SELECT {column} FROM {table} WHERE {column} IN "
-                f"(SELECT id FROM temp.gc_doomed){extra} LIMIT 1"
-            ).first()
-            if found is not None:
-                raise IntegrityError(
-                    f"archive gc: {table}.{column} still refers to blob id {found[0]}, which the "
-                    "sweep would delete; nothing was removed"
-                )
-    finally:
-        conn.exec_driver_sql("DROP TABLE IF EXISTS temp.gc_doomed")
 
 
 def _depth(shapes: dict[int, tuple[int | None, int, int]], seg: int) -> int:

@@ -15,7 +15,7 @@ DO NOTHING`` and need the database to decide which one stored a digest first.
 Also on SQLite: ``ix_segment_entries_blob_id`` is dropped (70 KB, 0.023× the conversation, on
 the same corpus). It served the foreign key's check when a blob is deleted; GC, which deletes
 blobs, now sweeps with enforcement off and checks its own deletes in one pass per referring
-table (``alpstore.maintenance._check_unreferenced``). PostgreSQL keeps it.
+table (``alpstore.db.sweep.check_unreferenced``). PostgreSQL keeps it.
 
 The rebuild copies the table once (O(blobs), on the first open by this alpstore), keeps every
 id and the table's ``sqlite_sequence`` value (ids are never reused, 0004), and runs with foreign

@@ -1,0 +1,56 @@
+"""What a sweep that deletes blobs checks itself (GC on SQLite runs with foreign keys off,
+migration 0008): which columns refer to blobs, and that none of them names a doomed one.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from alpstore.db.tables import metadata
+from alpstore.errors import IntegrityError
+
+
+def blob_root_columns() -> list[tuple[str, str]]:
+    """``(table, column)`` pairs that reference ``blobs.id`` and keep a blob alive."""
+    roots = []
+    for table in metadata.sorted_tables:
+        if table.name in ("blob_refs", "segment_entries", "blobs"):
+            continue
+        for column in table.columns:
+            if any(fk.column.table.name == "blobs" for fk in column.foreign_keys):
+                roots.append((table.name, column.name))
+    return roots
+
+
+def check_unreferenced(conn: Connection, doomed: list[int]) -> None:
+    """What foreign keys would check for the blobs a sweep deletes, in one pass over each
+    table that refers to blobs: no row left after the sweep names one of them (a summary's
+    references go with it). Runs after the entries and segments are deleted, before the blobs.
+
+    Raises:
+        IntegrityError: a row still refers to a blob about to be deleted (nothing is deleted:
+            the transaction rolls back).
+    """
+    if not doomed:
+        return
+    conn.exec_driver_sql("CREATE TEMP TABLE IF NOT EXISTS gc_doomed (id INTEGER PRIMARY KEY)")
+    try:
+        conn.exec_driver_sql("DELETE FROM temp.gc_doomed")
+        conn.exec_driver_sql("INSERT INTO temp.gc_doomed (id) VALUES (?)", [(i,) for i in doomed])
+        checks = [(t, c, "") for t, c in blob_root_columns()]
+        checks += [
+            ("segment_entries", "blob_id", ""),
+            ("blob_refs", "child_id", " AND parent_id NOT IN (SELECT id FROM temp.gc_doomed)"),
+        ]
+        for table, column, extra in checks:
+            found = conn.exec_driver_sql(
+                f"SELECT {column} FROM {table} WHERE {column} IN "
+                f"(SELECT id FROM temp.gc_doomed){extra} LIMIT 1"
+            ).first()
+            if found is not None:
+                raise IntegrityError(
+                    f"archive gc: {table}.{column} still refers to blob id {found[0]}, which the "
+                    "sweep would delete; nothing was removed"
+                )
+    finally:
+        conn.exec_driver_sql("DROP TABLE IF EXISTS temp.gc_doomed")
