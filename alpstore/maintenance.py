@@ -279,11 +279,22 @@ def verify(store: Store) -> VerifyReport:
 
 
 def _file_problems(store: Store) -> list[Problem]:
-    """SQLite's own integrity check of the database file (b-trees, indexes, constraints)."""
+    """SQLite's own integrity check of the database file (b-trees, indexes, constraints), and
+    every table's columns against the schema's: a damaged byte in the schema's text renames a
+    column, which no b-tree check sees and every read of that column then fails on.
+    """
     if not store.db.is_sqlite:
         return []
     with store.db.read() as conn:
         lines = [str(r[0]) for r in conn.exec_driver_sql("PRAGMA integrity_check(20)")]
+        for table in metadata.sorted_tables:
+            have = {str(r[1]) for r in conn.exec_driver_sql(f'PRAGMA table_info("{table.name}")')}
+            missing = [c.name for c in table.columns if c.name not in have]
+            if missing:
+                lines.append(
+                    f"table {table.name} has no column {', '.join(missing)} "
+                    "(the schema's text is damaged)"
+                )
     return [Problem(what=f"database file: {line}") for line in lines if line != "ok"]
 
 

@@ -9,6 +9,7 @@ import contextlib
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -403,6 +404,24 @@ def translate_errors(location: str) -> Iterator[None]:
             state=str(getattr(err.orig, "sqlstate", None) or ""),
             invalidated=err.connection_invalidated,
             operational=isinstance(err, exc.OperationalError),
+        ) from err
+    except sqlite3.Error as err:  # the driver-level read and write paths (db/raw.py)
+        raise driver_error(
+            location,
+            str(err),
+            fallback=type(err).__name__,
+            operational=isinstance(err, sqlite3.OperationalError),
+        ) from err
+    except Exception as err:
+        psycopg = sys.modules.get("psycopg")
+        if psycopg is None or not isinstance(err, psycopg.Error):
+            raise
+        raise driver_error(
+            location,
+            str(err),
+            fallback=type(err).__name__,
+            state=str(getattr(err, "sqlstate", None) or ""),
+            operational=isinstance(err, psycopg.OperationalError),
         ) from err
 
 
