@@ -187,18 +187,15 @@ class PackWriting(ArchiveReader):
 
     def _compress_frame(self, content: bytes) -> tuple[int, int | None, bytes]:
         with self._compress_lock:
-            return self._compress_frame_locked(content)
-
-    def _compress_frame_locked(self, content: bytes) -> tuple[int, int | None, bytes]:
-        dict_id = self._codec[0]
-        if self._pack_comp is None or self._pack_comp[0] != dict_id:
-            if dict_id is None:
-                comp = zstandard.ZstdCompressor(level=PACK_LEVEL)
-            else:
-                cdict = zstandard.ZstdCompressionDict(self._dec.dictionary(dict_id))
-                comp = zstandard.ZstdCompressor(level=PACK_LEVEL, dict_data=cdict)
-            self._pack_comp = (dict_id, comp)
-        data = self._pack_comp[1].compress(content)
+            dict_id = self._codec[0]
+            if self._pack_comp is None or self._pack_comp[0] != dict_id:
+                if dict_id is None:
+                    comp = zstandard.ZstdCompressor(level=PACK_LEVEL)
+                else:
+                    cdict = zstandard.ZstdCompressionDict(self._dec.dictionary(dict_id))
+                    comp = zstandard.ZstdCompressor(level=PACK_LEVEL, dict_data=cdict)
+                self._pack_comp = (dict_id, comp)
+            data = self._pack_comp[1].compress(content)
         return (CODEC_ZSTD if dict_id is None else CODEC_ZSTD_DICT), dict_id, data
 
     def _write_frame(self, members: Sequence[tuple[BlobRow, bytes]], report: PackReport) -> None:

@@ -123,25 +123,20 @@ def digest_rows(
     """
     if not digests:
         return []
-    marks = rsql.placeholders(len(digests))
     if rsql.dialect_of(conn) != "sqlite":
+        marks = rsql.placeholders(len(digests))
         sql = f"SELECT digest, {columns} FROM blobs WHERE digest IN ({marks})"
         if lock:
             sql += " FOR KEY SHARE"
         return [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, digests)]
     wanted = set(digests)
+    prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in wanted})
     sql = (
-        f"SELECT digest, {columns} FROM blobs WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({marks})"
+        f"SELECT digest, {columns} FROM blobs "
+        f"WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({rsql.placeholders(len(prefixes))})"
     )
-    prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in digests})
-    if len(prefixes) < len(digests):
-        sql = sql.replace(f"IN ({marks})", f"IN ({rsql.placeholders(len(prefixes))})")
-    rows = []
-    for row in rsql.fetchall(conn, sql, prefixes):
-        digest = bytes(row[0])
-        if digest in wanted:
-            rows.append((digest, *row[1:]))
-    return rows
+    rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, prefixes)]
+    return [r for r in rows if r[0] in wanted]
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:

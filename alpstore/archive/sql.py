@@ -21,7 +21,14 @@ from alpstore.archive.reading import (
     load_dictionary_row,
     parse_documents,
 )
-from alpstore.archive.training import AUTO_TRAIN_SAMPLES, DICT_SIZE, SMALL_BLOB_MAX, Settled
+from alpstore.archive.training import (
+    AUTO_TRAIN_SAMPLES,
+    DICT_SIZE,
+    SAMPLE_WHERE,
+    SMALL_BLOB_MAX,
+    Settled,
+    joined,
+)
 from alpstore.archive.writing import ArchiveWriter, Packed
 from alpstore.codec import (
     CODEC_RAW,
@@ -42,11 +49,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTO_TRAIN_SAMPLES",
-    "PACK_EVERY",
-    "PACK_KEEP_LOOSE",
     "BASE_CACHE",
     "CHUNK",
     "DICT_SIZE",
+    "PACK_EVERY",
+    "PACK_KEEP_LOOSE",
     "SMALL_BLOB_MAX",
     "Encoded",
     "FrameStats",
@@ -141,10 +148,7 @@ class SqlArchive(PackWriting, ArchiveWriter):
         """
         with self._trainer_lock:
             packer = self._packer
-        if packer is not None:
-            packer.join(timeout)
-            return not packer.is_alive()
-        return True
+        return joined(packer, timeout)
 
     def close(self) -> None:
         """Stop the background packer at its next frame and let a training finish."""
@@ -186,14 +190,7 @@ class SqlArchive(PackWriting, ArchiveWriter):
             return None
         self.wait_for_training()
         with self.db.read() as conn:
-            small = int(
-                rsql.fetchone(
-                    conn,
-                    "SELECT count(*) FROM blobs WHERE raw_size <= ? AND raw_size >= 16 "
-                    "AND codec != ?",
-                    [SMALL_BLOB_MAX, CODEC_ZSTD_BASE],
-                )[0]
-            )
+            small = int(rsql.fetchone(conn, f"SELECT count(*) FROM blobs WHERE {SAMPLE_WHERE}")[0])
             newest = rsql.fetchone(
                 conn, "SELECT sample_count FROM zstd_dicts ORDER BY id DESC LIMIT 1"
             )

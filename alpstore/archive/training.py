@@ -45,6 +45,10 @@ DICT_SIZE = 112 * 1024
 """Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
 
 
+SAMPLE_WHERE = f"raw_size <= {SMALL_BLOB_MAX} AND raw_size >= 16 AND codec != {CODEC_ZSTD_BASE}"
+"""The blobs a dictionary learns from: small ones, not deltas (``_training_samples``, and the
+count a pack run compares with its dictionary's samples)."""
+
 RECOMPRESS_BATCH = 100
 """Blobs re-encoded per transaction when a new dictionary recompresses the archive's first ones:
 a writer beside the recompression waits for one batch at most."""
@@ -93,6 +97,14 @@ def _file_size(path: str) -> int:
         with contextlib.suppress(OSError):
             total += os.path.getsize(name)
     return total
+
+
+def joined(thread: threading.Thread | None, timeout: float | None) -> bool:
+    """Wait for ``thread`` (None: none runs) up to ``timeout`` seconds; True once it ended."""
+    if thread is not None:
+        thread.join(timeout)
+        return not thread.is_alive()
+    return True
 
 
 class DictionaryTraining(ArchiveReader):
@@ -189,9 +201,9 @@ class DictionaryTraining(ArchiveReader):
         """
         sql = (
             "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
-            "WHERE raw_size <= ? AND raw_size >= 16 AND codec != ?"
+            f"WHERE {SAMPLE_WHERE}"
         )
-        params: list[Any] = [SMALL_BLOB_MAX, CODEC_ZSTD_BASE]
+        params: list[Any] = []
         if after is not None:
             sql += " AND id > ? AND codec IN (?, ?)"
             params += [after, CODEC_RAW, CODEC_ZSTD]
@@ -370,12 +382,9 @@ class DictionaryTraining(ArchiveReader):
         """Block until a background training this archive started has finished (or
         ``timeout`` seconds passed); True when none is running any more.
         """
-        with self._trainer_lock:
-            trainer = self._trainer
-        if trainer is not None:
-            trainer.join(timeout)
-            return not trainer.is_alive()
-        return True
+        with self._trainer_lock:  # read under the lock, waited for outside it (its thread
+            trainer = self._trainer  # takes the lock to say it ended)
+        return joined(trainer, timeout)
 
     @property
     def training(self) -> bool:

@@ -51,18 +51,18 @@ def placeholders(n: int) -> str:
     return ",".join("?" * n)
 
 
-def _cursor(conn: AnyConnection) -> tuple[Any, str]:
-    """A DBAPI cursor of ``conn`` and its dialect's name."""
-    if isinstance(conn, LiteConnection):
-        return conn.cursor(), conn.dialect_name
-    return conn.connection.dbapi_connection.cursor(), conn.dialect.name  # type: ignore[union-attr]
-
-
 def dialect_of(conn: AnyConnection) -> str:
     """``"sqlite"`` or ``"postgresql"``."""
     if isinstance(conn, LiteConnection):
         return conn.dialect_name
     return str(conn.dialect.name)
+
+
+def _cursor(conn: AnyConnection) -> tuple[Any, str]:
+    """A DBAPI cursor of ``conn`` and its dialect's name."""
+    if isinstance(conn, LiteConnection):
+        return conn.cursor(), conn.dialect_name
+    return conn.connection.dbapi_connection.cursor(), dialect_of(conn)  # type: ignore[union-attr]
 
 
 def execute(conn: AnyConnection, sql: str, params: Sequence[Any] = ()) -> Any:
