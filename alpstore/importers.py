@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from alpstore.archive.packing import FRAME_TARGET, PACK_BLOB_MAX
+from alpstore.archive.reading import Encoded, encode
 from alpstore.codec import (
     MAX_DEPTH,
     DuplicateKeyError,
@@ -23,6 +25,7 @@ from alpstore.codec import (
     nesting_depth,
     strict_decoder,
 )
+from alpstore.db.names import BLOB_MESSAGE
 from alpstore.errors import AlpstoreError, InputError
 from alpstore.rules.names import claim_name
 from alpstore.rules.turns import is_user_turn
@@ -291,6 +294,13 @@ def import_history(
     (:attr:`Session.info` tells which). Dictionary training is not run inside the transaction:
     `session import` calls ``SqlArchive.settle`` after it commits (issue 33).
 
+    On PostgreSQL the small messages are written packed from the start: the turns are held
+    until a frame's worth (``FRAME_TARGET``) of new content is read, that frame is stored
+    (``SqlArchive.store_packed``), then the held turns are committed, finding their messages
+    stored. Memory holds one frame and its turns. Packing them after the import would rewrite
+    every row, and PostgreSQL keeps the loose versions in the heap; on SQLite the settle packs
+    them with a dictionary trained on the whole import and then rebuilds the file.
+
     Raises:
         UsageError: the session id or name is taken.
     """
@@ -299,16 +309,72 @@ def import_history(
         if name is not None:
             name = claim_name(conn, store, name, suffix=suffix)
         session = store.create_session(session_id=session_id, name=name)
+        frame = _Frame(store, conn) if store.db.is_postgresql else None
+        held: list[tuple[list[dict[str, Any]], bool]] = []
         for starts, piece, ends in _Reader(parsed.path, parsed.format).pieces():
             messages += len(piece)
             turns += starts
-            if ends:
-                session.commit_turn(piece, trigger="every_turn")
-            else:  # a long turn: its first pieces are appended, its last one checkpoints
-                session.append(piece)
+            held.append((piece, ends))
+            if frame is None or frame.add(piece):  # (a frame was written: its turns follow)
+                _commit(session, held)
+        if frame is not None:
+            frame.flush()
+        _commit(session, held)
         if (messages, turns) != (parsed.messages, parsed.turn_count):
             raise InputError(
                 f"{parsed.path}: changed while it was imported ({parsed.messages} messages "
                 f"when read, {messages} now); nothing imported"
             )
     return session
+
+
+def _commit(session: Session, held: list[tuple[list[dict[str, Any]], bool]]) -> None:
+    """Write the held pieces in order and forget them: a turn's last piece checkpoints, the
+    pieces before it (a long turn) are appended.
+    """
+    for piece, ends in held:
+        if ends:
+            session.commit_turn(piece, trigger="every_turn")
+        else:
+            session.append(piece)
+    held.clear()
+
+
+class _Frame:
+    """The next frame of an import that packs ahead: new small messages, in order."""
+
+    def __init__(self, store: Store, conn: Any) -> None:
+        self._store = store
+        self._conn = conn
+        self._items: dict[bytes, Encoded] = {}
+        self._size = 0
+        self._held = 0
+        """Bytes of the messages held (the turns not written yet)."""
+        self._seen: set[bytes] = set()
+        """Digests this import has put in a frame (or left to the turns: large ones)."""
+
+    def add(self, piece: list[dict[str, Any]]) -> bool:
+        """Take a piece's messages; True when the turns held so far are to be written now: a
+        frame's worth of new small content (the frame is stored first), or
+        :data:`BATCH_CHARS` of messages of any size held (memory stays bounded when most
+        messages are too large to pack).
+        """
+        for message in piece:
+            item = encode(message, BLOB_MESSAGE)
+            self._held += len(item[2])
+            if item[0] not in self._seen:
+                self._seen.add(item[0])
+                if len(item[2]) <= PACK_BLOB_MAX:  # a larger one is stored loose by its turn
+                    self._items[item[0]] = item
+                    self._size += len(item[2])
+        if self._size < FRAME_TARGET and self._held < BATCH_CHARS:
+            return False
+        self.flush()
+        return True
+
+    def flush(self) -> None:
+        """Store the frame being gathered (if any)."""
+        if self._items:
+            self._store.archive.store_packed(self._conn, list(self._items.values()))
+        self._items.clear()
+        self._size = self._held = 0

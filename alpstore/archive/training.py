@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from alpstore.archive.frames import CODEC_PACKED
 from alpstore.archive.reading import ArchiveReader, BlobRow, chunks
 from alpstore.codec import (
     CODEC_RAW,
@@ -440,15 +441,15 @@ class DictionaryTraining(ArchiveReader):
 
         from alpstore.db.tables import blobs
 
-        with self.db.read() as conn:
+        with self.db.read() as conn:  # loose ones: a packed blob needs no dictionary
             small = int(
                 conn.execute(
                     select(func.count())
                     .select_from(blobs)
-                    .where(blobs.c.raw_size <= SMALL_BLOB_MAX)
+                    .where(blobs.c.raw_size <= SMALL_BLOB_MAX, blobs.c.codec != CODEC_PACKED)
                 ).scalar_one()
             )
-        self._small_count = small
+        self._small_count = None  # counted afresh (packed ones too) by the next write
         if small < max(self._train_at, AUTO_TRAIN_SAMPLES):
             return None, 0
         dict_id, used, recompressed = self.train_dictionary(

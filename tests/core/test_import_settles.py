@@ -17,8 +17,9 @@ import pytest
 
 from alpstore.archive.training import AUTO_TRAIN_SAMPLES
 from alpstore.db.engine import sqlite_path_for_root
-from alpstore.importers import import_history, parse_history
+from alpstore.importers import parse_history
 from alpstore.samples import sample_path, write_jsonl
+from alpstore.store import Store
 from tests.conftest import Backend, run_cli
 
 
@@ -83,20 +84,29 @@ def test_checkpoint_import_ends_with_a_dictionary_and_a_compacted_file(tmp_path:
     assert plain < int(stats["blobs"].split()[0]) // 10
 
 
+def _loose_bulk_write(store: Store, path: Path, name: str) -> None:
+    """A transcript's turns written loose in one transaction, as a SQLite import and a
+    `checkpoint import` write them (an import on PostgreSQL packs its messages ahead)."""
+    session = store.create_session(name=name)
+    with store.db.atomic():
+        for turn in parse_history(path, "auto").turns:
+            session.commit_turn(turn)
+
+
 def test_settle_trains_once_enough_small_blobs_are_stored(backend: Backend, tmp_path: Path) -> None:
-    """Both backends: the settle after an import trains and recompresses; a second one (or
-    one after too small an import) does nothing."""
+    """Both backends: the settle after a bulk write trains and recompresses; a second one (or
+    one after too small a write) does nothing."""
     small = tmp_path / "small.jsonl"
     write_jsonl(small, 20)
     store = backend.open_store()
-    import_history(store, parse_history(small, "auto"), name="small")
+    _loose_bulk_write(store, small, "small")
     done = store.archive.settle(pack=False)
     assert done.dictionary is None and done.recompressed == 0  # too few small blobs
     assert store.archive.stats().dictionaries == 0
 
     big = tmp_path / "big.jsonl"
     write_jsonl(big, 300, seed=11)
-    import_history(store, parse_history(big, "auto"), name="big")
+    _loose_bulk_write(store, big, "big")
     assert store.archive.stats().blobs >= AUTO_TRAIN_SAMPLES
     before = store.archive.stats()
     done = store.archive.settle(pack=False)
@@ -118,7 +128,7 @@ def test_settle_packs_with_the_dictionary_it_trains(backend: Backend, tmp_path: 
     big = tmp_path / "big.jsonl"
     write_jsonl(big, 300, seed=11)
     store = backend.open_store()
-    import_history(store, parse_history(big, "auto"), name="big")
+    _loose_bulk_write(store, big, "big")
     before = store.archive.stats()
     done = store.archive.settle()
     after = store.archive.stats()
