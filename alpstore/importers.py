@@ -311,15 +311,16 @@ def import_history(
         session = store.create_session(session_id=session_id, name=name)
         frame = _Frame(store, conn) if store.db.is_postgresql else None
         held: list[tuple[list[dict[str, Any]], bool]] = []
-        for starts, piece, ends in _Reader(parsed.path, parsed.format).pieces():
-            messages += len(piece)
-            turns += starts
-            held.append((piece, ends))
-            if frame is None or frame.add(piece):  # (a frame was written: its turns follow)
-                _commit(session, held)
-        if frame is not None:
-            frame.flush()
-        _commit(session, held)
+        with session.deferring_head(conn):  # the session row written once, not per turn
+            for starts, piece, ends in _Reader(parsed.path, parsed.format).pieces():
+                messages += len(piece)
+                turns += starts
+                held.append((piece, ends))
+                if frame is None or frame.add(piece):  # (a frame was written: its turns follow)
+                    _commit(session, held)
+            if frame is not None:
+                frame.flush()
+            _commit(session, held)
         if (messages, turns) != (parsed.messages, parsed.turn_count):
             raise InputError(
                 f"{parsed.path}: changed while it was imported ({parsed.messages} messages "

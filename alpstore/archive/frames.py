@@ -30,7 +30,7 @@ CODEC_PACKED = 4
 """``blobs.codec`` of a blob stored in a pack frame (its ``payload`` is :func:`pointer`)."""
 
 FRAME_CACHE = 16
-"""Decoded frames a reader keeps (by content digest): 16 × ~32 KB."""
+"""Decoded frames a reader keeps (by content digest): 16 × ~192 KB (``FRAME_TARGET``)."""
 
 FRAME_META = "SELECT id, digest, codec, dict_id, raw_size FROM pack_frames"
 """A frame row without its data (enough to find it in the cache)."""
@@ -79,17 +79,21 @@ def parse_pointer(payload: Any) -> tuple[int, int]:
     data = bytes(payload)
     values: list[int] = []
     value = shift = 0
-    for byte in data:
+    for byte in data:  # (one pass, no re-encoding: a hydrate parses one pointer per message)
         value |= (byte & 0x7F) << shift
-        shift += 7
-        if shift > 63:
-            break
-        if not byte & 0x80:
+        if byte & 0x80:
+            shift += 7
+            if shift > 63:
+                break
+        else:
+            if not byte and shift:  # overlong: a varint's last byte is 0 only when it is alone
+                break
             values.append(value)
             value = shift = 0
-    if len(values) != 2 or len(_varint(values[0]) + _varint(values[1])) != len(data):
-        raise IntegrityError(f"a packed blob's pointer is damaged ({data.hex() or 'empty'})")
-    return values[0], values[1]
+    else:
+        if len(values) == 2 and not shift:
+            return values[0], values[1]
+    raise IntegrityError(f"a packed blob's pointer is damaged ({data.hex() or 'empty'})")
 
 
 def decode_frame(dec: Decompressor, row: FrameRow, data: Any) -> bytes:

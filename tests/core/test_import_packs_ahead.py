@@ -144,3 +144,38 @@ def test_large_messages_and_long_turns_import_in_order(
     assert counts["loose_small"] == 0 and counts["frames"] >= 1
     assert counts["blobs"] == counts["distinct"]
     assert verify(store).ok
+
+
+def test_an_import_moves_the_head_once_and_ends_where_its_turns_do(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """The session row is written once at the end of the import (``deferring_head``): it holds
+    the last turn's head, and every checkpoint the head it had then."""
+    source = tmp_path / "c.jsonl"
+    write_jsonl(source, 80, seed=9)
+    parsed = parse_history(source, "auto")
+    store = backend.open_store()
+    session = import_history(store, parsed, name="c")
+    info = backend.open_store().get_session("c").info()
+    assert info.head.length == parsed.messages and info.turn == parsed.turn_count
+    assert info.status == "active"
+    cks = session.checkpoints()
+    assert len(cks) == parsed.turn_count and cks[-1].length == parsed.messages
+    assert [len(store.hydrate(ck)) for ck in cks] == sorted(ck.length for ck in cks)
+    assert [e.value for e in session.history()] == _messages(source)
+    # writing on after the import: the row, not the handle's memory, is read again
+    session.commit_turn([{"role": "user", "content": "and now?"}])
+    assert session.info().head.length == parsed.messages + 1
+
+
+@pytest.mark.postgres
+def test_an_import_on_postgresql_leaves_one_version_of_its_session_row(
+    pg: Backend, tmp_path: Path
+) -> None:
+    source = tmp_path / "c.jsonl"
+    write_jsonl(source, 300, seed=3)
+    store = pg.open_store()
+    import_history(store, parse_history(source, "auto"), name="c")
+    with store.db.read() as conn:
+        heap = conn.exec_driver_sql("SELECT pg_relation_size('sessions')").scalar_one()
+    assert heap <= 8192, f"sessions holds {heap} bytes for one row"
