@@ -213,6 +213,18 @@ def postgres_schema() -> Iterator[str]:
         yield url
 
 
+@contextmanager
+def postgres_backend(root: Path) -> Iterator[Backend]:
+    """An archive for run root ``root`` on PostgreSQL, in a fresh schema of its own (the test
+    skips without a server); its stores closed after."""
+    with postgres_schema() as url:
+        b = Backend("postgresql", root, url)
+        try:
+            yield b
+        finally:
+            b.close_all()
+
+
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
@@ -226,12 +238,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield b
         b.close_all()
         return
-    with postgres_schema() as url:
-        b = Backend("postgresql", root, url)
-        try:
-            yield b
-        finally:
-            b.close_all()
+    with postgres_backend(root) as b:
+        yield b
 
 
 # ---------------------------------------------------------------- the two passes of the suite

@@ -25,7 +25,7 @@ from alpstore.importers import import_history, parse_history
 from alpstore.maintenance import verify
 from alpstore.samples import write_jsonl
 from alpstore.store import Store
-from tests.conftest import Backend, postgres_schema
+from tests.conftest import Backend, postgres_backend
 
 
 @pytest.fixture
@@ -33,12 +33,8 @@ def pg(tmp_path: Path) -> Iterator[Backend]:
     """An archive on PostgreSQL (a schema of its own); skipped without a server."""
     root = tmp_path / "run"
     root.mkdir()
-    with postgres_schema() as url:
-        b = Backend("postgresql", root, url)
-        try:
-            yield b
-        finally:
-            b.close_all()
+    with postgres_backend(root) as b:
+        yield b
 
 
 def _counts(store: Store) -> dict[str, int]:

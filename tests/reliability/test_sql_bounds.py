@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from alpstore.sqlhelpers import postgres
-from tests.conftest import ALPSTORE, Backend, postgres_base_url, postgres_schema
+from tests.conftest import ALPSTORE, Backend, postgres_backend, postgres_base_url
 
 
 def _seed(backend: Backend) -> None:
@@ -32,13 +32,9 @@ def pg(tmp_path: Path) -> Iterator[Backend]:
     """A seeded archive on PostgreSQL (a schema of its own)."""
     root = tmp_path / "run"
     root.mkdir()
-    with postgres_schema() as url:
-        b = Backend("postgresql", root, url)
-        try:
-            _seed(b)
-            yield b
-        finally:
-            b.close_all()
+    with postgres_backend(root) as b:
+        _seed(b)
+        yield b
 
 
 def _engine(url: str) -> Any:
