@@ -351,8 +351,6 @@ class _Frame:
         self._size = 0
         self._held = 0
         """Bytes of the messages held (the turns not written yet)."""
-        self._seen: set[bytes] = set()
-        """Digests this import has put in a frame (or left to the turns: large ones)."""
 
     def add(self, piece: list[dict[str, Any]]) -> bool:
         """Take a piece's messages; True when the turns held so far are to be written now: a
@@ -363,11 +361,11 @@ class _Frame:
         for message in piece:
             item = encode(message, BLOB_MESSAGE)
             self._held += len(item[2])
-            if item[0] not in self._seen:
-                self._seen.add(item[0])
-                if len(item[2]) <= PACK_BLOB_MAX:  # a larger one is stored loose by its turn
-                    self._items[item[0]] = item
-                    self._size += len(item[2])
+            # a larger one is stored loose by its turn; one stored by an earlier frame is
+            # found by ``store_packed``'s lookup (no set of this import's digests is kept)
+            if len(item[2]) <= PACK_BLOB_MAX and item[0] not in self._items:
+                self._items[item[0]] = item
+                self._size += len(item[2])
         if self._size < FRAME_TARGET and self._held < BATCH_CHARS:
             return False
         self.flush()
