@@ -77,12 +77,12 @@ PACK_EVERY = 4000
 """A long-lived writer packs in the background once it has stored this many new blobs (beyond
 :data:`PACK_KEEP_LOOSE`) since it opened the archive or last packed."""
 
+PACK_KEEP_LOOSE = 1000
+"""...leaving its newest this many blobs loose: the turns a live writer reads back at once."""
+
 PACKED_ROWS = 100
 """Rows per insert of :meth:`SqlArchive.store_packed`: the driver parses a statement's
 placeholders into objects of its own (about 100 B each; 1,000 rows of 7 held 0.7 MB)."""
-
-PACK_KEEP_LOOSE = 1000
-"""...leaving its newest this many blobs loose: the turns a live writer reads back at once."""
 
 
 class SqlArchive(PackWriting, ArchiveWriter):

@@ -187,8 +187,10 @@ class SessionBase:
         return self.store.session_manifest(self.id)
 
     # ---------------------------------------------------------------- writing
-    _deferred: list[tuple[Any, ...]] | None = None
-    """While :meth:`deferring_head` runs: the head's newest move, not written yet."""
+    _deferring = False
+    """:meth:`deferring_head` is running."""
+    _unwritten: tuple[Any, ...] | None = None
+    """...and the head's newest move since it began, not written yet."""
 
     @contextmanager
     def deferring_head(self, conn: Connection) -> Iterator[None]:
@@ -198,13 +200,13 @@ class SessionBase:
         ends (no pruning of its own versions): a 400-turn import left 400 of them, 180 KB for
         one row. An error leaves the row unwritten; the transaction is then rolled back.
         """
-        self._deferred = []
+        self._deferring, self._unwritten = True, None
         try:
             yield
-            if self._deferred:
-                rsql.execute(conn, MOVE_HEAD, self._deferred[-1])
+            if self._unwritten is not None:
+                rsql.execute(conn, MOVE_HEAD, self._unwritten)
         finally:
-            self._deferred = None
+            self._deferring, self._unwritten = False, None
 
     def _write(self, conn: Connection) -> SessionInfo:
         """Re-read the mutable part of the session row inside a write transaction.
@@ -213,7 +215,7 @@ class SessionBase:
         turns instead of both moving the head from the same old value. While the head's
         moves are deferred (:meth:`deferring_head`) the row is older than this handle.
         """
-        if self._deferred:
+        if self._unwritten is not None:
             return self._info
         row = rsql.fetchone(
             conn,
@@ -266,10 +268,10 @@ class SessionBase:
             cover_bytes(cover),
             info.id,
         )
-        if self._deferred is None:
-            rsql.execute(conn, MOVE_HEAD, row)
+        if self._deferring:
+            self._unwritten = row
         else:
-            self._deferred[:] = [row]
+            rsql.execute(conn, MOVE_HEAD, row)
         self._cover = cover
         self._cover_view = view
         self._info = evolve(
