@@ -1,5 +1,6 @@
 """Pack frames (issue 33): bytes of the native `commit_turn` path before and after
-`archive pack`, PostgreSQL at 400 turns after an import, one message read from a pack, and a
+`archive pack`, PostgreSQL at 400 turns after an import (beside its schema alone, one turn
+imported, and the growth to 2,000 turns), one message read from a pack, and a
 10,000-message head hydrated packed vs loose — each beside its baseline in the same run.
 
 Run: ``python benchmarks/bench_packs.py [--postgres]`` (PostgreSQL from
@@ -114,11 +115,15 @@ def hydrate(root: Path, *, packed: bool, rounds: int = 5) -> float:
     return best
 
 
-def postgres_import(turns: int) -> dict[str, Any]:
+def postgres_import(turns: int, long: int = 2000) -> dict[str, Any]:
     """Import a ``turns``-turn conversation on PostgreSQL, with and without the settle the
     import command runs after its transaction (on PostgreSQL the import packs its messages as
     it writes them, ``SqlArchive.store_packed``; the settle trains a dictionary only for what
-    it left loose)."""
+    it left loose); beside it, each on a fresh schema: the schema alone, an archive of one
+    turn (what the tables cost before a conversation's content: every relation holding a row
+    has at least one 8 KB page per index and its maps) and a ``long``-turn import (what
+    each further byte of conversation costs). ``{label: bytes}`` and ``{label: raw bytes}``
+    under ``"raw"``."""
     import os
 
     from sqlalchemy import create_engine
@@ -131,18 +136,21 @@ def postgres_import(turns: int) -> dict[str, Any]:
     )
     if not base:
         raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
-    out: dict[str, Any] = {}
+    runs = (("empty", 0, False), ("one", 1, True), ("before", turns, False))
+    runs += (("after", turns, True), ("long", long, True))
+    out: dict[str, Any] = {"raw": {}}
     admin = create_engine(base, poolclass=NullPool)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            src = Path(tmp) / "c.jsonl"
-            write_jsonl(src, turns, seed=7)
-            out["raw"] = src.stat().st_size
-            for label, settle in (("empty", None), ("before", False), ("after", True)):
+            for label, count, settle in runs:
+                src = Path(tmp) / f"c{count}.jsonl"
+                if count and not src.exists():
+                    write_jsonl(src, count, seed=7)
+                out["raw"][label] = src.stat().st_size if count else 0
                 with fresh_schema(admin, base, "bench_packs_") as url:
                     store = Store.open(Path(tmp) / label, url=url)
                     try:
-                        if settle is not None:
+                        if count:
                             import_history(store, parse_history(src, "auto"), name="bench")
                         if settle:
                             store.archive.settle()
@@ -220,14 +228,18 @@ def run_all(postgres: bool) -> str:
         ]
     if postgres:
         pg = postgres_import(400)
+        raw = pg["raw"]["after"]
+        grew = (pg["long"] - pg["after"]) / (pg["raw"]["long"] - raw)
         lines += [
             "",
-            "| PostgreSQL, `session import` of 400 turns | raw | empty schema (the floor) | "
-            "import alone (messages packed as they are written) | import + settle |",
-            "|---|---:|---:|---:|---:|",
-            f"| tables + indexes + TOAST | {pg['raw'] / 1e6:.2f} MB | "
-            f"{pg['empty'] / pg['raw']:.3f}× ({pg['empty'] / 1024:.0f} KB) | "
-            f"{pg['before'] / pg['raw']:.3f}× | **{pg['after'] / pg['raw']:.3f}×** |",
+            "| PostgreSQL, `session import` of 400 turns | raw | empty schema | one turn "
+            "imported (the floor) | import alone (messages packed as they are written) | "
+            "import + settle | each further raw byte, 400 → 2,000 turns |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            f"| tables + indexes + TOAST + maps, ÷ the 400-turn raw | {raw / 1e6:.2f} MB | "
+            f"{pg['empty'] / raw:.3f}× ({pg['empty'] / 1024:.0f} KB) | "
+            f"{pg['one'] / raw:.3f}× ({pg['one'] / 1024:.0f} KB) | "
+            f"{pg['before'] / raw:.3f}× | **{pg['after'] / raw:.3f}×** | {grew:.3f}× |",
         ]
     return "\n".join(lines) + "\n"
 

@@ -15,6 +15,7 @@ from alpstore.core.reads import StoreReads
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_STATE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
+from alpstore.gcpause import no_gc_pause
 from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.views import View, clip, common_prefix, cover_of
 
@@ -36,14 +37,15 @@ class StoreContent(StoreReads):
         """Entries from ``(digest, kind, canonical JSON bytes)`` triples (one JSON parse per
         batch).
         """
-        values = parse_documents([(d, raw) for d, _, raw in raws])
         out: list[Entry] = []
-        for (digest, kind, _), value in zip(raws, values, strict=True):
-            if kind == BLOB_SUMMARY:
-                covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
-                out.append(Entry(digest, "summary", value, covers))
-            else:
-                out.append(Entry(digest, "message", value))
+        with no_gc_pause():  # documents and entries by the thousand: acyclic
+            values = parse_documents([(d, raw) for d, _, raw in raws])
+            for (digest, kind, _), value in zip(raws, values, strict=True):
+                if kind == BLOB_SUMMARY:
+                    covers = tuple(Digest(bytes.fromhex(h)) for h in value.get("covers", []))
+                    out.append(Entry(digest, "summary", value, covers))
+                else:
+                    out.append(Entry(digest, "message", value))
         return out
 
     def hydrate_raw(self, view: View, *, verify: bool = False) -> list[tuple[Digest, int, bytes]]:
@@ -59,9 +61,10 @@ class StoreContent(StoreReads):
     def _hydrate_raw(
         self, conn: Connection, view: View, *, verify: bool
     ) -> list[tuple[Digest, int, bytes]]:
-        rows = self.views.read_blob_rows(conn, view) if view.length else []
-        raws = self.archive.decode_rows(conn, rows, verify=verify)
-        return [(Digest(bytes(r[1])), r[2], raw) for r, raw in zip(rows, raws, strict=True)]
+        with no_gc_pause():  # rows and triples by the thousand: acyclic
+            rows = self.views.read_blob_rows(conn, view) if view.length else []
+            raws = self.archive.decode_rows(conn, rows, verify=verify)
+            return [(Digest(bytes(r[1])), r[2], raw) for r, raw in zip(rows, raws, strict=True)]
 
     def hydrate(self, checkpoint: CheckpointInfo, *, verify: bool = False) -> list[Entry]:
         """The covering list a checkpoint points at, hydrated.
