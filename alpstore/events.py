@@ -15,6 +15,20 @@ HELD_IN_MEMORY = 64 * 1024
 """Bytes of event lines a write transaction holds in memory before they go to a temporary file."""
 
 
+def after_torn_tail(fd: int, line: bytes) -> bytes:
+    """``line`` as it must be appended to the file open at ``fd``: with a newline first when
+    the file ends in half a line. A writer killed by SIGKILL can leave one even with
+    one ``write`` a line (Linux stops a write at a page boundary once the signal is pending);
+    without the newline the next line would be glued onto it and lost with it.
+    """
+    try:
+        size = os.fstat(fd).st_size
+        last = os.pread(fd, 1, size - 1) if size else b"\n"
+    except OSError:  # not readable (a log we may only append to): appended as it is
+        return line
+    return line if last == b"\n" else b"\n" + line
+
+
 def _stays_in(path: Path, root: Path) -> bool:
     """True when ``path`` stays under ``root`` with every symlink followed."""
     real_root = os.path.realpath(root)
@@ -53,9 +67,12 @@ class EventLog:
                 if not _stays_in(folder, self.root):
                     return  # traces/ is a symlink out of the run root: nothing written there
                 folder.mkdir(parents=True, exist_ok=True)
-                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                self._fd = os.open(self.path, flags, 0o644)  # a symlinked log is not followed
-            os.write(self._fd, line)
+                flags = os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                try:  # a symlinked log is not followed; read too, for its last byte
+                    self._fd = os.open(self.path, flags | os.O_RDWR, 0o644)
+                except PermissionError:
+                    self._fd = os.open(self.path, flags | os.O_WRONLY, 0o644)
+            os.write(self._fd, after_torn_tail(self._fd, line))
         except OSError:
             self.close()
 

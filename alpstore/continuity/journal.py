@@ -19,6 +19,7 @@ from typing import Any
 from alpstore.continuity.files import atomic_write, iso_now, locked
 from alpstore.continuity.paths import ExecutionPaths
 from alpstore.errors import ContinuityError, StorageError
+from alpstore.events import after_torn_tail
 
 MAX_LINE_BYTES = 16 * 1024
 """A journal line (without its newline) may not be longer (JR-2)."""
@@ -166,9 +167,7 @@ def append_line(paths: ExecutionPaths, line: bytes) -> None:
         paths.context_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(paths.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                line = b"\n" + line
+            line = after_torn_tail(fd, line)
             if os.write(fd, line) != len(line):
                 raise StorageError(f"{paths.journal}: short write while appending")
         finally:

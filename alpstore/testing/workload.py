@@ -115,7 +115,9 @@ class WorkerSpec:
 
 
 class AckLog:
-    """Append-only log of intents and acks: one ``write`` per line, so a kill never tears one."""
+    """Append-only log of intents and acks: one ``write`` per line, so only the line being
+    written when the kill lands can be torn (the parent drops it).
+    """
 
     def __init__(self, path: str) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

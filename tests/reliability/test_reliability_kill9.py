@@ -128,3 +128,25 @@ def test_the_check_waits_for_a_killed_workers_server_backends(
     held.dispose()
     monkeypatch.setattr(torture, "BACKEND_TIMEOUT", 30.0)
     torture._wait_for_backends(url, name)  # returns once the server has ended the backend
+
+
+def test_a_line_cut_by_the_kill_is_dropped_and_damage_elsewhere_is_caught(tmp_path: Path) -> None:
+    # Linux ends a write cut by SIGKILL at a page boundary (seen in CI: a worker log of
+    # exactly 45,056 bytes ending in half an ack). The worker died in that write: its log
+    # reads as if the kill came just before it, and so does an events line cut that way.
+    from alpstore.testing.torture import PAGE_SIZE, _check_events, _read_log
+
+    log = tmp_path / "worker.jsonl"
+    log.write_bytes(b'{"t": "intent", "n": 1}\n{"t": "ack", "n"')
+    assert _read_log(log) == [{"t": "intent", "n": 1}]
+
+    events = tmp_path / "traces" / "events.jsonl"
+    events.parent.mkdir()
+    whole = b'{"at": 1.0, "event": "checkpoint"}\n'
+    cut = b'{"at": 2.0, "ev'
+    pad = b" " * (PAGE_SIZE - len(whole) - len(cut))
+    events.write_bytes(whole[:-2] + pad + b"}\n" + cut + b"\n" + whole)
+    _check_events(tmp_path, "here")  # the cut line ends at the page boundary
+    events.write_bytes(whole + cut + b"\n" + whole)
+    with pytest.raises(TortureFailure, match=r"events\.jsonl line 2 is torn"):
+        _check_events(tmp_path, "here")
