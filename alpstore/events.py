@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -67,11 +68,17 @@ class EventLog:
                 if not _stays_in(folder, self.root):
                     return  # traces/ is a symlink out of the run root: nothing written there
                 folder.mkdir(parents=True, exist_ok=True)
-                flags = os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-                try:  # a symlinked log is not followed; read too, for its last byte
-                    self._fd = os.open(self.path, flags | os.O_RDWR, 0o644)
+                # a symlinked log is not followed, and a FIFO planted there does not block the
+                # open (O_NONBLOCK); read too, for the last byte (``after_torn_tail``)
+                flags = os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                try:
+                    fd = os.open(self.path, flags | os.O_RDWR, 0o644)
                 except PermissionError:
-                    self._fd = os.open(self.path, flags | os.O_WRONLY, 0o644)
+                    fd = os.open(self.path, flags | os.O_WRONLY, 0o644)
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)  # a FIFO or a device: a write could hold the operation
+                    return
+                self._fd = fd
             os.write(self._fd, after_torn_tail(self._fd, line))
         except OSError:
             self.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 from hypothesis import given
@@ -70,3 +71,22 @@ def test_a_log_it_may_only_append_to_is_appended_as_it_is(tmp_path: Path) -> Non
         assert after_torn_tail(fd, b"{}\n") == b"{}\n"
     finally:
         os.close(fd)
+
+
+def test_a_fifo_planted_as_the_event_log_holds_no_writer(tmp_path: Path) -> None:
+    (tmp_path / "traces").mkdir()
+    os.mkfifo(tmp_path / "traces" / "events.jsonl")
+    done = threading.Event()
+
+    def write() -> None:
+        with Store.open(tmp_path) as store:
+            session = store.create_session(name="a")
+            for n in range(400):  # far more than a pipe holds (64 KiB)
+                session.commit_turn([{"role": "user", "content": f"turn {n} " + "x" * 200}])
+        done.set()
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    assert done.wait(60), "a writer blocked on a FIFO planted as traces/events.jsonl"
+    with Store.open(tmp_path) as store:
+        assert store.get_session("a").info().turn == 400
