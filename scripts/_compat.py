@@ -6,6 +6,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -98,17 +99,37 @@ def test_files(suite: str, folder: Path, ci: bool) -> list[str]:
     return found
 
 
-def run_suite(suite: str, folder: Path, ci: bool, report: Path, unreviewed: bool = False) -> float:
+def prepare(suite: str, folder: Path) -> None:
+    """Hook the plugin's fixtures into the downloaded suite (LangGraph's conftest), once."""
     if suite == "langgraph":
         conftest = folder / "tests" / "conftest.py"
-        conftest.write_text(conftest.read_text(encoding="utf-8") + CONFTEST_LINE, encoding="utf-8")
+        text = conftest.read_text(encoding="utf-8")
+        if CONFTEST_LINE not in text:
+            conftest.write_text(text + CONFTEST_LINE, encoding="utf-8")
+
+
+def run_suite(
+    suite: str,
+    folder: Path,
+    ci: bool,
+    report: Path,
+    unreviewed: bool = False,
+    files: list[str] | None = None,
+    twins: list[str] | None = None,
+) -> float:
+    """Run ``files`` of the suite in ``folder`` under the plugin; the JSON rows go to ``report``.
+
+    ``twins``: run only the framework's own variant of these base ids (mode ``twins``).
+    """
+    mode = "twins" if twins is not None else "alpstore" if ci else "all"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PLUGIN), os.environ.get("PYTHONPATH")])),
         "NO_DOCKER": "true",  # LangGraph's own PostgreSQL and Redis variants need their docker
-        "ALPSTORE_COMPAT_MODE": "alpstore" if ci else "all",
+        "ALPSTORE_COMPAT_MODE": mode,
         "ALPSTORE_COMPAT_REPORT": str(report),
         "ALPSTORE_COMPAT_REVIEWED": str(REVIEWED),
+        "ALPSTORE_COMPAT_TWINS": json.dumps(twins or []),
     }
     if unreviewed:
         env["ALPSTORE_COMPAT_UNREVIEWED"] = "1"
@@ -116,12 +137,46 @@ def run_suite(suite: str, folder: Path, ci: bool, report: Path, unreviewed: bool
     args += ["-q", "--tb=short", "-rf", "-p", "no:randomly"]
     if suite == "langgraph":
         args += ["-o", "addopts=", "-o", "asyncio_default_fixture_loop_scope=function"]
-    if ci and CI_SELECT[suite]:
+    if ci and CI_SELECT[suite] and files is None:
         args += ["-k", str(CI_SELECT[suite])]
-    args += test_files(suite, folder, ci)
+    args += files if files is not None else test_files(suite, folder, ci)
     started = time.monotonic()
     subprocess.run(args, cwd=folder, env=env, check=False)
     return time.monotonic() - started
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,16}\b")
+_TMP_PATH = re.compile(r"/tmp/[^\s'\":]{1,200}")
+
+
+def same_failure(ours: str | None, theirs: str | None) -> bool:
+    """Whether two crash lines name the same failure: the same exception and message, object
+    addresses and temporary paths aside. An empty line never matches (nothing to compare)."""
+
+    def norm(line: str | None) -> str:
+        text = _ADDRESS.sub("0x…", (line or "").strip())
+        return _TMP_PATH.sub("/tmp/…", text)
+
+    return bool(norm(ours)) and norm(ours) == norm(theirs)
+
+
+def judge(
+    rows: list[dict[str, Any]], twin_rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Our unreviewed failures, split: (the framework's: its own twin failed the same way,
+    ours: every other one)."""
+    twins = {(r["base"], r["variant"]): r for r in twin_rows}
+    frameworks, ours = [], []
+    for r in rows:
+        if r["variant"] not in OURS or r["outcome"] != "failed":
+            continue
+        twin = twins.get((r["base"], OURS[r["variant"]]))
+        if twin and twin["outcome"] == "failed" and same_failure(r.get("error"), twin.get("error")):
+            r["twin_error"] = twin.get("error")
+            frameworks.append(r)
+        else:
+            ours.append(r)
+    return frameworks, ours
 
 
 def table(rows: list[dict[str, Any]], markdown: bool = False) -> str:
@@ -173,20 +228,45 @@ def _variant_order(v: str) -> tuple[int, str]:
     return (1 if v.startswith("alpstore") else 0, v)
 
 
-def regressions(rows: list[dict[str, Any]], ci: bool) -> list[str]:
-    """Our failures that count: in CI every one not reviewed; in a full run, those of tests
-    that built our adapter whose framework twin (same test and parameters, their SQLite
-    implementation) passed.
-    """
+def regressions(rows: list[dict[str, Any]]) -> list[str]:
+    """In a full run: our failures of tests that built our adapter whose framework twin (same
+    test and parameters, their SQLite implementation) passed."""
     theirs = {(r["base"], r["variant"]): r["outcome"] for r in rows}
     bad = []
     for r in rows:
         if r["variant"] not in OURS or r["outcome"] != "failed":
             continue
-        twin_passed = theirs.get((r["base"], OURS[r["variant"]])) == "passed"
-        if ci or (twin_passed and r.get("ran_alpstore")):
+        if theirs.get((r["base"], OURS[r["variant"]])) == "passed" and r.get("ran_alpstore"):
             bad.append(r["nodeid"])
     return bad
+
+
+def run_ci(suite: str, folder: Path, base: Path, files: list[str] | None) -> list[dict[str, Any]]:
+    """The CI run of one suite: our variants; then, for each of our unreviewed failures, the
+    framework's own twin of that test. Rows carry ``verdict``: ``ours`` or ``framework``."""
+    report = base / f"{suite}.json"
+    run_suite(suite, folder, True, report, files=files)
+    rows = _rows(suite, report)
+    failed = sorted({r["base"] for r in rows if r["variant"] in OURS and r["outcome"] == "failed"})
+    twin_rows: list[dict[str, Any]] = []
+    if failed:
+        print(f"== {suite}: {len(failed)} failing test(s) again on the framework's own twin")
+        twin_report = base / f"{suite}-twins.json"
+        run_suite(suite, folder, True, twin_report, files=files, twins=failed)
+        twin_rows = _rows(suite, twin_report)
+    frameworks, ours = judge(rows, twin_rows)
+    for r in frameworks:
+        r["verdict"] = "framework"
+    for r in ours:
+        r["verdict"] = "ours"
+    return rows
+
+
+def _rows(suite: str, report: Path) -> list[dict[str, Any]]:
+    if not report.exists():
+        raise SystemExit(f"compat: {suite}: pytest wrote no report (collection failed)")
+    rows: list[dict[str, Any]] = json.loads(report.read_text(encoding="utf-8"))
+    return rows
 
 
 def main() -> int:
@@ -200,8 +280,17 @@ def main() -> int:
         help="run the reviewed tests without their xfail (to record their real failures)",
     )
     parser.add_argument("--keep", type=Path, help="download into this folder and keep it")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="the framework's source tree to take the tests from, instead of downloading the "
+        "sdist of the installed version (one --suite)",
+    )
+    parser.add_argument("--files", nargs="+", help="these test files (relative to the suite)")
     opts = parser.parse_args()
     suites = opts.suite or ["langgraph", "openai-agents"]
+    if opts.source and len(suites) != 1:
+        parser.error("--source takes exactly one --suite")
     tmp = None
     if opts.keep:
         base = opts.keep
@@ -213,15 +302,16 @@ def main() -> int:
     durations = {}
     try:
         for suite in suites:
-            folder = fetch(suite, base / suite)
-            report = base / f"{suite}.json"
-            durations[suite] = run_suite(suite, folder, opts.ci, report, opts.unreviewed)
-            if not report.exists():
-                print(
-                    f"compat: {suite}: pytest wrote no report (collection failed)", file=sys.stderr
-                )
-                return 1
-            rows = json.loads(report.read_text(encoding="utf-8"))
+            folder = opts.source.resolve() if opts.source else fetch(suite, base / suite)
+            prepare(suite, folder)
+            started = time.monotonic()
+            if opts.ci:
+                rows = run_ci(suite, folder, base, opts.files)
+            else:
+                report = base / f"{suite}.json"
+                run_suite(suite, folder, False, report, opts.unreviewed, files=opts.files)
+                rows = _rows(suite, report)
+            durations[suite] = time.monotonic() - started
             for r in rows:
                 r["file"] = f"{suite}: {r['file']}"
             all_rows += rows
@@ -235,7 +325,18 @@ def main() -> int:
         print(f"{suite}: {seconds:.0f} s")
     if opts.markdown:
         opts.markdown.write_text(table(all_rows, markdown=True) + "\n", encoding="utf-8")
-    bad = regressions(all_rows, opts.ci)
+    theirs = [r for r in all_rows if r.get("verdict") == "framework"]
+    if theirs:
+        print(
+            f"\ncompat: {len(theirs)} failure(s) are the framework's own: its twin "
+            "(same test on its own implementation) fails the same way; not counted against alpstore"
+        )
+        for r in theirs:
+            print(f"  {r['nodeid']}\n    {r.get('error') or '(no message)'}")
+    if opts.ci:
+        bad = [r["nodeid"] for r in all_rows if r.get("verdict") == "ours"]
+    else:
+        bad = regressions(all_rows)
     if bad:
         print(
             f"\ncompat: {len(bad)} failure(s) for alpstore not on the reviewed list:",

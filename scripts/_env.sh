@@ -1,4 +1,6 @@
-# Shared by scripts/*: create .venv if missing and install the project (extras: $ALPSTORE_EXTRAS).
+# Shared by scripts/*: create .venv if missing and install the project (extras: $ALPSTORE_EXTRAS)
+# at the versions pinned in requirements/ci.lock (a pip constraints file; scripts/lock refreshes
+# it). pyproject.toml keeps ranges for users; the lock is what this clone's tests and CI run on.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-python3}
@@ -7,10 +9,14 @@ stamp=.venv/.alpstore-installed${extras:+-$extras}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+lock=requirements/ci.lock
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$lock" -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras:+[$extras]}" 2>&1 \
-    | grep -v "^WARNING: Location" >&2 || true
+  if ! .venv/bin/python -m pip install -q --disable-pip-version-check -c "$lock" \
+    -e ".${extras:+[$extras]}" 2> >(grep -v "^WARNING: Location" >&2); then
+    echo "scripts/_env.sh: installing alpstore${extras:+[$extras]} with $lock failed" >&2
+    exit 1
+  fi
   .venv/bin/python -c "import alpstore" # the install must have worked
   touch "$stamp"
 fi

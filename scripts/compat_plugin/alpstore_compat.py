@@ -9,7 +9,9 @@ schema) to the framework's ``memory`` and ``sqlite`` ones. OpenAI Agents SDK: ev
 module that uses ``SQLiteSession`` runs once as written (``sqlite``) and once per alpstore
 variant with ``SQLiteSession`` replaced by an ``AlpstoreSession`` built the same way.
 
-Environment: ``ALPSTORE_COMPAT_MODE`` (``all``, or ``alpstore``: our variants only),
+Environment: ``ALPSTORE_COMPAT_MODE`` (``all``; ``alpstore``: our variants only; ``twins``: the
+framework's own variant of each test named in the JSON list ``ALPSTORE_COMPAT_TWINS`` (base ids,
+see ``base_id``) — how ``scripts/compat --ci`` tells a failure of the framework's from ours),
 ``ALPSTORE_COMPAT_REPORT`` (JSON file written at the end: outcome per test and variant),
 ``ALPSTORE_COMPAT_UNREVIEWED`` (set: run the reviewed tests without the xfail, to see their
 real failures), ``ALPSTORE_COMPAT_REVIEWED`` (the reviewed list: tests expected to fail for our
@@ -34,6 +36,11 @@ import yaml
 PG_URL = os.environ.get("ALPSTORE_TEST_POSTGRES_URL") or None
 MODE = os.environ.get("ALPSTORE_COMPAT_MODE", "all")
 UNREVIEWED = bool(os.environ.get("ALPSTORE_COMPAT_UNREVIEWED"))
+TWINS = "twins"
+"""The mode that runs the framework's own variant of the failing tests listed in
+``ALPSTORE_COMPAT_TWINS``."""
+THEIRS = {"sqlite", "sqlite_aio"}
+"""The framework variants that twin ours (``OURS`` in scripts/_compat.py maps ours to them)."""
 OURS_SYNC = ["alpstore"] + (["alpstore_pg"] if PG_URL else [])
 OURS_ASYNC = ["alpstore_aio"] + (["alpstore_pg_aio"] if PG_URL else [])
 OURS_SESSION = ["alpstore"] + (["alpstore_pg"] if PG_URL else [])
@@ -42,7 +49,11 @@ VARIANT_FIXTURES = ("sync_checkpointer", "async_checkpointer", "alpstore_session
 
 
 def _params(theirs: list[str], ours: list[str]) -> list[str]:
-    return ours if MODE == "alpstore" else theirs + ours
+    if MODE == "alpstore":
+        return ours
+    if MODE == TWINS:
+        return [name for name in theirs if name in THEIRS]
+    return theirs + ours
 
 
 # ---------------------------------------------------------------- archives
@@ -296,6 +307,7 @@ class _Report:
         self.outcomes: dict[str, str] = {}
         self.reasons: dict[str, str] = {}
         self.ran: dict[str, bool] = {}
+        self.errors: dict[str, str] = {}
 
     def record(self, nodeid: str, outcome: str) -> None:
         order = ("passed", "skipped", "reviewed", "failed")
@@ -308,11 +320,16 @@ _REPORT = _Report()
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: record only what runs
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    entries = _reviewed()
+    entries = [] if MODE == TWINS else _reviewed()
+    twins = _twins()
     keep, drop = [], []
     for item in items:
         variant = variant_of(item)
-        if variant is None or (MODE == "alpstore" and not variant.startswith("alpstore")):
+        if (
+            variant is None
+            or (MODE == "alpstore" and not variant.startswith("alpstore"))
+            or (MODE == TWINS and base_id(item) not in twins)
+        ):
             drop.append(item)
             continue
         keep.append(item)
@@ -329,6 +346,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+def _twins() -> set[str]:
+    """In ``twins`` mode, the base ids whose framework variant is to run."""
+    if MODE != TWINS:
+        return set()
+    return set(json.loads(os.environ.get("ALPSTORE_COMPAT_TWINS") or "[]"))
+
+
+def failure_of(report: pytest.TestReport) -> str:
+    """The one line a failure is known by: its exception and message (pytest's crash line)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = str(getattr(crash, "message", "") or "").strip()
+    if message:
+        return message.splitlines()[0]
+    text = str(report.longrepr or "").strip()
+    return text.splitlines()[-1] if text else ""
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.nodeid not in _REPORT.variants:
         return
@@ -336,6 +370,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         _REPORT.record(report.nodeid, "reviewed")
     elif report.failed:
         _REPORT.record(report.nodeid, "failed")
+        _REPORT.errors.setdefault(report.nodeid, failure_of(report))
     elif report.skipped:
         _REPORT.record(report.nodeid, "skipped")
     elif report.when == "call":
@@ -355,6 +390,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "outcome": _REPORT.outcomes.get(nodeid, "failed"),
             "reason": _REPORT.reasons.get(nodeid),
             "ran_alpstore": _REPORT.ran.get(nodeid, False),
+            "error": _REPORT.errors.get(nodeid),
         }
         for nodeid, variant in _REPORT.variants.items()
     ]
