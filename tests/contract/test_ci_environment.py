@@ -94,10 +94,11 @@ def run_compat(tmp_path: Path, extra: str) -> subprocess.CompletedProcess[str]:
         textwrap.dedent(FAKE_SUITE.format(extra=extra)), encoding="utf-8"
     )
     env = {k: v for k, v in os.environ.items() if k != "ALPSTORE_TEST_POSTGRES_URL"}
-    script = str(REPO / "scripts" / "_compat.py")
-    files = ["--files", "tests/test_fake_suite.py"]
+    args = [sys.executable, str(REPO / "scripts" / "_compat.py"), "--ci"]
+    args += ["--suite", "openai-agents", "--source", str(source)]
+    args += ["--files", "tests/test_fake_suite.py"]
     return subprocess.run(
-        [sys.executable, script, "--ci", "--suite", "openai-agents", "--source", str(source), *files],
+        args,
         capture_output=True,
         text=True,
         env=env,
