@@ -63,7 +63,7 @@ def test_lock_keeps_the_reviewed_pins() -> None:
 
 
 # ---------------------------------------------------------------- scripts/compat's verdicts
-FAKE_SUITE = '''
+FAKE_SUITE = """
 from agents import SQLiteSession
 
 
@@ -76,14 +76,14 @@ def test_fails_for_both():
     # the shape of issue 44: the framework's own test breaks on an upstream release
     raise ImportError("import error in cryptography.fernet.time: No module named 'x' at 0x7f00aa")
 {extra}
-'''
+"""
 
-OURS_ONLY = '''
+OURS_ONLY = """
 
 def test_fails_for_alpstore_only():
     session = SQLiteSession("s-ours")
     assert type(session).__name__ == "SQLiteSession", "not the framework's own class"
-'''
+"""
 
 
 def run_compat(tmp_path: Path, extra: str) -> subprocess.CompletedProcess[str]:
