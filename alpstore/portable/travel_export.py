@@ -15,7 +15,7 @@ from alpstore.codec import MAX_DEPTH, brackets, digest_hex, nesting_depth
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, NotFoundError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed, refuse_database_target
 from alpstore.portable.travel_format import (
     FORMAT,
     KIND_NAMES,
@@ -308,6 +308,7 @@ def export_session(
         for rec in recs:
             if rec["type"] == "event":
                 checks.text(rec["detail"], f"$.event[{rec['kind']}].detail")
+        refuse_database_target(path, archive=getattr(store.db, "path", None))
         fileio.refuse_symlink(path)
         lines = 0
         written = 0
