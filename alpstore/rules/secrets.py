@@ -28,42 +28,71 @@ from urllib.parse import unquote
 from alpstore.errors import SecretError
 
 
-def _led(literal: str, rest: str, *, before: str = "") -> re.Pattern[str]:
-    r"""A pattern that starts with ``literal`` (the regex engine then skips to each occurrence
-    at C speed, never trying a start elsewhere) and holds only where ``before`` + ``literal``
-    starts a word (what ``\b`` + literal said: a lookbehind that contains the literal).
+def _led(literal: str, rest: str) -> re.Pattern[str]:
+    r"""A pattern that starts with ``literal``: the regex engine skips to each occurrence at C
+    speed and never tries a start elsewhere. The word boundary ``\b`` said before the literal is
+    checked on each match (:func:`_at_word_start`): a lookbehind cost three times as much on
+    every occurrence, and occurrences are what an adversarial text is made of.
     """
-    lit = re.escape(literal)
-    return re.compile(rf"{lit}(?<=(?<!\w){before}{lit}){rest}")
+    return re.compile(re.escape(literal) + rest)
 
 
-TOKEN_SHAPES: Final[tuple[tuple[str, str, re.Pattern[str]], ...]] = (
+def _at_word_start(text: str, pos: int, before: str = "") -> bool:
+    r"""``\b`` at ``pos``; with ``before`` (the letters one character of the token may be
+    before its literal: ``rs`` for ``[rs]k_live_``), that character, then ``\b`` before it.
+    """
+    if before:
+        if pos < 1 or text[pos - 1] not in before:
+            return False
+        pos -= 1
+    return pos < 1 or not (text[pos - 1].isalnum() or text[pos - 1] == "_")
+
+
+def _search(pattern: re.Pattern[str], text: str, before: str = "") -> bool:
+    """True when ``pattern`` matches at a word start of ``text``. A match elsewhere resumes
+    the search one character after its start (a token at a word start inside it is not lost);
+    each try costs a bounded number of steps, so this stays linear.
+    """
+    m = pattern.search(text)
+    while m is not None:
+        if _at_word_start(text, m.start(), before):
+            return True
+        m = pattern.search(text, m.start() + 1)
+    return False
+
+
+TOKEN_SHAPES: Final[tuple[tuple[str, str, re.Pattern[str], str], ...]] = (
     (
         "private key block",
         "-----BEGIN ",
-        re.compile(r"-----BEGIN (?:(?!PRIVATE KEY)[A-Z0-9]+ )*+PRIVATE KEY(?: BLOCK)?-----"),
+        # at most 8 words of at most 32 letters before PRIVATE KEY (a bound on what one
+        # start examines: RSA, EC, OPENSSH, ENCRYPTED, PGP … are one or two)
+        re.compile(
+            r"-----BEGIN (?:(?!PRIVATE KEY)[A-Z0-9]{1,32}+ ){0,8}+PRIVATE KEY(?: BLOCK)?-----"
+        ),
+        "",
     ),
-    ("AWS access key id", "AKIA", _led("AKIA", r"[0-9A-Z]{16}\b")),
-    ("AWS access key id", "ASIA", _led("ASIA", r"[0-9A-Z]{16}\b")),
-    ("GitHub token", "gh", _led("gh", r"[pousr]_[A-Za-z0-9]{36}")),
-    ("GitHub token", "github_pat_", _led("github_pat_", r"[A-Za-z0-9_]{40}")),
-    ("Anthropic API key", "sk-", _led("sk-", r"ant-[A-Za-z0-9_-]{20}")),
-    ("OpenAI API key", "sk-", _led("sk-", r"(?:proj-|svcacct-)?[A-Za-z0-9]{20}")),
-    ("Slack token", "xox", _led("xox", r"[abposr]-[A-Za-z0-9-]{10}")),
-    ("Google API key", "AIza", _led("AIza", r"[0-9A-Za-z_-]{35}\b")),
-    ("Stripe secret key", "k_live_", _led("k_live_", r"[0-9A-Za-z]{20}", before="[rs]")),
-    ("Hugging Face token", "hf_", _led("hf_", r"[A-Za-z0-9]{30}")),
-    ("GitLab token", "glpat-", _led("glpat-", r"[A-Za-z0-9_-]{20}")),
+    ("AWS access key id", "AKIA", _led("AKIA", r"[0-9A-Z]{16}\b"), ""),
+    ("AWS access key id", "ASIA", _led("ASIA", r"[0-9A-Z]{16}\b"), ""),
+    ("GitHub token", "gh", _led("gh", r"[pousr]_[A-Za-z0-9]{36}"), ""),
+    ("GitHub token", "github_pat_", _led("github_pat_", r"[A-Za-z0-9_]{40}"), ""),
+    ("Anthropic API key", "sk-", _led("sk-", r"ant-[A-Za-z0-9_-]{20}"), ""),
+    ("OpenAI API key", "sk-", _led("sk-", r"(?:proj-|svcacct-)?[A-Za-z0-9]{20}"), ""),
+    ("Slack token", "xox", _led("xox", r"[abposr]-[A-Za-z0-9-]{10}"), ""),
+    ("Google API key", "AIza", _led("AIza", r"[0-9A-Za-z_-]{35}\b"), ""),
+    ("Stripe secret key", "k_live_", _led("k_live_", r"[0-9A-Za-z]{20}"), "rs"),
+    ("Hugging Face token", "hf_", _led("hf_", r"[A-Za-z0-9]{30}"), ""),
+    ("GitLab token", "glpat-", _led("glpat-", r"[A-Za-z0-9_-]{20}"), ""),
     (
         "JSON Web Token",
         "eyJ",
         # the second alternative eats the rest of the run when the first fails: a later "eyJ"
         # in the same run ("eyJ-eyJ-…") reaches the same end and would fail too
-        _led(
-            "eyJ",
-            r"(?:(?P<hit>[A-Za-z0-9_-]{10,}+\.eyJ[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10})"
-            r"|[A-Za-z0-9_-]*+)",
+        re.compile(
+            r"eyJ(?:(?P<hit>[A-Za-z0-9_-]{10,}+\.eyJ[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10})"
+            r"|[A-Za-z0-9_-]*+)"
         ),
+        "",
     ),
 )
 """Well-known credential shapes, checked in every string of the document: ``(kind, the literal
@@ -91,10 +120,11 @@ PLACEHOLDER: Final = re.compile(
 ``•••`` (three or more), ``${VAR}``, ``$VAR``, ``{{ var }}``, ``changeme``, ``example``,
 ``REDACTED`` (whole value, any case, optionally in brackets)."""
 
-_URL_PASSWORD: Final = re.compile(r"://(?<=[A-Za-z0-9+.-]://)[^\s/?#@:\"']*+:([^\s/?#@\"']++)@")
+_URL_PASSWORD: Final = re.compile(r"://[^\s/?#@:\"']*+:([^\s/?#@\"']++)@")
 _URL_PASSWORD_B: Final = re.compile(rb"://(?<=[A-Za-z0-9+.-]://)[^\s/?#@:\"']*+:[^\s/?#@\"']++@")
 """``scheme://user:password@``: the password group (an empty one is no finding). Led by
-``://`` (the engine skips to each at C speed; the scheme is the character before it): the
+``://`` (the engine skips to each at C speed; the scheme is the character before it, checked
+on each match: :func:`_url_passwords`): the
 scheme was ``\b[A-Za-z][A-Za-z0-9+.-]*`` before, tried from every word start inside a run of
 scheme characters (``a.a.a.…://``: quadratic)."""
 
@@ -115,8 +145,13 @@ was quadratic: 200 KB took ~28 s to export)."""
 def _header_values(text: str) -> Iterable[str]:
     lower = text.lower()
     for pattern in _HEADER_LINES:
-        for m in pattern.finditer(lower):
-            yield m.group(1)
+        m = pattern.search(lower)
+        while m is not None:
+            if _at_word_start(lower, m.start()):
+                yield m.group(1)
+                m = pattern.search(lower, m.end())
+            else:
+                m = pattern.search(lower, m.start() + 1)
 
 
 HEADER_KEY: Final = re.compile(r"^(?:(?:proxy-)?authorization|(?:set-)?cookie)$", re.IGNORECASE)
@@ -260,25 +295,58 @@ def _token_kind(text: str) -> str | None:
     """The kind of credential ``text`` holds, or None."""
     if len(text) <= 256 and not _QUICK.search(text):  # short (mapping keys): one search
         return None
-    for kind, literal, pattern in TOKEN_SHAPES:
+    for kind, literal, pattern, before in TOKEN_SHAPES:
         if literal not in text:  # a substring search at C speed
             continue
-        if pattern.groups:  # a failed start eats its run: look for the alternative that hit
-            if any(m.group("hit") is not None for m in pattern.finditer(text)):
+        if pattern.groups:
+            if _jwt(pattern, text):
                 return kind
-        elif pattern.search(text):
+        elif _search(pattern, text, before):
             return kind
     return None
+
+
+def _jwt(pattern: re.Pattern[str], text: str) -> bool:
+    """A JSON Web Token at a word start. Each match covers one run of token characters (the
+    second alternative eats the run when the first fails), and every start inside one run ends
+    where it ends: the first start at a word start decides the run. A match that is not at one
+    looks for that start (after a ``-``, the run's only non-word character) and tries it once.
+    """
+    for m in pattern.finditer(text):
+        start = m.start()
+        if _at_word_start(text, start):
+            if m.group("hit") is not None:
+                return True
+            continue
+        run_end = m.end() if m.group("hit") is None else text.index(".", start)
+        k = text.find("-eyJ", start, run_end)
+        if k >= 0:
+            again = pattern.match(text, k + 1)
+            if again is not None and again.group("hit") is not None:
+                return True
+    return False
 
 
 def _check_string(text: str, path: str, out: list[Finding]) -> None:
     kind = _token_kind(text)
     if kind is not None:
         out.append(Finding(path, kind))
-    elif "://" in text and _any_literal(unquote(m.group(1)) for m in _URL_PASSWORD.finditer(text)):
+    elif "://" in text and _any_literal(_url_passwords(text)):
         out.append(Finding(path, "password in a URL"))
     elif ":" in text and _any_literal(_header_values(text)):
         out.append(Finding(path, "credential header"))
+
+
+def _url_passwords(text: str) -> Iterable[str]:
+    for m in _URL_PASSWORD.finditer(text):
+        start = m.start()
+        if start and text[start - 1] in _SCHEME_CHARS:
+            yield unquote(m.group(1))
+
+
+_SCHEME_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-"
+)
 
 
 def _any_literal(values: Iterable[str]) -> bool:

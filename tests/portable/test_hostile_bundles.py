@@ -313,3 +313,27 @@ def test_an_export_never_writes_over_the_archive_it_reads(backend: Backend) -> N
             assert (target.read_bytes() if target.exists() else None) == before
     r = backend.cli("session", "list")
     assert r.code == 0 and "s" in r.out
+
+
+@pytest.mark.parametrize("steering", [42, [1, 2], {"role": "user", "content": 42}])
+def test_a_stored_steering_message_of_any_shape_reads(
+    backend: Backend, tmp_path: Path, steering: Any
+) -> None:
+    """An archive that took such a file before this fix: `session log`, `debug log` and `debug
+    replay` of that session exited 70."""
+    from alpstore.archive.reading import encode
+    from alpstore.db import raw as rsql
+    from alpstore.db.names import BLOB_MESSAGE
+
+    store = backend.open_store()
+    s = other_session(store, "steered")
+    s.backtrack(1, "go")
+    with store.db.atomic() as conn:
+        (blob_id,) = store.archive.store_encoded(conn, [encode(steering, BLOB_MESSAGE)])
+        rsql.execute(conn, "UPDATE backtracks SET steering_blob_id = ?", (blob_id,))
+    for args in (("session", "log", "steered"), ("debug", "log", "steered")):
+        r = backend.cli(*args)
+        assert r.code == 0, (args, r.err)
+    r = backend.cli("debug", "replay", "steered")
+    assert r.code == 0, r.err
+    assert store.session_backtracks(s.id)[0]["steering"] is None
