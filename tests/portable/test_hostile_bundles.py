@@ -337,3 +337,32 @@ def test_a_stored_steering_message_of_any_shape_reads(
     r = backend.cli("debug", "replay", "steered")
     assert r.code == 0, r.err
     assert store.session_backtracks(s.id)[0]["steering"] is None
+
+
+def test_the_timeline_pages_event_markers(tmp_path: Path) -> None:
+    """Events within one page's span (a flood recorded locally, or accepted before the bound):
+    the page shows at most EVENTS_PER_PAGE and counts the rest (a 14 MB page before)."""
+    from starlette.testclient import TestClient
+
+    from alpstore.db import opening
+    from alpstore.ui.app import create_app
+    from alpstore.ui.queries import EVENTS_PER_PAGE
+    from alpstore.ui.readonly import open_read_only
+    from alpstore.ui.settings import Settings
+
+    root = tmp_path / "ui"
+    with Store.open(root) as store:
+        s = other_session(store, "flood", turns=2)
+        with store.db.atomic() as conn:
+            for i in range(5_000):
+                store.record_event(conn, s.id, "note", None, {"i": i})
+    ro = open_read_only(root, opening.default_database_url(root))
+    try:
+        client = TestClient(create_app(Settings(ro, "t0ken", 8765, ["testserver"], label="f")))
+        assert client.get("/?token=t0ken").status_code == 200
+        r = client.get(f"/s/{s.uuid}")
+        assert r.status_code == 200
+        assert r.text.count("• note") == EVENTS_PER_PAGE
+        assert f"{5_000 - EVENTS_PER_PAGE} more event(s)" in r.text
+    finally:
+        ro.db.close()
