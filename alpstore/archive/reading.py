@@ -170,6 +170,9 @@ class ArchiveReader(FrameReading):
         self._base_raw: OrderedDict[int, bytes] = OrderedDict()
         """Decoded bases by blob id, for reading delta blobs. Safe across `gc`: ids are never
         reused, and a blob's content never changes (only its encoding may)."""
+        self._damaged_dictionary: int | None = None
+        """The newest dictionary, when its row does not decode (new blobs are written without
+        it, no new one is trained over it; `archive verify` names it and the blobs needing it)."""
         self._init_frames()
         self._load_newest_dictionary()
         db.on_rollback(self._forget_uncommitted)
@@ -190,8 +193,14 @@ class ArchiveReader(FrameReading):
         with self.db.read() as conn:
             found = rsql.fetchone(conn, f"{DICT_SELECT} ORDER BY id DESC LIMIT 1")
         row = None if found is None else DictRow(*found)
-        if row is not None and int(row.id) != self._codec[0]:
-            data = load_dictionary_row(self._dec, row)
+        if row is not None and int(row.id) not in (self._codec[0], self._damaged_dictionary):
+            try:
+                data = load_dictionary_row(self._dec, row)
+            except IntegrityError:
+                # damage like a damaged frame: the archive opens and every read that does not
+                # need this dictionary works; the blobs that do are named where they are read
+                self._damaged_dictionary = int(row.id)
+                return
             self._codec = (int(row.id), self._compressor(data))
 
     def _compressor(self, dictionary: bytes) -> Compressor:

@@ -316,7 +316,12 @@ class DictionaryTraining(ArchiveReader):
 
         from alpstore.db.tables import blobs
 
-        if not self.auto_train or self.dictionary_id is not None or new_small == 0:
+        if (
+            not self.auto_train
+            or self.dictionary_id is not None
+            or self._damaged_dictionary is not None
+            or new_small == 0
+        ):
             return
         if self.db.in_transaction():  # inside a caller's larger write: train after it
             self._pending_small += new_small
@@ -353,7 +358,7 @@ class DictionaryTraining(ArchiveReader):
         """
         try:
             self._load_newest_dictionary()  # another process may have trained one already
-            if self.dictionary_id is None:
+            if self.dictionary_id is None and self._damaged_dictionary is None:
                 _, _, changed = self.train_dictionary(samples=samples, only_if_none=True)
                 if changed:
                     if self.db.is_sqlite:
@@ -435,7 +440,7 @@ class DictionaryTraining(ArchiveReader):
         self.wait_for_training()
         self._pending_small = 0
         self._load_newest_dictionary()  # another process may have trained one already
-        if not self.auto_train or self.dictionary_id is not None:
+        if not self.auto_train or self.dictionary_id is not None or self._damaged_dictionary:
             return None, 0
         from sqlalchemy import func, select
 

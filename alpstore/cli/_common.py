@@ -128,6 +128,15 @@ def echo_lines(lines: Iterable[str]) -> None:
     sys.stdout.write(printable(text) if stdout_is_terminal() else text)
 
 
+def echo_text(text: str) -> None:
+    """Print one line that holds text from the archive (a message, a label, a steering text,
+    an event): every control character shown as an escape, piped or not, as ``session show``
+    prints (:func:`echo_lines`; a message imported from another machine's file must not write
+    ESC, OSC 52 or 0x9b to whatever reads the pipe). ``--json`` output stays exact.
+    """
+    echo_lines([text])
+
+
 def warn(text: str) -> None:
     """Print a one-line notice to stderr."""
     sys.stderr.write(f"alpstore: {text}\n")

@@ -24,6 +24,7 @@ from alpstore.cli._common import (
 )
 from alpstore.cli._terminal import term
 from alpstore.errors import NotFoundError, UsageError
+from alpstore.rules.ids import is_number
 
 app = typer.Typer(
     help="Checkpoint files (mas-lab v1/v2) and the archive's checkpoints: list, show, fork, "
@@ -32,7 +33,7 @@ app = typer.Typer(
 )
 
 ARCHIVE_PREFIX = "archive:"
-_ARCHIVE_REF = re.compile(r"^(\d+|[^@/\\]+@(?:latest|\d+))$")
+_ARCHIVE_REF = re.compile(r"^([0-9]+|[^@/\\]+@(?:latest|[0-9]+))$")
 
 CheckpointDirOpt = Annotated[
     Path | None,
@@ -299,7 +300,7 @@ def export(
         )
     st = read_store(ctx)
     inner = _archive_ref(ref) or ref
-    if _ARCHIVE_REF.match(inner) and ("@" in inner or inner.isdigit()):
+    if _ARCHIVE_REF.match(inner) and ("@" in inner or is_number(inner)):
         snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
     else:
         snap = snapshot_of_head(st, st.get_session(inner))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from alpstore.cli._common import MAX_COUNT, echo, print_json, read_store
+from alpstore.cli._common import MAX_COUNT, echo_text, print_json, read_store
 from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -194,17 +194,19 @@ def show(
         )
         return
     state = "retained" if not ck.abandoned else "cut by a backtrack"
-    echo(f"checkpoint {ck.id} = {_ref(st, ck)} ({ck.label}, trigger {ck.trigger or '-'}, {state})")
-    echo(f"session {ck.session}, view {ck.archive_view_id}, {ck.length} entries")
+    echo_text(
+        f"checkpoint {ck.id} = {_ref(st, ck)} ({ck.label}, trigger {ck.trigger or '-'}, {state})"
+    )
+    echo_text(f"session {ck.session}, view {ck.archive_view_id}, {ck.length} entries")
     for name, doc in (("kernel", shown.kernel), ("working memory", shown.working_memory)):
         text = json.dumps(doc, ensure_ascii=False, sort_keys=True) if doc is not None else "none"
         room = width - len(name) - 2
-        echo(f"{name}: {text[: room - 1] + '…' if width and len(text) > room else text}")
+        echo_text(f"{name}: {text[: room - 1] + '…' if width and len(text) > room else text}")
     if start:
-        echo(f"... {start} earlier entries")
+        echo_text(f"... {start} earlier entries")
     for i, e in enumerate(shown.entries):
         if i >= start:
-            echo(entry_line(i, e, width))
+            echo_text(entry_line(i, e, width))
 
 
 def _change_doc(c: JsonChange) -> dict[str, Any]:
@@ -271,31 +273,31 @@ def diff(
             }
         )
         return
-    echo(f"--- {_ref(st, r.a)} (checkpoint {r.a.id}, {r.a.length} entries)")
-    echo(f"+++ {_ref(st, r.b)} (checkpoint {r.b.id}, {r.b.length} entries)")
-    echo(f"common prefix: {r.common} {'entry' if r.common == 1 else 'entries'}")
+    echo_text(f"--- {_ref(st, r.a)} (checkpoint {r.a.id}, {r.a.length} entries)")
+    echo_text(f"+++ {_ref(st, r.b)} (checkpoint {r.b.id}, {r.b.length} entries)")
+    echo_text(f"common prefix: {r.common} {'entry' if r.common == 1 else 'entries'}")
     for f in r.folds:
-        echo(
+        echo_text(
             f"folded {len(f.replaced)} entries into summary {short(f.summary.digest)} "
             f"at [{f.position}]:"
         )
-        echo(f"  = {entry_line(f.position, f.summary, width)}")
+        echo_text(f"  = {entry_line(f.position, f.summary, width)}")
         for p, e in f.replaced:
-            echo(f"  - {entry_line(p, e, width)}")
+            echo_text(f"  - {entry_line(p, e, width)}")
     if r.removed:
-        echo(f"removed {len(r.removed)} entries:")
+        echo_text(f"removed {len(r.removed)} entries:")
         for p, e in r.removed:
-            echo(f"  - {entry_line(p, e, width)}")
+            echo_text(f"  - {entry_line(p, e, width)}")
     if r.added:
-        echo(f"added {len(r.added)} entries:")
+        echo_text(f"added {len(r.added)} entries:")
         for p, e in r.added:
-            echo(f"  + {entry_line(p, e, width)}")
+            echo_text(f"  + {entry_line(p, e, width)}")
     for name, changes in (("kernel", r.kernel), ("working memory", r.working_memory)):
-        echo(f"{name}: {'unchanged' if not changes else f'{len(changes)} change(s)'}")
+        echo_text(f"{name}: {'unchanged' if not changes else f'{len(changes)} change(s)'}")
         for c in changes:
-            echo(_change_line(c))
+            echo_text(_change_line(c))
     if r.identical:
-        echo("identical")
+        echo_text("identical")
 
 
 @app.command("replay")
@@ -331,18 +333,20 @@ def replay(
         return
     for it in items:
         if it.change is None:
-            echo(_event_text(it.kind, it.detail))
+            echo_text(_event_text(it.kind, it.detail))
             continue
         c = it.change
         ck = c.checkpoint
         if ck.trigger == "fork" and c.previous is not None and c.previous.session != ck.session:
-            echo(f"== {_ref(st, ck)}: forked from {_ref(st, c.previous)} ({ck.length} entries)")
+            echo_text(
+                f"== {_ref(st, ck)}: forked from {_ref(st, c.previous)} ({ck.length} entries)"
+            )
             continue
         cut = f", {len(c.delta.removed)} entries cut" if c.delta.removed else ""
         abandoned = " [later cut by a backtrack]" if ck.abandoned else ""
-        echo(f"== turn {ck.turn} (checkpoint {ck.id}, {ck.trigger or '-'}{cut}){abandoned}")
+        echo_text(f"== turn {ck.turn} (checkpoint {ck.id}, {ck.trigger or '-'}{cut}){abandoned}")
         for p, e in c.added:
-            echo(f"   {entry_line(p, e, width)}")
+            echo_text(f"   {entry_line(p, e, width)}")
 
 
 @app.command("bisect")
@@ -389,15 +393,15 @@ def bisect(
         )
         return
     bad, good = r.first_bad, r.last_good
-    echo(f"first bad: turn {bad.turn} = {_ref(st, bad)} (checkpoint {bad.id}, {bad.label})")
-    echo(f"last good: turn {good.turn} = {_ref(st, good)} (checkpoint {good.id})")
-    echo(
+    echo_text(f"first bad: turn {bad.turn} = {_ref(st, bad)} (checkpoint {bad.id}, {bad.label})")
+    echo_text(f"last good: turn {good.turn} = {_ref(st, good)} (checkpoint {good.id})")
+    echo_text(
         f"{r.hydrations} hydrations over {r.checkpoints} checkpoints "
         f"(bound ⌈log2 n⌉ + 1 = {r.bound})"
     )
-    echo(f"turn {bad.turn} added {len(r.added)} entries:")
+    echo_text(f"turn {bad.turn} added {len(r.added)} entries:")
     for p, e in r.added:
-        echo(f"  + {entry_line(p, e, width)}")
+        echo_text(f"  + {entry_line(p, e, width)}")
 
 
 @app.command("expand")
@@ -425,7 +429,7 @@ def expand(
         )
         return
     summaries = {r.summaries[0].hex for r in rows if r.summaries}
-    echo(
+    echo_text(
         f"{_ref(st, ck)} (checkpoint {ck.id}): {ck.length} entries, {len(summaries)} "
         f"summaries expanded to {len(rows)} entries"
     )
@@ -433,4 +437,4 @@ def expand(
         where = f"{{{short(r.summaries[-1].digest)}}} " if r.summaries else ""
         line = entry_line(n, r.entry, 0)
         text = f"{where}{line}"
-        echo(text if not width or len(text) <= width else text[: width - 1] + "…")
+        echo_text(text if not width or len(text) <= width else text[: width - 1] + "…")

@@ -30,6 +30,7 @@ from alpstore.cli.session_read import lineage, list_sessions, log, show
 from alpstore.cli.session_travel import digest_command, export_command, import_session
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
+from alpstore.rules.ids import is_number
 
 if TYPE_CHECKING:
     from alpstore.sessions import Entry
@@ -354,7 +355,7 @@ def backtrack(
         words.insert(0, steps)  # with --to every argument after SESSION is the message
         steps = None
     target_ref = to
-    if steps is not None and not steps.isdigit():
+    if steps is not None and not is_number(steps):
         if "@" not in steps and not _UUID.fullmatch(steps):
             raise UsageError(
                 f"N {steps[:30]!r}: expected a number of checkpoints to rewind, or a checkpoint "

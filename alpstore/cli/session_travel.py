@@ -12,6 +12,7 @@ import typer
 from alpstore.cli._common import JsonOpt, SessionArg, echo, print_json, read_store, store, warn
 from alpstore.cli._terminal import term
 from alpstore.errors import UsageError
+from alpstore.rules.ids import check_text
 
 
 def export_command(
@@ -70,15 +71,20 @@ def import_session(
 
     if session_id is not None:
         raise UsageError("--id: a session file keeps its session's id")
-    check_session_file(source)  # a refused file leaves the run root as it was
-    done = import_session_file(store(ctx), source, name=name, checked=True)
+    if name is not None:
+        check_text(name, "--name")  # the rules of `session new`, before anything is opened
+    checked = check_session_file(source)  # a refused file leaves the run root as it was
+    done = import_session_file(store(ctx), source, name=name, checked=checked)
     if name is None and done.file_name is not None and done.name != done.file_name:
         warn(
             f"the name {term(done.file_name)} is taken here; the session is named "
             f"{term(done.name or '')}"
         )
     if done.orphaned:
-        warn("its parent session is not in this archive: imported as a root session")
+        warn(
+            "its parent session is not in this archive, or not at the history the file "
+            "claims (the covering digest differs): imported as a root session"
+        )
     if not done.ids_kept:
         warn(
             "the file's checkpoint numbers are taken in this archive: renumbered "

@@ -17,6 +17,7 @@ from alpstore.db.names import BLOB_STATE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
 from alpstore.gcpause import no_gc_pause
 from alpstore.sessions import CheckpointInfo, Entry
+from alpstore.sessions.records import steering_text
 from alpstore.views import View, clip, common_prefix, cover_of
 
 if TYPE_CHECKING:
@@ -159,7 +160,7 @@ class StoreContent(StoreReads):
                 steering = None
                 if steering_id is not None:
                     msg = self.archive.load_by_ids(conn, [int(steering_id)])
-                    steering = msg[int(steering_id)][2].get("content")
+                    steering = steering_text(msg[int(steering_id)][2])
                 out.append(backtrack_doc(bt, steps, src, dst, automatic, signature, at, steering))
         return out
 

@@ -17,6 +17,7 @@ from alpstore.core.rows import CHECKPOINT_COLUMNS, SESSION_COLUMNS, CheckpointRo
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError
 from alpstore.gcpause import no_gc_pause
+from alpstore.rules.ids import is_number
 from alpstore.rules.names import normal_name
 from alpstore.sessions import CheckpointInfo, Retention, Session, SessionInfo, default_label
 from alpstore.views import View
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 _LANGGRAPH = "langgraph:"
 """The name prefix of a LangGraph thread's session (``langgraph:THREAD[ NS]``)."""
 _LG_CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|\d+)(?:\.(?P<step>\d{1,9}))?$")
+_CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|[0-9]+)(?:\.(?P<step>[0-9]{1,9}))?$")
+r"""A checkpoint reference by session: ASCII digits only (``²`` or ``①`` pass ``isdigit()`` and
+``\d``; ``int()`` refuses them)."""
 MAX_SQL_INTEGER = 2**63 - 1
 """The largest id or turn a row can hold (SQLite and PostgreSQL BIGINT)."""
 
@@ -332,10 +335,10 @@ class StoreReads(StoreParts):
         """
         ref = ref.strip()
         match = _CK_REF.match(ref)
-        number = ref if ref.isdigit() else match["at"] if match else ""
-        if number.isdigit() and (len(number) > 19 or int(number) > MAX_SQL_INTEGER):
+        number = ref if is_number(ref) else match["at"] if match else ""
+        if is_number(number) and (len(number) > 19 or int(number) > MAX_SQL_INTEGER):
             raise NotFoundError(f"checkpoint {ref[:60]}: no such checkpoint (number out of range)")
-        if ref.isdigit():
+        if is_number(ref):
             return self.get_checkpoint(int(ref))
         if not match and _LG_CHECKPOINT_ID.match(ref.lower()):
             with self.db.read() as conn:

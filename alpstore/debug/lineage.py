@@ -17,6 +17,7 @@ from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError, StorageError, UsageError
 from alpstore.fileio import atomic_write
 from alpstore.sessions import SessionInfo
+from alpstore.sessions.records import steering_text
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -136,7 +137,7 @@ def backtracks_of(
     out: dict[int, list[dict[str, Any]]] = {}
     for bt, sid, steps, src, dst, automatic, signature, at, steering_id in rows:
         doc = steering.get(int(steering_id)) if steering_id is not None else None
-        text = doc.get("content") if isinstance(doc, dict) else None
+        text = steering_text(doc)
         out.setdefault(int(sid), []).append(
             backtrack_doc(bt, steps, src, dst, automatic, signature, at, text)
         )

@@ -270,20 +270,28 @@ def _covered(store: Store, entries: Sequence[Entry]) -> Iterator[Entry]:
     summary's children in memory at a time).
     """
     done: set[bytes] = set()
-
-    def visit(summary: Entry) -> Iterator[Entry]:
-        for child in store.expand(summary):
+    for entry in entries:
+        if entry.kind != "summary":
+            continue
+        # an explicit stack, not recursion: a chain of folds nests summaries as deep as it is
+        # long (10,000 rolling folds are 10,000 levels)
+        stack: list[tuple[Iterator[Entry], Entry | None]] = [(iter(store.expand(entry)), None)]
+        while stack:
+            children, owner = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                if owner is not None:
+                    yield owner  # after everything it covers
+                continue
             if child.digest in done:
                 continue
             _require_intact(child.value, child.digest, f"blob {child.hex}")
             done.add(child.digest)
             if child.kind == "summary":
-                yield from visit(child)
-            yield child
-
-    for entry in entries:
-        if entry.kind == "summary":
-            yield from visit(entry)
+                stack.append((iter(store.expand(child)), child))
+            else:
+                yield child
 
 
 def _require_intact(value: Any, digest: bytes, what: str) -> None:

@@ -43,6 +43,7 @@ from alpstore.portable.files import (
     ZST_LEVEL,
     check_for_secrets,
     is_compressed,
+    refuse_database_target,
     validate_document,
     write_checkpoint_file,
 )
@@ -111,6 +112,7 @@ def atomic_stream(
     """
     if not overwrite and path.exists():
         raise CheckpointFileError(f"{path}: already exists; refusing to overwrite")
+    refuse_database_target(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -221,6 +223,7 @@ def write_export(
     """
     if compress is None:
         compress = is_compressed(path)
+    refuse_database_target(path, archive=getattr(store.db, "path", None))
     what = f"export of session {snap.session.uuid}"
     with store.db.read() as conn:
         rows = _view_rows(store, conn, snap)

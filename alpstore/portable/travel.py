@@ -11,7 +11,7 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 import blake3
 import jsonschema
@@ -134,6 +134,33 @@ class Checked:
     checkpoints: int = 0
     blobs: int = 0
     lines: int = 0
+    checkpoint_ids: tuple[int, int] = (0, 0)
+    """The lowest and highest checkpoint id the file names (its checkpoints' and the ones its
+    references name by id only); ``(0, 0)``: none."""
+    backtrack_ids: tuple[int, int] = (0, 0)
+    """The lowest and highest backtrack id (``(0, 0)``: none)."""
+    events: int = 0
+
+
+MAX_EVENTS_PER_CHECKPOINT: Final = 256
+"""Events a session file may carry per checkpoint (plus one checkpoint's worth for the head): a
+session records a few per turn (status, backtrack, fork, decisions); a flood of markers in a
+tiny compressed file is refused before it reaches the timeline."""
+
+
+def _widen(span: tuple[int, int], value: int) -> tuple[int, int]:
+    return (value, value) if span == (0, 0) else (min(span[0], value), max(span[1], value))
+
+
+def is_steering(value: Any) -> bool:
+    """True when ``value`` is a message a backtrack may inject as its steering: a user turn
+    whose content is text (what ``Session.backtrack(steering=…)`` writes).
+    """
+    return (
+        isinstance(value, dict)
+        and value.get("role") == "user"
+        and isinstance(value.get("content"), str)
+    )
 
 
 class SessionReader:
@@ -155,6 +182,8 @@ class SessionReader:
         self._last_bt = 0
         self._length = 0
         self._stage = 0
+        self._steering: set[str] = set()
+        """Digests of the message blobs a backtrack may name as its steering."""
 
     def _fail(self, n: int, reason: str, hint: str | None = None) -> CheckpointFileError:
         return CheckpointFileError(f"{self.path}: line {n}: {reason}", hint=hint)
@@ -291,6 +320,8 @@ class SessionReader:
             if findings:
                 raise secret_error(findings, what=str(self.path))
         self._kinds[digest] = kind
+        if kind == KIND_CODES["message"] and is_steering(rec["value"]):
+            self._steering.add(digest)
         self.result.blobs += 1
         return raw
 
@@ -361,6 +392,7 @@ class SessionReader:
         self._times(n, rec, "created_at")
         state = self._delta(n, rec, f"checkpoint {rec['seq']}")
         self._last_seq, self._last_id = rec["seq"], rec["id"]
+        self.result.checkpoint_ids = _widen(self.result.checkpoint_ids, rec["id"])
         self._seqs.add(rec["seq"])
         self._digester.feed(rec, state)
         self.result.checkpoints += 1
@@ -373,21 +405,42 @@ class SessionReader:
     def _refs(self, n: int, rec: dict[str, Any], *keys: str) -> None:
         for key in keys:
             ref = rec[key]
-            if ref is not None and "seq" in ref and ref["seq"] not in self._seqs:
+            if ref is None:
+                continue
+            if "seq" not in ref:  # a checkpoint the session no longer holds: reserved on import
+                self.result.checkpoint_ids = _widen(self.result.checkpoint_ids, ref["id"])
+            elif ref["seq"] not in self._seqs:
                 raise self._fail(n, f"{key} names checkpoint seq {ref['seq']}, not in the file")
 
     def _backtrack(self, n: int, rec: dict[str, Any]) -> None:
         if rec["id"] <= self._last_bt:
             raise self._fail(n, "backtracks must come in increasing id")
         self._last_bt = rec["id"]
+        self.result.backtrack_ids = _widen(self.result.backtrack_ids, rec["id"])
+        if rec["to"] is None:
+            raise self._fail(n, "a backtrack line without the checkpoint it went to ($.to)")
         self._refs(n, rec, "from", "to")
         self._need(n, rec["steering"], "the steering message", (KIND_CODES["message"],))
+        if rec["steering"] is not None and rec["steering"] not in self._steering:
+            raise self._fail(
+                n,
+                f"the steering message {rec['steering'][:16]}… is not a user turn with text "
+                "content (what a backtrack injects)",
+            )
         if rec["error_signature"] is not None and len(rec["error_signature"]) > 200:
             raise self._fail(n, "error_signature is longer than 200 characters")
         self._times(n, rec, "created_at")
         self._digester.feed(rec)
 
     def _event(self, n: int, rec: dict[str, Any]) -> None:
+        self.result.events += 1
+        bound = MAX_EVENTS_PER_CHECKPOINT * (self.result.checkpoints + 1)
+        if self.result.events > bound:
+            raise self._fail(
+                n,
+                f"more than {bound} events for {self.result.checkpoints} checkpoint(s) (at most "
+                f"{MAX_EVENTS_PER_CHECKPOINT} per checkpoint)",
+            )
         if (p := text_problem(rec["kind"], limit=32)) is not None:
             raise self._fail(n, f"event kind {p}")
         self._refs(n, rec, "checkpoint")

@@ -5,8 +5,8 @@ session, its checkpoints as keep + add deltas, the head, backtracks, events and 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +15,7 @@ from alpstore.codec import MAX_DEPTH, brackets, digest_hex, nesting_depth
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, NotFoundError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed, refuse_database_target
 from alpstore.portable.travel_format import (
     FORMAT,
     KIND_NAMES,
@@ -226,37 +226,67 @@ def _delta(
     return {"keep": keep, "add": add, "covering": state.covering}, chain
 
 
+@dataclass
+class _Level:
+    """One list of digests being written (the head's, or a summary's covers)."""
+
+    todo: list[bytes]
+    after: tuple[bytes, bytes, int, bytes] | None = None
+    """The summary whose covers these are: written when they are."""
+    pos: int = 0
+    ids: dict[bytes, int] = field(default_factory=dict)
+    rows: Mapping[int, tuple[bytes, int, bytes]] = field(default_factory=dict)
+
+
 def _blob_lines(
     store: Store, conn: Any, digests: Sequence[bytes], done: set[bytes], checks: _Scan
 ) -> Iterator[bytes]:
-    """The blob lines of ``digests`` not yet written, each summary's covered blobs first."""
-    todo = [d for d in dict.fromkeys(digests) if d not in done]
-    for start in range(0, len(todo), 256):
-        part = todo[start : start + 256]
-        ids = store.archive.ids_for(conn, part)
-        missing = [d for d in part if d not in ids]
-        if missing:
-            raise NotFoundError(f"blob {digest_hex(missing[0])} is missing from the archive")
-        rows = store.archive.load_raw_by_ids(conn, [ids[d] for d in part])
-        for d in part:
-            if d in done:
-                continue
-            digest, kind, raw = rows[ids[d]]
-            if kind == BLOB_SUMMARY:
-                covers = [bytes.fromhex(c) for c in json.loads(raw)["covers"]]
-                yield from _blob_lines(store, conn, covers, done, checks)
-            hexd = digest_hex(digest)
-            checks.blob(raw, f"blob {hexd}")
-            done.add(d)
-            yield (
-                b'{"type":"blob","digest":"'
-                + hexd.encode()
-                + b'","kind":"'
-                + KIND_NAMES[kind].encode()
-                + b'","value":'
-                + raw
-                + b"}\n"
-            )
+    """The blob lines of ``digests`` not yet written, each summary's covered blobs first.
+
+    An explicit stack of levels, not recursion: a chain of folds nests summaries as deep as it
+    is long (10,000 rolling folds are 10,000 levels). Each level loads 256 rows at a time.
+    """
+
+    def line(d: bytes, digest: bytes, kind: int, raw: bytes) -> bytes:
+        hexd = digest_hex(digest)
+        checks.blob(raw, f"blob {hexd}")
+        done.add(d)
+        return (
+            b'{"type":"blob","digest":"'
+            + hexd.encode()
+            + b'","kind":"'
+            + KIND_NAMES[kind].encode()
+            + b'","value":'
+            + raw
+            + b"}\n"
+        )
+
+    stack = [_Level([d for d in dict.fromkeys(digests) if d not in done])]
+    while stack:
+        level = stack[-1]
+        if level.pos >= len(level.todo):
+            stack.pop()
+            if level.after is not None and level.after[0] not in done:
+                yield line(*level.after)
+            continue
+        if level.pos % 256 == 0:
+            part = level.todo[level.pos : level.pos + 256]
+            level.ids = store.archive.ids_for(conn, part)
+            missing = [d for d in part if d not in level.ids]
+            if missing:
+                raise NotFoundError(f"blob {digest_hex(missing[0])} is missing from the archive")
+            level.rows = store.archive.load_raw_by_ids(conn, [level.ids[d] for d in part])
+        d = level.todo[level.pos]
+        level.pos += 1
+        if d in done:
+            continue
+        digest, kind, raw = level.rows[level.ids[d]]
+        if kind == BLOB_SUMMARY:
+            covers = [bytes.fromhex(c) for c in json.loads(raw)["covers"]]
+            todo = [c for c in dict.fromkeys(covers) if c not in done]
+            stack.append(_Level(todo, (d, digest, kind, raw)))
+            continue
+        yield line(d, digest, kind, raw)
 
 
 class _Scan:
@@ -308,6 +338,7 @@ def export_session(
         for rec in recs:
             if rec["type"] == "event":
                 checks.text(rec["detail"], f"$.event[{rec['kind']}].detail")
+        refuse_database_target(path, archive=getattr(store.db, "path", None))
         fileio.refuse_symlink(path)
         lines = 0
         written = 0

@@ -4,12 +4,19 @@ The file is read twice: once with no archive (every check; a refused file leaves
 it was, no archive created), then again inside one write transaction that checks each line once
 more as it writes it (the file may have changed in between) — an error rolls everything back.
 
-Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide.
-The import keeps the file's ids when every one of them lies above the highest id this archive
-has ever handed out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never reused,
-so that is the only way an id is free); the sequence then moves past them. Otherwise the rows
-are numbered here as any new rows are (the session digest does not change; `session log`'s
-numbers do), and the result says so.
+Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide,
+and a file's ids are not in its digest, so they are claims, never trusted. The import keeps the
+file's ids only when every one of them (its checkpoints', its backtracks', and the ids its
+references name a checkpoint the session no longer holds by) lies above the highest id this
+archive has ever handed out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never
+reused, so that is the only way an id is free) and at most :data:`KEEP_ID_BOUND` (a file cannot
+move this archive's sequences near their end). Those ids are reserved before the first row is
+written, in a short transaction of their own that holds the table against writers while it moves
+the sequence past them (PostgreSQL's sequences do not wait for the import's commit: a live
+writer checkpointing meanwhile gets the next free id). Otherwise the rows are numbered here as
+any new rows are, and a reference by id only gets a fresh id no row holds (the session digest
+does not change; `session log`'s numbers do), and the result says so. A reference by id always
+stays inside the imported session.
 """
 
 from __future__ import annotations
@@ -24,9 +31,11 @@ from alpstore.archive.base import summary_document
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
-from alpstore.errors import IntegrityError, UsageError
-from alpstore.portable.travel import SessionReader, check_session_file
+from alpstore.errors import CheckpointFileError, IntegrityError, UsageError
+from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
+from alpstore.rules.ids import check_text
+from alpstore.rules.names import normal_name
 from alpstore.views import EMPTY, EMPTY_COVER, View
 
 if TYPE_CHECKING:
@@ -34,6 +43,9 @@ if TYPE_CHECKING:
 
     from alpstore.core.store import CoreStore as Store
 
+KEEP_ID_BOUND: Final = 2**30
+"""The highest checkpoint or backtrack id an import keeps (half the 32-bit range: whatever a file
+claims, this archive keeps a billion ids of its own)."""
 BATCH_ITEMS: Final = 256
 BATCH_BYTES: Final = 8 * 1024 * 1024
 
@@ -89,11 +101,52 @@ def _high_water(store: Store, conn: Connection, table: str) -> int:
 
 
 def _move_sequence(store: Store, conn: Connection, table: str, upto: int) -> None:
-    """After rows were inserted with their own ids: the next id handed out is above them
-    (SQLite's AUTOINCREMENT does so by itself).
-    """
+    """The next id ``table`` hands out is above ``upto`` (nothing at or below it is free)."""
     if not store.db.is_sqlite:
         rsql.fetchone(conn, "SELECT setval(pg_get_serial_sequence(?, 'id'), ?)", (table, upto))
+        return
+    updated = rsql.execute(
+        conn, "UPDATE sqlite_sequence SET seq = ? WHERE name = ? AND seq < ?", (upto, table, upto)
+    )
+    if not updated.rowcount and not rsql.fetchone(
+        conn, "SELECT 1 FROM sqlite_sequence WHERE name = ?", (table,)
+    ):
+        rsql.execute(conn, "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, upto))
+
+
+def reserve_ids(store: Store, checked: Checked) -> tuple[bool, bool]:
+    """Decide whether the file's checkpoint and backtrack ids are kept, and reserve the kept
+    ones: ``(checkpoint ids kept, backtrack ids kept)``. One short transaction that holds both
+    tables against writers (PostgreSQL: ``LOCK … IN EXCLUSIVE MODE``, which waits for every
+    transaction that took an id and has not committed; SQLite: the write lock), reads the high
+    water marks and moves the sequences past the kept ranges, so no concurrent writer can be
+    handed one of them (before this, PostgreSQL moved its sequence only when the import
+    committed: a live writer's checkpoint collided and its turn was lost).
+    """
+    spans = {"checkpoints": checked.checkpoint_ids, "backtracks": checked.backtrack_ids}
+    kept: dict[str, bool] = {}
+    with store.db.atomic() as conn:
+        if not store.db.is_sqlite:
+            rsql.execute(conn, "LOCK TABLE checkpoints, backtracks IN EXCLUSIVE MODE")
+        for table, (low, high) in spans.items():
+            if (low, high) == (0, 0):
+                kept[table] = True  # nothing to keep
+                continue
+            kept[table] = low > _high_water(store, conn, table) and high <= KEEP_ID_BOUND
+            if kept[table]:
+                _move_sequence(store, conn, table, high)
+    return kept["checkpoints"], kept["backtracks"]
+
+
+def _fresh_id(store: Store, conn: Connection, table: str) -> int:
+    """An id of ``table`` no row holds or ever will (taken from its sequence, never used)."""
+    if not store.db.is_sqlite:
+        return int(
+            rsql.fetchone(conn, "SELECT nextval(pg_get_serial_sequence(?, 'id'))", (table,))[0]
+        )
+    fresh = _high_water(store, conn, table) + 1
+    _move_sequence(store, conn, table, fresh)
+    return fresh
 
 
 def _local_origin(text: str | None, root: Path) -> str | None:
@@ -111,7 +164,9 @@ def _local_origin(text: str | None, root: Path) -> str | None:
 
 
 class _Writer:
-    def __init__(self, store: Store, conn: Connection, name: str | None) -> None:
+    def __init__(
+        self, store: Store, conn: Connection, name: str | None, keep: tuple[bool, bool]
+    ) -> None:
         self.store = store
         self.conn = conn
         self.name = name
@@ -127,10 +182,12 @@ class _Writer:
         self.orphaned = False
         self.seq_ids: dict[int, int] = {}
         self.view: View = EMPTY
-        self.keep_cks: bool | None = None
-        self.keep_bts: bool | None = None
-        self.top_ck = 0
-        self.top_bt = 0
+        self.keep_cks, self.keep_bts = keep
+        self.spans = ((0, 0), (0, 0))
+        """The id ranges reserved for this import (checkpoints, backtracks)."""
+        self.fresh: dict[int, int] = {}
+        """A reference by id only (a checkpoint the session no longer holds), renumbered: the
+        file's id → a fresh id no checkpoint holds."""
 
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
@@ -192,9 +249,14 @@ class _Writer:
                 "checkpoints c ON c.session_id = s.id WHERE s.uuid = ? AND c.seq = ?",
                 (anchor["session"], anchor["seq"]),
             )
-            same = row is not None and (
-                anchor["covering"] is None
-                or (row[3] is not None and bytes(row[3]).hex() == anchor["covering"])
+            # a parent claim holds only with the covering digest of that checkpoint here: a
+            # file cannot make a session a fork child of one it shares no history with (and
+            # pin that session's checkpoint against its retention)
+            same = (
+                row is not None
+                and anchor["covering"] is not None
+                and row[3] is not None
+                and bytes(row[3]).hex() == anchor["covering"]
             )
             if row is not None and same:
                 parent_id, root_id, source_id = int(row[0]), row[1] or row[0], int(row[2])
@@ -235,10 +297,10 @@ class _Writer:
         )
 
     def checkpoint(self, rec: dict[str, Any]) -> None:
-        if self.keep_cks is None:
-            self.keep_cks = rec["id"] > _high_water(self.store, self.conn, "checkpoints")
         view = self._view(rec)
         own = self.keep_cks
+        if own:
+            self._reserved(rec["id"], self.spans[0])
         (ck_id,) = rsql.fetchone(
             self.conn,
             INSERT_CHECKPOINT.format(id="id, " if own else "", q="?, " if own else ""),
@@ -259,7 +321,6 @@ class _Writer:
             ),
         )
         self.seq_ids[rec["seq"]] = int(ck_id)
-        self.top_ck = max(self.top_ck, int(ck_id))
         self.view = view
 
     def head(self, rec: dict[str, Any]) -> None:
@@ -271,21 +332,39 @@ class _Writer:
             (view.segment_id, view.length, bytes.fromhex(rec["covering"]), self.sid),
         )
 
+    @staticmethod
+    def _reserved(value: int, span: tuple[int, int]) -> int:
+        """``value`` when it lies in the range reserved for this import (the file was read
+        before the reservation; it cannot have changed since without saying so here).
+        """
+        if not span[0] <= value <= span[1]:
+            raise CheckpointFileError(
+                f"id {value} was not in the file when it was checked: the file changed while it "
+                "was imported; nothing was imported"
+            )
+        return value
+
     def _ref(self, ref: dict[str, int] | None) -> int | None:
-        """A checkpoint reference here: by seq, else (a checkpoint the session no longer has)
-        the file's id when ids are kept, else none.
+        """A checkpoint reference here, always inside the imported session: by seq, else (a
+        checkpoint the session no longer has) the file's id when ids are kept (reserved for
+        this import: no other row holds it), else a fresh id no checkpoint holds.
         """
         if ref is None:
             return None
         if "seq" in ref:
             return self.seq_ids[ref["seq"]]
-        return ref["id"] if self.keep_cks is not False else None
+        if self.keep_cks:
+            return self._reserved(ref["id"], self.spans[0])
+        if ref["id"] not in self.fresh:
+            self.fresh[ref["id"]] = _fresh_id(self.store, self.conn, "checkpoints")
+        return self.fresh[ref["id"]]
 
     def backtrack(self, rec: dict[str, Any]) -> None:
-        if self.keep_bts is None:
-            self.keep_bts = rec["id"] > _high_water(self.store, self.conn, "backtracks")
         own = self.keep_bts
+        if own:
+            self._reserved(rec["id"], self.spans[1])
         to = self._ref(rec["to"])
+        assert to is not None  # the schema: a backtrack goes somewhere
         rsql.execute(
             self.conn,
             INSERT_BACKTRACK.format(id="id, " if own else "", q="?, " if own else ""),
@@ -293,7 +372,7 @@ class _Writer:
                 *((rec["id"],) if own else ()),
                 self.sid,
                 self._ref(rec["from"]),
-                to if to is not None else rec["to"]["id"],
+                to,
                 rec["steps"],
                 self.blob_id(rec["steering"]),
                 rec["automatic"],
@@ -301,8 +380,6 @@ class _Writer:
                 rec["created_at"],
             ),
         )
-        if own:
-            self.top_bt = max(self.top_bt, rec["id"])
 
     def event(self, rec: dict[str, Any]) -> None:
         rsql.execute(
@@ -312,36 +389,38 @@ class _Writer:
             (self.sid, self._ref(rec["checkpoint"]), rec["kind"], rec["detail"], rec["created_at"]),
         )
 
-    def finish(self) -> None:
-        if self.keep_cks and self.top_ck:
-            _move_sequence(self.store, self.conn, "checkpoints", self.top_ck)
-        if self.keep_bts and self.top_bt:
-            _move_sequence(self.store, self.conn, "backtracks", self.top_bt)
-
 
 def import_session_file(
-    store: Store, path: Path, *, name: str | None = None, checked: bool = False
+    store: Store, path: Path, *, name: str | None = None, checked: Checked | None = None
 ) -> SessionImport:
     """Import the session file at ``path`` as a new session with the file's id (one
-    transaction). ``name`` overrides the file's name (refused when taken); the file's name, when
-    taken here, gets a ``#2``… suffix. ``checked``: the caller ran :func:`check_session_file`.
+    transaction). ``name`` overrides the file's name (the rules of `session new`: printable, at
+    most 200 characters, one spelling (NFC); refused when taken); the file's name, when taken
+    here, gets a ``#2``… suffix. ``checked``: what :func:`check_session_file` gave the caller.
 
     Raises:
         NotFoundError, CheckpointFileError, SecretError, PolicyError: the file (nothing written).
         UsageError: the session id is taken here; SessionNameTakenError: ``name`` is taken.
     """
-    if not checked:
-        check_session_file(path)
+    if name is not None:
+        name = normal_name(check_text(name, "--name"))
+    if checked is None:
+        checked = check_session_file(path)
+    if checked.session is not None:  # refused before anything moves (ids are reserved next)
+        with store.db.read() as conn:
+            store._require_free_id(conn, checked.session["uuid"])
+            store._require_free_name(conn, name)
+    keep = reserve_ids(store, checked)
     reader = SessionReader(path)
     with store.db.atomic() as conn:
-        w = _Writer(store, conn, name)
+        w = _Writer(store, conn, name, keep)
+        w.spans = (checked.checkpoint_ids, checked.backtrack_ids)
         for kind, rec, raw in reader.records():
             if kind == "blob":
                 assert raw is not None
                 w.blob(rec, raw)
             elif kind != "end":
                 getattr(w, kind)(rec)
-        w.finish()
         result = SessionImport(
             session=w.uuid,
             name=w.final_name,
@@ -350,7 +429,7 @@ def import_session_file(
             checkpoints=reader.result.checkpoints,
             blobs=reader.result.blobs,
             inserted=w.inserted,
-            ids_kept=w.keep_cks is not False and w.keep_bts is not False,
+            ids_kept=w.keep_cks and w.keep_bts,
             parent=w.parent,
             orphaned=w.orphaned,
         )

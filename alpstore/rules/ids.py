@@ -62,6 +62,13 @@ def check_text(value: object, what: str, *, limit: int = MAX_TEXT) -> str:
     return value
 
 
+def is_number(text: str) -> bool:
+    """True when ``text`` is a number written in ASCII digits (``str.isdigit`` also accepts
+    ``²``, ``①`` and other digits that ``int()`` refuses, or reads as another number).
+    """
+    return text.isascii() and text.isdigit()
+
+
 def session_id_problem(value: object) -> str | None:
     """Why ``value`` is not an acceptable imported session id, or None."""
     if not isinstance(value, str):

@@ -6,6 +6,15 @@ Slack, Google, Stripe, JWT), a private key block, and a secret-looking key (``pa
 a literal string. Mapping keys are checked for token shapes too (a finding there names the key
 by its position, never its text). References pass: ``${env:NAME}`` and
 ``secret://…``. Findings name the JSON path and the kind, never the value.
+
+Linear in its input (issue 39): a file from another machine chooses what is scanned. No pattern
+retries a run it already read from another start inside it: a pattern whose start may recur
+inside its own run (``eyJ…`` after ``-``, a URL scheme after ``.``) either consumes the run
+when it fails (an alternative that matches the rest, so ``finditer`` goes on after it) or
+starts only where a run starts (a lookbehind); runs are read possessively (``*+``, ``++``) where
+a backtrack cannot help; a key's secret-looking word is looked for in its last characters only.
+The mixed-case key pre-filter was a regex roughly quartic on a run of mixed-case letters (a
+1,000-character ``AaAa…`` message: ~20 s to export): a lower-cased substring search now.
 """
 
 from __future__ import annotations
@@ -18,23 +27,78 @@ from urllib.parse import unquote
 
 from alpstore.errors import SecretError
 
-TOKEN_SHAPES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
-    ("private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
-    ("AWS access key id", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("GitHub token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})")),
-    ("Anthropic API key", re.compile(r"\bsk-ant-[A-Za-z0-9_-]{20,}")),
-    ("OpenAI API key", re.compile(r"\bsk-(?:proj-|svcacct-)?[A-Za-z0-9]{20,}[A-Za-z0-9_-]*")),
-    ("Slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("Google API key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b")),
-    ("Stripe secret key", re.compile(r"\b[rs]k_live_[0-9A-Za-z]{20,}")),
-    ("Hugging Face token", re.compile(r"\bhf_[A-Za-z0-9]{30,}")),
-    ("GitLab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{20}")),
+
+def _led(literal: str, rest: str) -> re.Pattern[str]:
+    r"""A pattern that starts with ``literal``: the regex engine skips to each occurrence at C
+    speed and never tries a start elsewhere. The word boundary ``\b`` said before the literal is
+    checked on each match (:func:`_at_word_start`): a lookbehind cost three times as much on
+    every occurrence, and occurrences are what an adversarial text is made of.
+    """
+    return re.compile(re.escape(literal) + rest)
+
+
+def _at_word_start(text: str, pos: int, before: str = "") -> bool:
+    r"""``\b`` at ``pos``; with ``before`` (the letters one character of the token may be
+    before its literal: ``rs`` for ``[rs]k_live_``), that character, then ``\b`` before it.
+    """
+    if before:
+        if pos < 1 or text[pos - 1] not in before:
+            return False
+        pos -= 1
+    return pos < 1 or not (text[pos - 1].isalnum() or text[pos - 1] == "_")
+
+
+def _search(pattern: re.Pattern[str], text: str, before: str = "") -> bool:
+    """True when ``pattern`` matches at a word start of ``text``. A match elsewhere resumes
+    the search one character after its start (a token at a word start inside it is not lost);
+    each try costs a bounded number of steps, so this stays linear.
+    """
+    m = pattern.search(text)
+    while m is not None:
+        if _at_word_start(text, m.start(), before):
+            return True
+        m = pattern.search(text, m.start() + 1)
+    return False
+
+
+TOKEN_SHAPES: Final[tuple[tuple[str, str, re.Pattern[str], str], ...]] = (
+    (
+        "private key block",
+        "-----BEGIN ",
+        # at most 8 words of at most 32 letters before PRIVATE KEY (a bound on what one
+        # start examines: RSA, EC, OPENSSH, ENCRYPTED, PGP … are one or two)
+        re.compile(
+            r"-----BEGIN (?:(?!PRIVATE KEY)[A-Z0-9]{1,32}+ ){0,8}+PRIVATE KEY(?: BLOCK)?-----"
+        ),
+        "",
+    ),
+    ("AWS access key id", "AKIA", _led("AKIA", r"[0-9A-Z]{16}\b"), ""),
+    ("AWS access key id", "ASIA", _led("ASIA", r"[0-9A-Z]{16}\b"), ""),
+    ("GitHub token", "gh", _led("gh", r"[pousr]_[A-Za-z0-9]{36}"), ""),
+    ("GitHub token", "github_pat_", _led("github_pat_", r"[A-Za-z0-9_]{40}"), ""),
+    ("Anthropic API key", "sk-", _led("sk-", r"ant-[A-Za-z0-9_-]{20}"), ""),
+    ("OpenAI API key", "sk-", _led("sk-", r"(?:proj-|svcacct-)?[A-Za-z0-9]{20}"), ""),
+    ("Slack token", "xox", _led("xox", r"[abposr]-[A-Za-z0-9-]{10}"), ""),
+    ("Google API key", "AIza", _led("AIza", r"[0-9A-Za-z_-]{35}\b"), ""),
+    ("Stripe secret key", "k_live_", _led("k_live_", r"[0-9A-Za-z]{20}"), "rs"),
+    ("Hugging Face token", "hf_", _led("hf_", r"[A-Za-z0-9]{30}"), ""),
+    ("GitLab token", "glpat-", _led("glpat-", r"[A-Za-z0-9_-]{20}"), ""),
     (
         "JSON Web Token",
-        re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+        "eyJ",
+        # the second alternative eats the rest of the run when the first fails: a later "eyJ"
+        # in the same run ("eyJ-eyJ-…") reaches the same end and would fail too
+        re.compile(
+            r"eyJ(?:(?P<hit>[A-Za-z0-9_-]{10,}+\.eyJ[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10})"
+            r"|[A-Za-z0-9_-]*+)"
+        ),
+        "",
     ),
 )
-"""Well-known credential shapes, checked in every string of the document."""
+"""Well-known credential shapes, checked in every string of the document: ``(kind, the literal
+every match starts with, pattern)``. A pattern says only what makes a match (``{20}``, not
+``{20,}``: a longer token matches too), so a start that fails costs a bounded number of steps;
+the private key's words are read possessively (each ends with its space: nothing to retry)."""
 
 SECRET_KEY: Final = re.compile(
     r"(?:^|[_\-.])(?:password|passwd|passphrase|secret|client_secret|token|access_token|"
@@ -56,17 +120,39 @@ PLACEHOLDER: Final = re.compile(
 ``•••`` (three or more), ``${VAR}``, ``$VAR``, ``{{ var }}``, ``changeme``, ``example``,
 ``REDACTED`` (whole value, any case, optionally in brackets)."""
 
-_URL_PASSWORD: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:\"']*:([^\s/?#@\"']+)@")
-_URL_PASSWORD_B: Final = re.compile(rb"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/?#@:\"']*:[^\s/?#@\"']+@")
-"""``scheme://user:password@``: the password group (an empty one is no finding)."""
+_URL_PASSWORD: Final = re.compile(r"://[^\s/?#@:\"']*+:([^\s/?#@\"']++)@")
+_URL_PASSWORD_B: Final = re.compile(rb"://(?<=[A-Za-z0-9+.-]://)[^\s/?#@:\"']*+:[^\s/?#@\"']++@")
+"""``scheme://user:password@``: the password group (an empty one is no finding). Led by
+``://`` (the engine skips to each at C speed; the scheme is the character before it, checked
+on each match: :func:`_url_passwords`): the
+scheme was ``\b[A-Za-z][A-Za-z0-9+.-]*`` before, tried from every word start inside a run of
+scheme characters (``a.a.a.…://``: quadratic)."""
 
-_HEADER_LINE: Final = re.compile(
-    r"\b(?:(?:proxy-)?authorization\s*:\s*(?:(?:bearer|basic|token|digest|negotiate)\s+)?"
-    r"|x-api-key\s*:\s*|(?:set-)?cookie\s*:\s*[^\s=;\"']+=)(\{\{[^{}]*\}\}|[^\s;,\"']+)",
-    re.IGNORECASE,
+_HEADER_VALUE: Final = r"(\{\{[^{}]*+\}\}|[^\s;,\"']++)"
+_HEADER_LINES: Final = (
+    _led(
+        "authorization", r"\s*+:\s*+(?:(?:bearer|basic|token|digest|negotiate)\s+)?" + _HEADER_VALUE
+    ),
+    _led("x-api-key", r"\s*+:\s*+" + _HEADER_VALUE),
+    _led("cookie", r"\s*+:\s*+[^\s=;:\"']{1,256}+=" + _HEADER_VALUE),
 )
 """``Authorization: Bearer …``, ``Proxy-Authorization: …``, ``X-Api-Key: …``, ``Cookie: a=…``
-(a ``{{ var }}`` template, spaces and all, is one value)."""
+(a ``{{ var }}`` template, spaces and all, is one value), matched in the lower-cased text, each
+led by its name. A cookie's name holds no ``:`` and at most 256 characters (``cookie:cookie:…``
+was quadratic: 200 KB took ~28 s to export)."""
+
+
+def _header_values(text: str) -> Iterable[str]:
+    lower = text.lower()
+    for pattern in _HEADER_LINES:
+        m = pattern.search(lower)
+        while m is not None:
+            if _at_word_start(lower, m.start()):
+                yield m.group(1)
+                m = pattern.search(lower, m.end())
+            else:
+                m = pattern.search(lower, m.start() + 1)
+
 
 HEADER_KEY: Final = re.compile(r"^(?:(?:proxy-)?authorization|(?:set-)?cookie)$", re.IGNORECASE)
 """Header names whose values are credentials (``X-Api-Key`` is a secret-looking key already)."""
@@ -134,16 +220,17 @@ _KEY_SPELLINGS: Final = (
     "Key",  # apiKey, accessKey, secretKey, privateKey (camel case)
     "-key",  # x-api-key (kebab case)
 )
-_MIXED_CASE_KEY: Final = re.compile(r"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\": ")
-"""Only a key in unusual mixed case needs the slower lower-cased search."""
 _HEADER_LITERALS: Final = ("uthorization", "UTHORIZATION", "ookie", "OOKIE", "pi-key", "PI-KEY")
 """Authorization / Proxy-Authorization / Cookie / X-Api-Key, in the spellings headers use."""
-_ENV_NAME: Final = re.compile(
-    r'"name": ?"[^"]*(?i:password|passwd|passphrase|secret|token|key|credentials?)"'
-)
-_ENV_NAME_B: Final = re.compile(
-    rb'"name": ?"[^"]*(?i:password|passwd|passphrase|secret|token|key|credentials?)"'
-)
+_ENV_NAME: Final = re.compile(r'"name": ?"([^"]*+)"')
+_ENV_NAME_B: Final = re.compile(rb'"name": ?"([^"]*+)"')
+_ENV_WORDS: Final = ("password", "passwd", "passphrase", "secret", "token", "key", "credential")
+"""What an env entry's name ends with when it holds a credential (``credentials`` included)."""
+
+
+def _env_named(name: str) -> bool:
+    tail = name[-16:].lower()
+    return tail.endswith(_ENV_WORDS) or tail.endswith("credentials")
 
 
 def _may_hold_other(text: str) -> bool:
@@ -152,7 +239,7 @@ def _may_hold_other(text: str) -> bool:
         return True
     if any(literal in text for literal in _HEADER_LITERALS) or "pi-Key" in text:
         return True
-    return '"value":' in text and bool(_ENV_NAME.search(text))
+    return '"value":' in text and any(_env_named(m.group(1)) for m in _ENV_NAME.finditer(text))
 
 
 def may_hold_secrets(json_text: str) -> bool:
@@ -163,18 +250,16 @@ def may_hold_secrets(json_text: str) -> bool:
         return True
     if any(f'{word}": ' in json_text for word in _KEY_SPELLINGS) or _may_hold_other(json_text):
         return True
-    return (
-        any(f'{word}": ' in json_text.lower() for word in _KEY_ENDINGS)
-        if _MIXED_CASE_KEY.search(json_text)
-        else False
-    )
+    if '": ' not in json_text or json_text.islower():
+        return False
+    lower = json_text.lower()  # a key in unusual mixed case (``PassWord``): linear, at C speed
+    return any(f'{word}": ' in lower for word in _KEY_ENDINGS)
 
 
 _LITERALS_B: Final = tuple(lit.encode() for lit in _QUICK_LITERALS)
 _HEADERS_B: Final = tuple(lit.encode() for lit in (*_HEADER_LITERALS, "pi-Key"))
 _SPELLINGS_B: Final = tuple(f'{w}":'.encode() for w in _KEY_SPELLINGS)
 _ENDINGS_B: Final = tuple(f'{w}":'.encode() for w in _KEY_ENDINGS)
-_MIXED_CASE_KEY_B: Final = re.compile(rb"[A-Z][A-Za-z_]*[a-z][A-Za-z_]*[A-Z][A-Za-z_]*\":")
 
 
 def may_hold_secrets_canonical(raw: bytes) -> bool:
@@ -187,9 +272,16 @@ def may_hold_secrets_canonical(raw: bytes) -> bool:
         return True
     if b"://" in raw and _URL_PASSWORD_B.search(raw):
         return True
-    if any(h in raw for h in _HEADERS_B) or (b'"value":' in raw and _ENV_NAME_B.search(raw)):
+    if any(h in raw for h in _HEADERS_B):
         return True
-    return bool(_MIXED_CASE_KEY_B.search(raw)) and any(e in raw.lower() for e in _ENDINGS_B)
+    if b'"value":' in raw and any(
+        _env_named(m.group(1).decode("utf-8", "replace")) for m in _ENV_NAME_B.finditer(raw)
+    ):
+        return True
+    if b'":' not in raw or raw.islower():
+        return False
+    lower = raw.lower()
+    return any(e in lower for e in _ENDINGS_B)
 
 
 def _key_path(path: str, key: str) -> str:
@@ -201,34 +293,90 @@ def _key_path(path: str, key: str) -> str:
 
 def _token_kind(text: str) -> str | None:
     """The kind of credential ``text`` holds, or None."""
-    if not _QUICK.search(text):
+    if len(text) <= 256 and not _QUICK.search(text):  # short (mapping keys): one search
         return None
-    for kind, pattern in TOKEN_SHAPES:
-        if pattern.search(text):
+    for kind, literal, pattern, before in TOKEN_SHAPES:
+        if literal not in text:  # a substring search at C speed
+            continue
+        if pattern.groups:
+            if _jwt(pattern, text):
+                return kind
+        elif _search(pattern, text, before):
             return kind
     return None
+
+
+def _jwt(pattern: re.Pattern[str], text: str) -> bool:
+    """A JSON Web Token at a word start. Each match covers one run of token characters (the
+    second alternative eats the run when the first fails), and every start inside one run ends
+    where it ends: the first start at a word start decides the run. A match that is not at one
+    looks for that start (after a ``-``, the run's only non-word character) and tries it once.
+    """
+    for m in pattern.finditer(text):
+        start = m.start()
+        if _at_word_start(text, start):
+            if m.group("hit") is not None:
+                return True
+            continue
+        run_end = m.end() if m.group("hit") is None else text.index(".", start)
+        k = text.find("-eyJ", start, run_end)
+        if k >= 0:
+            again = pattern.match(text, k + 1)
+            if again is not None and again.group("hit") is not None:
+                return True
+    return False
 
 
 def _check_string(text: str, path: str, out: list[Finding]) -> None:
     kind = _token_kind(text)
     if kind is not None:
         out.append(Finding(path, kind))
-    elif "://" in text and any(
-        not is_placeholder(unquote(m.group(1))) for m in _URL_PASSWORD.finditer(text)
-    ):
+    elif "://" in text and _any_literal(_url_passwords(text)):
         out.append(Finding(path, "password in a URL"))
-    elif ":" in text and any(not is_placeholder(m.group(1)) for m in _HEADER_LINE.finditer(text)):
+    elif ":" in text and _any_literal(_header_values(text)):
         out.append(Finding(path, "credential header"))
 
 
+def _url_passwords(text: str) -> Iterable[str]:
+    for m in _URL_PASSWORD.finditer(text):
+        start = m.start()
+        if start and text[start - 1] in _SCHEME_CHARS:
+            yield unquote(m.group(1))
+
+
+_SCHEME_CHARS: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-"
+)
+
+
+def _any_literal(values: Iterable[str]) -> bool:
+    """True when one of ``values`` is not a placeholder (each distinct value checked once: a
+    text repeating one placeholder costs a set lookup per repeat).
+    """
+    seen: set[str] = set()
+    for value in values:
+        if value in seen:
+            continue
+        if not is_placeholder(value):
+            return True
+        seen.add(value)
+    return False
+
+
 _CAMEL_BOUNDARY: Final = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_KEY_TAIL: Final = 48
+"""The characters of a key the secret-looking word is looked for in (the longest, with its
+separator, is 14; ``x`` stands before a cut key, so ``^`` never matches inside it)."""
 
 
 def secret_looking_key(key: str) -> bool:
     """True when ``key``'s last word names a credential, in any spelling: ``api_key``,
     ``apiKey``, ``x-api-key``, ``clientSecret``, ``ACCESS_TOKEN``.
     """
-    plain = key.replace("-", "_")
+    # the word ends the key: its last characters decide (a 1 MB key costs no more)
+    plain = (
+        key.replace("-", "_") if len(key) <= _KEY_TAIL else "x" + key[-_KEY_TAIL:].replace("-", "_")
+    )
     return bool(SECRET_KEY.search(plain) or SECRET_KEY.search(_CAMEL_BOUNDARY.sub("_", plain)))
 
 

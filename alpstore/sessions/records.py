@@ -139,6 +139,14 @@ def steering_message(text: str) -> dict[str, Any]:
     return {"role": "user", "content": f"/steer {text}"}
 
 
+def steering_text(doc: Any) -> str | None:
+    """The text of a stored steering message, or None when it is not one (a file from another
+    machine may have named any message: ``42``, a list, a non-text content).
+    """
+    content = doc.get("content") if isinstance(doc, dict) else None
+    return content if isinstance(content, str) else None
+
+
 def count_user_turns(messages: Sequence[Any]) -> int:
     """How many user turns a batch of messages starts (tool results fed back do not count)."""
     return sum(1 for m in messages if is_user_turn(m))

@@ -16,6 +16,7 @@ from alpstore.debug.bisect import bisect as run_bisect
 from alpstore.debug.bisect import grep_predicate
 from alpstore.errors import ContinuityError, NotFoundError, UsageError
 from alpstore.maintenance import verify
+from alpstore.rules.ids import is_number
 from alpstore.store import MAX_SQL_INTEGER
 from alpstore.ui import diffs, queries
 from alpstore.ui.present import bytes_chart, size, visible, when
@@ -35,10 +36,9 @@ def _int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise UsageError(f"parameter {name}={raw[:40]!r}: expected a whole number") from None
+    if len(raw) > 40 or not is_number(raw.removeprefix("-")):  # ASCII digits only
+        raise UsageError(f"parameter {name}={raw[:40]!r}: expected a whole number")
+    value = int(raw)
     if abs(value) > MAX_SQL_INTEGER:  # the database could not even compare it
         raise UsageError(f"parameter {name}={raw[:40]!r}: out of range")
     return value

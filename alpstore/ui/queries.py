@@ -9,7 +9,7 @@ skipped), then hydrates only the entries it shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import func, select
 
@@ -127,6 +127,11 @@ def count_checkpoints(store: Store, info: SessionInfo) -> int:
         )
 
 
+EVENTS_PER_PAGE: Final = 500
+"""Events a timeline page shows at most (issue 39: 100,000 events in one span made a 14 MB
+page); the rest are counted in one marker."""
+
+
 def _markers(store: Store, info: SessionInfo, lo: float, hi: float) -> list[Marker]:
     """The backtracks and events of ``info`` made in ``[lo, hi)``: read by time, so a page (or a
     poll) reads only the markers it shows, however many the session has.
@@ -134,13 +139,22 @@ def _markers(store: Store, info: SessionInfo, lo: float, hi: float) -> list[Mark
     between = (lo, hi)
     bts = backtracks_of(store, [info.id], between=between).get(info.id, [])
     out = [Marker("backtrack", bt["at"], bt) for bt in bts]
+    where = "WHERE session_id = ? AND created_at >= ? AND created_at < ?"
+    params = (info.id, *finite_between(between))
+    omitted = 0
     with store.db.read() as conn:
         rows = rsql.fetchall(
             conn,
             "SELECT kind, checkpoint_id, created_at, detail FROM session_events "
-            "WHERE session_id = ? AND created_at >= ? AND created_at < ? ORDER BY id",
-            (info.id, *finite_between(between)),
+            f"{where} ORDER BY id LIMIT {EVENTS_PER_PAGE + 1}",
+            params,
         )
+        if len(rows) > EVENTS_PER_PAGE:  # a flood of events: the page shows the first ones
+            rows = rows[:EVENTS_PER_PAGE]
+            total = rsql.fetchone(conn, f"SELECT COUNT(*) FROM session_events {where}", params)
+            omitted = int(total[0]) - EVENTS_PER_PAGE
+    if omitted:
+        out.append(Marker("omitted", float(rows[-1][2]), {"omitted": omitted}))
     for kind, checkpoint, at, raw in rows:
         value = parse_json(raw, where="event") if raw else {}
         # record_decision stores whatever JSON it is given as the detail
