@@ -229,9 +229,7 @@ def import_transcript(
         raise InputError(f"{path}: its session id {uuid[:80]!r} {session_id_problem(uuid)}")
     with store.db.atomic() as conn:
         work = _Import(store, conn, fmt, skip_bad_lines)
-        session, state, created = work.open(
-            uuid, path, size, name=name, parent=None, suffix=suffix
-        )
+        session, state, created = work.open(uuid, path, size, name=name, parent=None, suffix=suffix)
         result = ImportResult(session.uuid, created=created, format=fmt)
         cursor = Cursor(state.offset, state.lines)
         main = Conversation(store, session, state, conn)
