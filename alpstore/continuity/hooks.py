@@ -67,6 +67,15 @@ def hook_entries(executable: str, *, bridge: bool) -> list[HookEntry]:
     return entries
 
 
+RECORD_EVENTS = ("Stop", "SubagentStop", "PreCompact")
+"""The Claude Code events after which the recording hook imports the transcript's new records."""
+
+
+def record_entries(command: str) -> list[HookEntry]:
+    """The recording hook's registrations (``command`` runs ``alpstore.cli.record_hook``)."""
+    return [HookEntry(event, None, command) for event in RECORD_EVENTS]
+
+
 def settings_path(project: Path) -> Path:
     """A project's Claude Code settings file."""
     return project / ".claude" / "settings.json"
