@@ -121,7 +121,8 @@ def run_import(root: Path, path: Path, *, close_turn: bool) -> str:
             result = import_transcript(store, path, skip_bad_lines=True, close_turn=close_turn)
         finally:
             store.close()
-        seen.write_text(signature)
+        # a turn left open is checkpointed by the next closing run, even with nothing new
+        seen.write_text(signature if close_turn else "")
     bad = f"; malformed lines skipped: {result.bad}" if result.bad else ""
     return describe(result) + bad
 

@@ -254,13 +254,20 @@ def import_transcript(
         consumed = cursor.offset != state.offset
         if created and main.messages == 0 and not side:
             raise InputError(f"{path}: no user or assistant messages to import")
-        if consumed:
+        main_changed = consumed or (close_turn and state.open)
+        if main_changed:  # (a turn an earlier import left open is checkpointed now)
             main.finish(close_turn=close_turn)
-            work.save(session, state, path, cursor)
         result.add(main)
         files = _agent_files(path) if fmt == "claude-code" else []
-        changed = _children(work, main, side, files, path, result)
-        result.unchanged = not consumed and not changed
+        children = _children(work, main, side, files, path, result, close_turn)
+        changed = main_changed or bool(children)
+        if changed:
+            state.children_open = sorted(
+                {*state.children_open, *(c.session.uuid for c in children if c.state.open)}
+                - {c.session.uuid for c in children if not c.state.open}
+            )
+            work.save(session, state, path, cursor)
+        result.unchanged = not changed
     return result
 
 
@@ -283,24 +290,41 @@ def _children(
     files: list[tuple[str, Path]],
     path: Path,
     result: ImportResult,
-) -> bool:
-    """Write each subagent's conversation to its child session; True when any was written."""
+    close_turn: bool,
+) -> list[Conversation]:
+    """Write each subagent's conversation to its child session: those written to. With
+    ``close_turn``, a child whose last turn an earlier import left open is checkpointed too.
+    """
     sources: dict[str, tuple[Path, list[Step] | None]] = {a: (path, s) for a, s in side.items()}
     for agent, file in files:
         sources.setdefault(agent, (file, None))
     done: list[Conversation] = [main]
     remaining = list(sources)
-    changed = False
     while remaining:
         ready = [a for a in remaining if _anchor(done, a, sources[a][1]) is not None]
         agent = (ready or remaining)[0]
         remaining.remove(agent)
         file, steps = sources[agent]
-        conv = _child(work, main.session.uuid, agent, file, steps, done, result)
+        conv = _child(work, main.session.uuid, agent, file, steps, done, result, close_turn)
         if conv is not None:
             done.append(conv)
-            changed = True
-    return changed
+    if close_turn:
+        for uuid in main.state.children_open:
+            if all(c.session.uuid != uuid for c in done):
+                done.append(_close_child(work, uuid, result))
+    return done[1:]
+
+
+def _close_child(work: _Import, uuid: str, result: ImportResult) -> Conversation:
+    """Checkpoint the turn an earlier import left open in child session ``uuid``."""
+    session = work.store.get_session(uuid)
+    state = latest(work.conn, session.id)
+    assert state is not None
+    conv = Conversation(work.store, session, state, work.conn)
+    conv.finish(close_turn=True)
+    work.store.record_event(work.conn, session.id, EVENT_KIND, None, state.detail())
+    result.add(conv)
+    return conv
 
 
 def _anchor(done: list[Conversation], agent: str, steps: list[Step] | None) -> int | None:
@@ -326,6 +350,7 @@ def _child(
     steps: list[Step] | None,
     done: list[Conversation],
     result: ImportResult,
+    close_turn: bool,
 ) -> Conversation | None:
     """Replay one subagent into its child session; None when nothing was new."""
     uuid = child_id(main_uuid, agent)
@@ -360,7 +385,7 @@ def _child(
     conv = Conversation(work.store, session, state, work.conn)
     for step in steps:
         conv.feed(step)
-    conv.finish(close_turn=True)  # a subagent's last turn is its answer
+    conv.finish(close_turn=close_turn)
     if cursor is not None:
         work.save(session, state, file, cursor)
     else:  # records of the main transcript: its offset is the main session's

@@ -152,12 +152,12 @@ class Conversation:
             if target is not None and target != self._here():
                 self._rewind(target)
         value = step.value
-        carried = step.group is not None and step.group == self._carry_group and self._carried
-        if carried and self.pending is None and self.messages == 0:
-            entry = self.session.pop_last()  # the last import's message, cut: one message
+        cut = step.group is not None and step.group == self._carry_group
+        if cut and self.pending is None and self.messages == 0 and not self.buffer:
+            entry = self.session.pop_last()  # the last import ended inside this response
             if entry is not None:
                 value = claude.merge(entry.value, value)
-                self.turn.count -= 1
+                self.turn.count = max(self.turn.count - 1, 0)
         self._carry_group = None
         if step.group is not None and self.pending is not None and step.group == self.pending_group:
             self.pending = claude.merge(self.pending, value)
@@ -225,6 +225,7 @@ class Conversation:
                 ck.id for ck in self.store.list_checkpoints(self.session.id, conn=self.conn)
             ]
         self.backtracks += 1
+        self.last_group = None
         self.turn = Turn(ck_id)
 
     def _fold(self, step: Step) -> None:
@@ -238,6 +239,7 @@ class Conversation:
             self._mark(step.uuid)
             return
         self.session.fold(0, length, step.summary or "")
+        self.last_group = None  # the line ends in the summary now
         ck = self.session.checkpoint(trigger="compaction")
         self._checkpointed(ck)
         self.folds += 1

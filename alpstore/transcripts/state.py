@@ -46,6 +46,7 @@ class SourceState:
         skipped: records of each kind not stored, in this import.
         bad: numbers of malformed lines skipped (``--skip-bad-lines``) in this import.
         written: messages written by this import.
+        children_open: child sessions (subagents) whose last turn is open.
     """
 
     format: str
@@ -61,6 +62,7 @@ class SourceState:
     skipped: dict[str, int] = field(default_factory=dict)
     bad: list[int] = field(default_factory=list)
     written: int = 0
+    children_open: list[str] = field(default_factory=list)
 
     def detail(self) -> dict[str, Any]:
         """The event's JSON detail."""
