@@ -69,9 +69,11 @@ class Conversation:
         self.session = session
         self.state = state
         self.conn = conn
-        retained = store.list_checkpoints(session.id, conn=conn)
-        self._retained = [ck.id for ck in retained]
-        self.turn = Turn(self._retained[-1] if self._retained else START, 1 if state.open else 0)
+        newest = store.recent_checkpoints(conn, session.info(refresh=False), 1)  # O(1)
+        self._last = newest[-1].id if newest else None
+        self._retained_ids: list[int] | None = None
+        """The retained checkpoints, read only when a rewind needs them (O(history))."""
+        self.turn = Turn(self._last if self._last is not None else START, int(state.open))
         self._carried = state.open
         self._carry_group = state.group
         self.buffer: list[dict[str, Any]] = []
@@ -182,8 +184,22 @@ class Conversation:
             self.session.append(self.buffer)
             self.buffer = []
 
+    @property
+    def _retained(self) -> list[int]:
+        if self._retained_ids is None:
+            cks = self.store.list_checkpoints(self.session.id, conn=self.conn)
+            self._retained_ids = [ck.id for ck in cks]
+        return self._retained_ids
+
+    @_retained.setter
+    def _retained(self, ids: list[int]) -> None:
+        self._retained_ids = ids
+        self._last = ids[-1] if ids else None
+
     def _checkpointed(self, ck: CheckpointInfo) -> None:
-        self._retained.append(ck.id)
+        if self._retained_ids is not None:
+            self._retained_ids.append(ck.id)
+        self._last = ck.id
         self.checkpoints += 1
 
     def _close(self) -> None:
@@ -218,7 +234,7 @@ class Conversation:
             if steps == 0:
                 return
             self.session.backtrack(steps)
-            del self._retained[index + 1 :]
+            self._retained = self._retained[: index + 1]
         else:  # a checkpoint an earlier rewind cut: resume there
             self.session.resume(self.store.resolve_checkpoint(str(ck_id)))
             self._retained = [
@@ -274,4 +290,4 @@ class Conversation:
             return turn.ck
         if turn.base != START:
             return turn.base
-        return self._retained[-1] if self._retained else None
+        return self._last
