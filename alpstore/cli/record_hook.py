@@ -107,7 +107,6 @@ def run_import(root: Path, path: Path, *, close_turn: bool) -> str:
     """
     import fcntl
 
-    from alpstore.cli.session_transcript import describe
     from alpstore.store import Store
     from alpstore.transcripts.importing import import_transcript
 
@@ -124,7 +123,7 @@ def run_import(root: Path, path: Path, *, close_turn: bool) -> str:
         # a turn left open is checkpointed by the next closing run, even with nothing new
         seen.write_text(signature if close_turn else "")
     bad = f"; malformed lines skipped: {result.bad}" if result.bad else ""
-    return describe(result) + bad
+    return result.describe() + bad
 
 
 def main(argv: list[str] | None = None) -> int:

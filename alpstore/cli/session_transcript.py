@@ -16,24 +16,7 @@ if TYPE_CHECKING:
 
 def describe(result: ImportResult) -> str:
     """One line telling what an import wrote."""
-    if result.unchanged:
-        return f"session {result.session}: nothing new to import ({result.format}); unchanged"
-    verb = "imported" if result.created else "appended"
-    parts = [
-        f"{result.messages} messages",
-        f"{result.checkpoints} checkpoints",
-    ]
-    if result.backtracks:
-        parts.append(f"{result.backtracks} rewinds as backtracks")
-    if result.folds:
-        parts.append(f"{result.folds} compactions as folds")
-    if result.children:
-        parts.append(f"{len(result.children)} subagent sessions")
-    skipped = sum(result.skipped.values())
-    if skipped:
-        kinds = ", ".join(f"{k} {n}" for k, n in sorted(result.skipped.items()))
-        parts.append(f"{skipped} records not conversation skipped ({kinds})")
-    return f"{verb} {', '.join(parts)} into session {result.session} ({result.format})"
+    return result.describe()
 
 
 def import_transcript_command(

@@ -111,6 +111,24 @@ class ImportResult:
     torn: bool = False
     unchanged: bool = False
 
+    def describe(self) -> str:
+        """One line telling what this import wrote."""
+        if self.unchanged:
+            return f"session {self.session}: nothing new to import ({self.format}); unchanged"
+        parts = [f"{self.messages} messages", f"{self.checkpoints} checkpoints"]
+        if self.backtracks:
+            parts.append(f"{self.backtracks} rewinds as backtracks")
+        if self.folds:
+            parts.append(f"{self.folds} compactions as folds")
+        if self.children:
+            parts.append(f"{len(self.children)} subagent sessions")
+        skipped = sum(self.skipped.values())
+        if skipped:
+            kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.skipped.items()))
+            parts.append(f"{skipped} records not conversation skipped ({kinds})")
+        verb = "imported" if self.created else "appended"
+        return f"{verb} {', '.join(parts)} into session {self.session} ({self.format})"
+
     def add(self, conv: Conversation) -> None:
         """Count what a conversation wrote."""
         self.messages += conv.messages
