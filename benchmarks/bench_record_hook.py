@@ -65,44 +65,57 @@ def _run(args: list[str], payload: bytes) -> float:
     return time.perf_counter() - start
 
 
-def _seen(root: Path) -> Path:
-    (path,) = (root / "traces" / "hooks").glob("*.seen")
-    return path
+KEYS = ("hook", "recorded", "fg", "noop", "pass")
 
 
-def measure(cc: Claude, path: Path, root: Path, first: int, n: int) -> dict[str, list[float]]:
-    """Run ``n`` turns from turn ``first`` through the hook, each way, and the baselines."""
+class Transcript:
+    """One transcript the hook records, and where its turns stand."""
+
+    def __init__(self, tmp: Path, seed: str) -> None:
+        self.cc = Claude(seed=seed)
+        self.path = tmp / seed / f"{self.cc.session}.jsonl"
+        self.turn = 0
+        self.times: dict[str, list[float]] = {k: [] for k in KEYS}
+
+    def grow(self) -> None:
+        self.turn += 1
+        add_turn(self.cc, self.turn)
+        self.cc.write(self.path)
+
+    def payload(self) -> bytes:
+        return json.dumps(
+            {
+                "session_id": self.cc.session,
+                "transcript_path": str(self.path),
+                "cwd": str(self.path.parent),
+                "hook_event_name": "Stop",
+            }
+        ).encode()
+
+
+def one_turn(t: Transcript, root: Path) -> None:
+    """A turn through the installed hook (and until it landed), a turn through the hook in
+    the foreground, the hook with nothing new, and ``python -c pass``.
+    """
     hook = [sys.executable, "-m", "alpstore.cli.record_hook", "--root", str(root)]
-    times: dict[str, list[float]] = {k: [] for k in ("hook", "recorded", "fg", "pass", "noop")}
-    payload = json.dumps(
-        {
-            "session_id": cc.session,
-            "transcript_path": str(path),
-            "cwd": "/",
-            "hook_event_name": "Stop",
-        }
-    ).encode()
-    for i in range(first, first + n):
-        add_turn(cc, i)
-        cc.write(path)
-        size = str(path.stat().st_size)
-        start = time.perf_counter()
-        subprocess.run(hook, input=payload, env=_env(), check=True, capture_output=True)
-        times["hook"].append(time.perf_counter() - start)
-        while True:  # the detached child writes the transcript's size when it committed
-            try:
-                if _seen(root).read_text() == size:
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.002)
-        times["recorded"].append(time.perf_counter() - start)
-        times["noop"].append(_run(hook, payload))
-        add_turn(cc, 10**6 + i)  # a second turn, imported in the hook's own process
-        cc.write(path)
-        times["fg"].append(_run([*hook, "--foreground"], payload))
-        times["pass"].append(_run([sys.executable, "-c", "pass"], b""))
-    return times
+    t.grow()
+    size = str(t.path.stat().st_size)
+    seen = _seen(root, t.path)
+    start = time.perf_counter()
+    subprocess.run(hook, input=t.payload(), env=_env(), check=True, capture_output=True)
+    t.times["hook"].append(time.perf_counter() - start)
+    while True:  # the detached child writes the transcript's size when it committed
+        try:
+            if seen.read_text() == size:
+                break
+        except OSError:
+            pass
+        time.sleep(0.002)
+    t.times["recorded"].append(time.perf_counter() - start)
+    t.times["noop"].append(_run(hook, t.payload()))
+    t.grow()
+    t.times["fg"].append(_run([*hook, "--foreground"], t.payload()))
+    t.times["pass"].append(_run([sys.executable, "-c", "pass"], b""))
 
 
 def main() -> None:
@@ -113,13 +126,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "run"
         root.mkdir()
-        cc = Claude(seed="bench")
-        path = Path(tmp) / "project" / f"{cc.session}.jsonl"
-        early = measure(cc, path, root, 1, args.sample)
-        early_turns = len([r for r in cc.records if r.get("type") == "user"]) // 2
-        for i in range(args.sample + 1, args.turns - args.sample + 1):
-            add_turn(cc, i)
-        cc.write(path)
+        small, large = Transcript(Path(tmp), "small"), Transcript(Path(tmp), "large")
+        for _ in range(args.turns):
+            add_turn(large.cc, large.turn + 1)
+            large.turn += 1
+        large.cc.write(large.path)
         subprocess.run(
             [
                 sys.executable,
@@ -129,35 +140,30 @@ def main() -> None:
                 str(root),
                 "session",
                 "import",
-                str(path),
+                str(large.path),
             ],
             env=_env(),
             check=True,
             capture_output=True,
         )
-        late_first = args.turns - args.sample + 1
-        late = measure(cc, path, root, late_first, args.sample)
-        size = path.stat().st_size
-        turns = sum(
-            1
-            for r in cc.records
-            if r.get("type") == "user" and isinstance(r["message"]["content"], str)
-        )
-    report(early, late, early_turns, turns, size, args)
+        for _ in range(args.sample):  # interleaved: both see the same machine load
+            one_turn(small, root)
+            one_turn(large, root)
+        size = large.path.stat().st_size
+    report(small, large, size, args)
+
+
+def _seen(root: Path, path: Path) -> Path:
+    from alpstore.cli.record_hook import _seen_file
+
+    return _seen_file(root, path)
 
 
 def _ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1000
 
 
-def report(
-    early: dict[str, list[float]],
-    late: dict[str, list[float]],
-    early_turns: int,
-    turns: int,
-    size: int,
-    args: Any,
-) -> None:
+def report(small: Transcript, large: Transcript, size: int, args: Any) -> None:
     rows = [
         ("hook, as installed (what the agent waits)", "hook"),
         ("turn recorded (the detached import committed)", "recorded"),
@@ -165,24 +171,23 @@ def report(
         ("baseline: the hook, transcript unchanged", "noop"),
         ("baseline: python -c pass", "pass"),
     ]
+    e_pass, l_pass = _ms(small.times["pass"]), _ms(large.times["pass"])
     lines = [
         "# The recording hook per turn (issue 43)",
         "",
-        f"Medians of {args.sample} turns each, spawn to exit (ms). Early: the first turns of "
-        f"the transcript; late: turns {turns - args.sample + 1}… of a {turns}-turn transcript "
-        f"({size / 1e6:.1f} MB; each measured turn also adds one imported in the foreground). "
-        f"Goal: ≤ {GOAL_MS} ms at 1,000 turns, not growing.",
+        f"Medians of {args.sample} turns of each transcript, interleaved (the same machine "
+        f"load), spawn to exit (ms). Small: turns 1…{small.turn}; large: turns "
+        f"{args.turns + 1}…{large.turn} of a transcript of {large.turn} turns "
+        f"({size / 1e6:.1f} MB). Goal: ≤ {GOAL_MS} ms at 1,000 turns, not growing.",
         "",
-        "| per turn | early | late | late ÷ early | late ÷ python -c pass |",
+        "| per turn | small | at 1,000 turns | large ÷ small | ÷ python -c pass (small, large) |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
     for label, key in rows:
-        e, l_ = _ms(early[key]), _ms(late[key])
+        e, l_ = _ms(small.times[key]), _ms(large.times[key])
         lines.append(
-            f"| {label} | {e:.0f} | {l_:.0f} | {l_ / e:.2f} | {l_ / _ms(late['pass']):.1f} |"
+            f"| {label} | {e:.0f} | {l_:.0f} | {l_ / e:.2f} | {e / e_pass:.1f}, {l_ / l_pass:.1f} |"
         )
-    lines.append("")
-    lines.append(f"early transcript: {early_turns} turns before the late phase was grown")
     text = "\n".join(lines) + "\n"
     print(text)
     write_results(RESULTS, text)

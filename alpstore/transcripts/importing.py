@@ -394,7 +394,11 @@ def _child(
     anchor = _anchor(done, agent, steps)
     if anchor is None:
         anchor = done[0].anchor(done[0].turn)
-    session, state, created = work.open(uuid, file, size if cursor else 0, name=None, parent=anchor)
+    main = done[0].session.info(refresh=False)
+    name = f"{main.name or main.uuid[:8]}.agent-{agent}"[:200]  # what lineage trees show
+    session, state, created = work.open(
+        uuid, file, size if cursor else 0, name=name, parent=anchor, suffix=True
+    )
     if created and anchor is not None:
         row = rsql.fetchone(work.conn, "SELECT session_id FROM checkpoints WHERE id = ?", (anchor,))
         work.store.record_event(

@@ -66,19 +66,23 @@ def file_size(path: Path) -> int:
     return info.st_size
 
 
-def parse_record(raw: bytes, where: str) -> dict[str, Any]:
-    """One line as a JSON object, checked as the archive will hold it.
+def parse_record(box: list[bytes], where: str) -> dict[str, Any]:
+    """One line (the only item of ``box``, taken from it: a long record is not held twice
+    over) as a JSON object, checked as the archive will hold it.
 
     Raises:
         InputError: not UTF-8, not JSON, a repeated key, not an object, nested too deeply or
             holding what canonical JSON cannot (NaN, a lone surrogate); naming ``where``.
     """
+    raw = box.pop()
+    deep = brackets(raw) > MAX_DEPTH
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise InputError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from err
-    try:
-        obj = _DECODER.decode(text.lstrip("\ufeff"))
+    del raw
+    try:  # (the decoder skips the whitespace around a document: no stripped copy)
+        obj = _DECODER.decode(text.removeprefix("\ufeff"))
     except DuplicateKeyError as err:
         raise InputError(f"{where}: {err}; refused") from err
     except (ValueError, RecursionError) as err:
@@ -88,15 +92,20 @@ def parse_record(raw: bytes, where: str) -> dict[str, Any]:
             else getattr(err, "msg", None) or str(err).split(";")[0]
         )
         raise InputError(f"{where}: not valid JSON ({reason})") from err
+    del text
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    if brackets(raw) > MAX_DEPTH and nesting_depth(obj) > MAX_DEPTH:
+    if deep and nesting_depth(obj) > MAX_DEPTH:
         raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels; refused")
     try:
         canonical_json(obj)
     except AlpstoreError as err:
         raise InputError(f"{where}: {err.message}") from err
     return obj
+
+
+def _blank(raw: bytes) -> bool:
+    return len(raw) < 256 and not raw.strip()
 
 
 def read_records(
@@ -128,28 +137,31 @@ def read_records(
             complete = raw.endswith(b"\n")
             if not complete and len(raw) > MAX_LINE_BYTES:
                 raise InputError(f"{where}: a line longer than {MAX_LINE_BYTES} bytes; refused")
-            body = raw.strip()
+            size, blank = len(raw), _blank(raw)
+            box = [raw]
+            del raw
             if not complete:  # the end of what is written so far
-                if not body:
+                if blank:
                     break
                 try:
-                    record = parse_record(body, where)
+                    record = parse_record(box, where)
                 except InputError:
                     cursor.torn = True  # the writer is mid-line: the next read takes it
                     break
-                cursor.offset += len(raw)
+                cursor.offset += size
                 cursor.lines = number
                 yield number, record
                 break
-            cursor.offset += len(raw)
+            cursor.offset += size
             cursor.lines = number
-            if not body:
+            if blank:
                 continue
             try:
-                record = parse_record(body, where)
+                record = parse_record(box, where)
             except InputError:
                 if not skip_bad_lines:
                     raise
                 cursor.bad.append(number)
                 continue
             yield number, record
+            del record
