@@ -10,7 +10,8 @@ final answer, a ``stop_hook_summary`` system record) grows turn by turn; after e
 hook runs as Claude Code runs it: a fresh process, the Stop payload on stdin. Measured, per
 turn, from spawn to exit:
 
-- **hook (as installed)**: ``python -m alpstore.cli.record_hook --root R`` — what the agent
+- **hook (as installed)**: ``python -c 'from alpstore.cli.record_hook import main; main()'
+  --root R`` — what the agent
   waits for (the size check, then a fork: the import goes on in a detached child);
 - **turn recorded**: from the same spawn until that child committed the turn (the end state;
   DESIGN invariant 11);
@@ -97,7 +98,8 @@ def one_turn(t: Transcript, root: Path) -> None:
     """A turn through the installed hook (and until it landed), a turn through the hook in
     the foreground, the hook with nothing new, and ``python -c pass``.
     """
-    hook = [sys.executable, "-m", "alpstore.cli.record_hook", "--root", str(root)]
+    code = "from alpstore.cli.record_hook import main; main()"  # as `hook install` writes it
+    hook = [sys.executable, "-c", code, "--root", str(root)]
     t.grow()
     size = str(t.path.stat().st_size)
     seen = _seen(root, t.path)
@@ -154,9 +156,9 @@ def main() -> None:
 
 
 def _seen(root: Path, path: Path) -> Path:
-    from alpstore.cli.record_hook import _seen_file
+    from alpstore.cli.record_hook import seen_file
 
-    return _seen_file(root, path)
+    return Path(seen_file(str(root), str(path)))
 
 
 def _ms(xs: list[float]) -> float:

@@ -144,7 +144,8 @@ def record_command_line(root: Path, runtime: str = "claude") -> str:
     """
     import shlex
 
-    parts = [sys.executable, "-m", "alpstore.cli.record_hook", "--root", str(root.resolve())]
+    code = "from alpstore.cli.record_hook import main; main()"
+    parts = [sys.executable, "-c", code, "--root", str(root.resolve())]
     if runtime != "claude":
         parts += ["--runtime", runtime]
     return " ".join(shlex.quote(p) for p in parts)
@@ -161,7 +162,7 @@ def record(
     ] = None,
 ) -> None:
     """Import what the hook's transcript gained since the last run, now (the installed hook
-    runs `python -m alpstore.cli.record_hook`, which does the same in a detached process).
+    runs `alpstore.cli.record_hook` directly, which does the same in a detached process).
     Never fails: problems go to traces/hooks/record.log, the exit code is 0.
     """
     from alpstore.cli._common import options

@@ -5,13 +5,16 @@ imports what the transcript gained since the last run.
 It never fails or holds up the agent: it reads the payload, compares the transcript's size with
 what the last run recorded (unchanged: done, nothing opened), and hands the import to a
 detached child process; the agent's wait is that check and a fork. The child takes a lock per
-session (runs for one transcript queue instead of racing), reads only the bytes after the
+transcript (runs for one transcript queue instead of racing), reads only the bytes after the
 stored offset, writes them in one transaction, and logs any failure to
 ``<root>/traces/hooks/record.log``; it is killed after :data:`TIME_LIMIT` seconds (the
 transaction then rolls back; the next run imports the same bytes). The exit code is always 0.
 
-Run as ``python -m alpstore.cli.record_hook`` so that a turn does not pay for the command
-line's imports (Typer, SQLAlchemy) unless there is something to write.
+Run as ``python -c 'from alpstore.cli.record_hook import main; main()' ARGS`` (what
+``hook install --record`` writes; ``-m`` works too, at the cost of ``runpy``) so that a turn
+does not pay for the command line's imports (Typer, SQLAlchemy) unless there is something to
+write: until it has decided, it imports ``os``, ``sys`` and ``json`` only (paths are strings
+here, no ``pathlib``, no ``typing``).
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
-from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False  # (``typing`` itself is not imported: it costs a hook run ~5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 TIME_LIMIT = 120
 """Seconds an import started by the hook may run before it is stopped."""
@@ -30,12 +34,20 @@ CLOSING_EVENTS = frozenset({"Stop", "agent-turn-complete"})
 MAX_PAYLOAD = 8 * 1024 * 1024
 
 
-def _log(root: Path, text: str) -> None:
+def _hooks_dir(root: str) -> str:
+    return os.path.join(root, "traces", "hooks")
+
+
+def _log(root: str, text: str) -> None:
+    import time
+
     try:
-        folder = root / "traces" / "hooks"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = _hooks_dir(root)
+        os.makedirs(folder, exist_ok=True)
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {text}\n"
-        fd = os.open(folder / "record.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(
+            os.path.join(folder, "record.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
         try:
             os.write(fd, line.encode("utf-8", "replace")[:16384])
         finally:
@@ -45,7 +57,7 @@ def _log(root: Path, text: str) -> None:
 
 
 def _args(argv: list[str]) -> dict[str, Any]:
-    opts: dict[str, Any] = {"root": Path("."), "runtime": "claude", "foreground": False}
+    opts: dict[str, Any] = {"root": ".", "runtime": "claude", "foreground": False}
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -59,7 +71,6 @@ def _args(argv: list[str]) -> dict[str, Any]:
         else:
             rest.append(arg)
         i += 1
-    opts["root"] = Path(opts["root"])
     opts["rest"] = rest
     return opts
 
@@ -75,61 +86,80 @@ def _payload(opts: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _codex_rollout(doc: dict[str, Any], codex_home: str | None) -> Path | None:
+def _codex_rollout(doc: dict[str, Any], codex_home: str | None) -> str | None:
     """The rollout file of a Codex notify payload's thread (``rollout-<time>-<id>.jsonl``)."""
+    import glob
+
     thread = doc.get("thread-id") or doc.get("thread_id") or doc.get("session_id")
-    if not isinstance(thread, str) or not thread or "/" in thread:
+    if not isinstance(thread, str) or not thread or "/" in thread or glob.has_magic(thread):
         return None
-    home = Path(codex_home or os.environ.get("CODEX_HOME") or Path.home() / ".codex")
-    found = sorted((home / "sessions").glob(f"*/*/*/rollout-*-{thread}.jsonl"))
+    home = codex_home or os.environ.get("CODEX_HOME") or os.path.expanduser("~/.codex")
+    found = sorted(
+        glob.glob(os.path.join(home, "sessions", "*", "*", "*", f"rollout-*-{thread}.jsonl"))
+    )
     return found[-1] if found else None
 
 
-def _signature(path: Path) -> str:
+def _signature(path: str) -> str:
     """The sizes of the transcript and of its subagent files: what a run would read."""
-    sizes = [str(path.stat().st_size)]
-    agents = path.parent / path.stem / "subagents"
-    if agents.is_dir():
-        sizes += [f"{p.name}:{p.stat().st_size}" for p in sorted(agents.glob("agent-*.jsonl"))]
+    sizes = [str(os.stat(path).st_size)]
+    agents = os.path.join(os.path.splitext(path)[0], "subagents")
+    if os.path.isdir(agents):
+        for name in sorted(os.listdir(agents)):
+            if name.startswith("agent-") and name.endswith(".jsonl"):
+                sizes.append(f"{name}:{os.stat(os.path.join(agents, name)).st_size}")
     return ",".join(sizes)
 
 
-def _seen_file(root: Path, path: Path) -> Path:
-    from alpstore.canonical import digest_bytes
+def seen_file(root: str, path: str) -> str:
+    """Where the last run wrote ``path``'s signature (under the run root's traces)."""
+    import hashlib
 
-    key = digest_bytes(str(path.resolve()).encode()).hex()[:32]
-    return root / "traces" / "hooks" / f"{key}.seen"
+    key = hashlib.blake2b(os.path.realpath(path).encode(), digest_size=16).hexdigest()
+    return os.path.join(_hooks_dir(root), f"{key}.seen")
 
 
-def run_import(root: Path, path: Path, *, close_turn: bool) -> str:
+def run_import(root: str, path: str, *, close_turn: bool) -> str:
     """Import what ``path`` gained (one transaction, under a per-transcript lock); return
     what was done, as a log line.
     """
     import fcntl
+    from pathlib import Path
 
     from alpstore.store import Store
     from alpstore.transcripts.importing import import_transcript
 
-    seen = _seen_file(root, path)
-    seen.parent.mkdir(parents=True, exist_ok=True)
-    with open(seen.with_suffix(".lock"), "a") as lock:
+    seen = seen_file(root, path)
+    os.makedirs(os.path.dirname(seen), exist_ok=True)
+    with open(seen[: -len(".seen")] + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         signature = _signature(path)
-        store = Store.open(root, url=os.environ.get("ALPSTORE_DATABASE_URL") or None)
+        store = Store.open(Path(root), url=os.environ.get("ALPSTORE_DATABASE_URL") or None)
         try:
-            result = import_transcript(store, path, skip_bad_lines=True, close_turn=close_turn)
+            result = import_transcript(
+                store, Path(path), skip_bad_lines=True, close_turn=close_turn
+            )
         finally:
             store.close()
         # a turn left open is checkpointed by the next closing run, even with nothing new
-        seen.write_text(signature if close_turn else "")
+        with open(seen, "w") as out:
+            out.write(signature if close_turn else "")
     bad = f"; malformed lines skipped: {result.bad}" if result.bad else ""
     return result.describe() + bad
+
+
+def _unchanged(root: str, path: str) -> bool:
+    try:
+        with open(seen_file(root, path)) as handle:
+            return handle.read() == _signature(path)
+    except OSError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the hook; always 0."""
     opts = _args(sys.argv[1:] if argv is None else argv)
-    root: Path = opts["root"]
+    root: str = opts["root"]
     try:
         doc = _payload(opts)
         if opts["runtime"] == "codex":
@@ -137,17 +167,13 @@ def main(argv: list[str] | None = None) -> int:
             event = str(doc.get("type") or "")
         else:
             transcript = doc.get("transcript_path")
-            path = Path(transcript) if isinstance(transcript, str) and transcript else None
+            path = transcript if isinstance(transcript, str) and transcript else None
             event = str(doc.get("hook_event_name") or "")
-        if path is None or not path.is_file():
+        if path is None or not os.path.isfile(path):
             _log(root, f"record {event}: no transcript to read ({doc.get('transcript_path')})")
             return 0
-        seen = _seen_file(root, path)
-        try:
-            if seen.read_text() == _signature(path):
-                return 0  # nothing new: not even the archive is opened
-        except OSError:
-            pass
+        if _unchanged(root, path):
+            return 0  # nothing new: not even the archive is opened
         close_turn = event in CLOSING_EVENTS
         if opts["foreground"]:
             _log(root, f"record {event}: {run_import(root, path, close_turn=close_turn)}")
@@ -160,11 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _detached(root: Path, path: Path, event: str, close_turn: bool) -> None:
+def _detached(root: str, path: str, event: str, close_turn: bool) -> None:
     """The import, in a child detached from the agent (own session, no terminal)."""
     import signal
 
-    code = 0
     try:
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -174,9 +199,8 @@ def _detached(root: Path, path: Path, event: str, close_turn: bool) -> None:
         _log(root, f"record {event}: {run_import(root, path, close_turn=close_turn)}")
     except BaseException as exc:  # logged, never raised to anyone
         _log(root, f"record {event}: {type(exc).__name__}: {exc}")
-        code = 0
     finally:
-        os._exit(code)
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ def _hook(
     if url:
         env["ALPSTORE_DATABASE_URL"] = url
     text = payload if isinstance(payload, str) else json.dumps(payload)
-    args = [sys.executable, "-m", "alpstore.cli.record_hook", "--root", str(root), *more]
+    code = "from alpstore.cli.record_hook import main; main()"  # as `hook install` writes it
+    args = [sys.executable, "-c", code, "--root", str(root), *more]
     if not stdin:
         args.append(text)
     return subprocess.run(
@@ -159,7 +160,8 @@ def test_install_record_registers_beside_the_continuity_hooks(tmp_path: Path) ->
     for event in ("Stop", "SubagentStop", "PreCompact"):
         (group,) = hooks[event]
         command = group["hooks"][0]["command"]
-        assert "-m alpstore.cli.record_hook --root" in command and str(root.resolve()) in command
+        assert "from alpstore.cli.record_hook import main; main()" in command
+        assert f"--root {root.resolve()}" in command
     again = run_cli("--root", str(root), "hook", "install", "--project", str(project), "--record")
     assert "already installed" in again.out
     gone = run_cli("--root", str(root), "hook", "uninstall", "--project", str(project))
