@@ -11,6 +11,7 @@ Claude Code), and ``<sessionId>/subagents/agent-<agentId>.jsonl`` files beside i
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -252,29 +253,11 @@ def import_transcript(
         cursor = Cursor(state.offset, state.lines)
         main = Conversation(store, session, state, conn)
         side: dict[str, list[Step]] = {}
-        step_of = work.reader()
-        try:
-            for number, record in read_records(
-                path, cursor, skip_bad_lines=skip_bad_lines, size=size
-            ):
-                step = step_of(number, record)
-                if step.agent is not None:
-                    side.setdefault(step.agent, []).append(step)
-                else:
-                    main.feed(step)
-        except InputError as err:
-            if skip_bad_lines or "not valid JSON" not in err.message:
-                raise
-            raise InputError(
-                err.message, hint="--skip-bad-lines imports around it and names each line"
-            ) from err
+        # a session this transaction created is its alone: its row is written once, at the
+        # end, not at every turn (PostgreSQL keeps a row version per update until commit)
+        with session.deferring_head(conn) if created else nullcontext():
+            main_changed = _read_main(work, main, path, cursor, size, side, created, close_turn)
         result.torn, result.bad = cursor.torn, list(cursor.bad)
-        consumed = cursor.offset != state.offset
-        if created and main.messages == 0 and not side:
-            raise InputError(f"{path}: no user or assistant messages to import")
-        main_changed = consumed or (close_turn and state.open)
-        if main_changed:  # (a turn an earlier import left open is checkpointed now)
-            main.finish(close_turn=close_turn)
         result.add(main)
         files = _agent_files(path) if fmt == "claude-code" else []
         children = _children(work, main, side, files, path, result, close_turn)
@@ -287,6 +270,48 @@ def import_transcript(
             work.save(session, state, path, cursor)
         result.unchanged = not changed
     return result
+
+
+def _read_main(
+    work: _Import,
+    main: Conversation,
+    path: Path,
+    cursor: Cursor,
+    size: int,
+    side: dict[str, list[Step]],
+    created: bool,
+    close_turn: bool,
+) -> bool:
+    """Replay the transcript's new records into the main session (sidechain records go to
+    ``side``); True when the main session changed.
+
+    Raises:
+        InputError: a malformed line (unless skipped), or a new session with no message.
+    """
+    state, offset = main.state, cursor.offset
+    step_of = work.reader()
+    try:
+        for number, record in read_records(
+            path, cursor, skip_bad_lines=work.skip_bad_lines, size=size
+        ):
+            step = step_of(number, record)
+            if step.agent is not None:
+                side.setdefault(step.agent, []).append(step)
+            else:
+                main.feed(step)
+    except InputError as err:
+        if work.skip_bad_lines or "not valid JSON" not in err.message:
+            raise
+        raise InputError(
+            err.message, hint="--skip-bad-lines imports around it and names each line"
+        ) from err
+    consumed = cursor.offset != offset
+    if created and main.messages == 0 and not side:
+        raise InputError(f"{path}: no user or assistant messages to import")
+    main_changed = consumed or (close_turn and state.open)
+    if main_changed:  # (a turn an earlier import left open is checkpointed now)
+        main.finish(close_turn=close_turn)
+    return main_changed
 
 
 def _agent_files(path: Path) -> list[tuple[str, Path]]:
