@@ -205,17 +205,14 @@ def install_command(
 
 @app.command("uninstall")
 def uninstall_command(
-    ctx: typer.Context,
     project: ProjectOpt = Path("."),
     executable: ExecutableOpt = "alpstore",
 ) -> None:
-    """Remove exactly the hook commands `hook install` adds (the recording hook of --root
-    too), leaving every other hook alone.
+    """Remove exactly the hook commands `hook install` adds (the recording hook too, whatever
+    run root it names), leaving every other hook alone.
     """
-    from alpstore.cli._common import options
-
     path = hooks.settings_path(project)
     entries = hooks.hook_entries(executable, bridge=True)
-    entries += hooks.record_entries(record_command_line(options(ctx).root))
+    entries += hooks.installed_record_entries(path)
     removed = hooks.uninstall(path, entries)
     echo(f"{path}: removed {removed} hook command(s)")

@@ -79,6 +79,18 @@ def test_a_rewind_is_a_backtrack_and_the_line_is_what_the_model_saw(backend: Bac
     fork = backend.cli("session", "fork", str(first), "--name", "retry-first")
     assert fork.code == 0, fork.err
     assert _show(backend, "retry-first")[-2] == "[2] user: First attempt"
+    # the fold covers the raw line the model saw before the compaction: the third branch
+    expand = backend.cli("debug", "expand", f"{sid}@latest", "--width", "0")
+    assert expand.code == 0, expand.err
+    leaves = [x.split("} ", 1)[1] for x in expand.out.splitlines() if x.startswith("{")]
+    assert leaves == [
+        "[0] user: Set up the project",
+        "[1] assistant: Project set up",
+        "[2] user: Third attempt",
+        "[3] assistant: Third answer",
+        "[4] user: Continue the third",
+        "[5] assistant: Continued",
+    ]
     # a rewind after the compaction goes back to the compacted line, not the raw one
     rewound = [r for r in cut if r["turn"] == 5]
     assert rewound and "Abandoned after compaction" in "\n".join(
