@@ -19,6 +19,8 @@ from alpstore.transcripts.steps import Step, text_of
 
 MESSAGE_TYPES = frozenset({"user", "assistant"})
 AGENT_TOOLS = frozenset({"Task", "Agent"})
+NO_AGENT = "\x00sidechain"
+"""A sidechain record naming no ``agentId`` (older versions): the import groups them by root."""
 """The tools that start a subagent."""
 
 
@@ -87,7 +89,7 @@ def step(line: int, record: dict[str, Any], *, agent: str | None = None) -> Step
         line,
         uuid=_str(record.get("uuid")),
         parent=_str(record.get("parentUuid")),
-        agent=(_str(record.get("agentId")) or agent or "sidechain") if sidechain else None,
+        agent=(_str(record.get("agentId")) or agent or NO_AGENT) if sidechain else None,
     )
     inner = record.get("message")
     if kind == "system":

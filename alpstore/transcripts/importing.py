@@ -290,11 +290,17 @@ def _read_main(
     """
     state, offset = main.state, cursor.offset
     step_of = work.reader()
+    roots: dict[str, str] = {}
+    """Sidechain records that name no agent (older versions): each chain's root, by record."""
     try:
         for number, record in read_records(
             path, cursor, skip_bad_lines=work.skip_bad_lines, size=size
         ):
             step = step_of(number, record)
+            if step.agent == claude.NO_AGENT:  # one subagent per sidechain root
+                root = roots.get(step.parent or "") or step.uuid or "?"
+                roots[step.uuid or ""] = root
+                step.agent = f"sidechain-{root[:8]}"
             if step.agent is not None:
                 side.setdefault(step.agent, []).append(step)
             else:

@@ -212,3 +212,30 @@ def test_a_codex_rollout_imports_with_tool_calls_and_no_encrypted_reasoning(
     ):
         r = backend.cli(*args)
         assert r.code == 0 and "SECRET" not in r.out and "gAAAA" not in r.out
+
+
+def test_sidechains_naming_no_agent_are_one_child_per_chain(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Older Claude Code wrote sidechain records without ``agentId``: each chain (from its
+    root record) is one subagent."""
+    from tests.fixtures.transcripts.build import Claude
+
+    cc = Claude(seed="old")
+    cc.user("Look at two things")
+    first = cc.tool_use("Task", {"prompt": "Look at A"}, "toolu_a")
+    for prompt, answer in (("Look at A", "A is fine"), ("Look at B", "B is broken")):
+        cc.user(prompt, None, isSidechain=True)
+        cc.text(answer, isSidechain=True)
+    cc.last = first
+    cc.result("toolu_a", "A is fine")
+    cc.text("A is fine; B is broken.")
+    path = cc.write(tmp_path / "old.jsonl")
+    out = _import(backend, path)
+    assert "2 subagent sessions" in out
+    rows = json.loads(backend.cli("session", "list", "--json").out)
+    children = [r for r in rows if r["parent"] == cc.session]
+    assert len(children) == 2
+    texts = sorted(_show(backend, c["session"])[1] for c in children)
+    assert texts == ["[1] assistant: A is fine", "[1] assistant: B is broken"]
+    assert len(_show(backend, cc.session)) == 4
