@@ -5,7 +5,8 @@
 the model saw or produced (``message``, ``function_call`` / ``function_call_output``,
 ``custom_tool_call`` / ``custom_tool_call_output``, ``local_shell_call``, ``web_search_call``,
 ``reasoning``); ``compacted`` (and a ``compaction`` response item) replaces the history with a
-summary; ``event_msg`` lines repeat what the UI showed and are counted, not stored. Encrypted
+summary; ``event_msg`` lines repeat what the UI showed and are counted, not stored, except
+``thread_rolled_back`` (the user went back ``num_turns`` turns: a backtrack). Encrypted
 reasoning is dropped before anything is stored: it is never shown or searched.
 """
 
@@ -65,6 +66,10 @@ def step(line: int, record: dict[str, Any]) -> Step:
     if kind == "compacted":
         message = payload.get("message")
         return Step("fold", line, summary=message if isinstance(message, str) else "")
+    if kind == "event_msg" and payload.get("type") == "thread_rolled_back":
+        turns = payload.get("num_turns")
+        if isinstance(turns, int) and not isinstance(turns, bool) and turns > 0:
+            return Step("rollback", line, turns=turns)
     if kind != "response_item":
         return Step("skip", line, skipped=str(kind))
     item_type = payload.get("type")

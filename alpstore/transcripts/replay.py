@@ -139,6 +139,8 @@ class Conversation:
             self._close()
         elif step.kind == "fold":
             self._fold(step)
+        elif step.kind == "rollback":
+            self._rollback(step.turns)
         else:
             self.skipped[step.skipped or "record"] += 1
             mark = self.marks.get(step.parent) if step.parent else None
@@ -243,6 +245,18 @@ class Conversation:
         self.backtracks += 1
         self.last_group = None
         self.turn = Turn(ck_id)
+
+    def _rollback(self, turns: int) -> None:
+        """The newest ``turns`` user turns discarded (Codex): back to the newest retained
+        checkpoint at least that many turns before the line's end.
+        """
+        self._close()
+        cks = self.store.list_checkpoints(self.session.id, conn=self.conn)
+        if not cks:
+            return
+        goal = cks[-1].turn - turns
+        target = next((ck.id for ck in reversed(cks) if ck.turn <= goal), START)
+        self._rewind(("ck", target))
 
     def _fold(self, step: Step) -> None:
         """A compaction: the open turn is checkpointed as the model saw it, then the line so

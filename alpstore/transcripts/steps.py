@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StepKind = Literal["message", "turn", "fold", "skip"]
+StepKind = Literal["message", "turn", "fold", "rollback", "skip"]
 
 
 @dataclass
@@ -18,7 +18,8 @@ class Step:
     Fields:
         kind: ``message`` (stored as one entry of the line), ``turn`` (a turn boundary: the
             next message starts a turn), ``fold`` (a compaction: ``summary`` replaces the
-            line so far), ``skip`` (not conversation: counted under ``skipped``).
+            line so far), ``rollback`` (the newest ``turns`` user turns discarded: Codex's
+            ``thread_rolled_back``), ``skip`` (not conversation: counted under ``skipped``).
         line: the record's line number in its file.
         uuid: the record's own id (Claude Code), None when the format has none.
         parent: the id of the record it follows (None: the record before it in the file).
@@ -32,6 +33,7 @@ class Step:
         spawns: agent ids whose result this record carries (a ``Task``/``Agent`` result).
         calls: prompts of the ``Task``/``Agent`` tool calls this record makes (to anchor a
             subagent whose result names no agent id).
+        turns: how many user turns a ``rollback`` discards.
     """
 
     kind: StepKind
@@ -47,6 +49,7 @@ class Step:
     skipped: str | None = None
     spawns: list[str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    turns: int = 0
 
 
 def text_of(content: Any) -> str:

@@ -239,3 +239,45 @@ def test_sidechains_naming_no_agent_are_one_child_per_chain(
     texts = sorted(_show(backend, c["session"])[1] for c in children)
     assert texts == ["[1] assistant: A is fine", "[1] assistant: B is broken"]
     assert len(_show(backend, cc.session)) == 4
+
+
+def test_a_codex_rollback_is_a_backtrack(backend: Backend, tmp_path: Path) -> None:
+    """Codex's ``thread_rolled_back`` (the user went back N turns) is a backtrack: the
+    discarded turns' checkpoints are cut, the line continues from before them."""
+    from tests.fixtures.transcripts.build import codex
+
+    lines = codex()[:3]  # session_meta, the environment message, a turn_context
+
+    def add(kind: str, payload: dict[str, Any]) -> None:
+        lines.append({"timestamp": "2025-10-01T12:00:00.000Z", "type": kind, "payload": payload})
+
+    def turn(question: str, answer: str) -> None:
+        add("turn_context", {"cwd": "/x", "model": "gpt-5-codex"})
+        for role, kind, text in (
+            ("user", "input_text", question),
+            ("assistant", "output_text", answer),
+        ):
+            add(
+                "response_item",
+                {"type": "message", "role": role, "content": [{"type": kind, "text": text}]},
+            )
+
+    turn("one", "1")
+    turn("two", "2")
+    turn("three", "3")
+    add("event_msg", {"type": "thread_rolled_back", "num_turns": 2})
+    turn("two again", "2 again")
+    path = tmp_path / "rollout.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sid = lines[0]["payload"]["id"]
+    out = _import(backend, path)
+    assert "1 rewinds as backtracks" in out, out
+    shown = _show(backend, sid)
+    assert shown[1:] == [
+        "[1] user: one",
+        "[2] assistant: 1",
+        "[3] user: two again",
+        "[4] assistant: 2 again",
+    ]
+    cut = [r for r in _log(backend, sid) if r["type"] == "checkpoint" and not r["retained"]]
+    assert len(cut) == 2
