@@ -126,7 +126,14 @@ class Conversation:
         if mark is not None:
             return _position(*mark)
         if self._old_tips is None:  # an earlier import's record: read once, on a rewind
-            self._old_tips = all_tips(self.conn, self.session.id)
+            mine = {
+                ck.id
+                for ck in self.store.list_checkpoints(
+                    self.session.id, include_abandoned=True, conn=self.conn
+                )
+            }  # (a session carried to another archive may have had its checkpoints renumbered)
+            tips = all_tips(self.conn, self.session.id)
+            self._old_tips = {u: ck for u, ck in tips.items() if ck == START or ck in mine}
         ck = self._old_tips.get(parent)
         return None if ck is None else ("ck", ck)
 
