@@ -6,6 +6,7 @@ stays 0.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -56,6 +57,19 @@ def _inside_execution() -> ExecutionPaths | None:
         warn(f"hook: {ENV_EXECUTION} is not set (not inside an execution); nothing done")
         return None
     return ExecutionPaths.of(alp_home(), execution_id)
+
+
+@app.command("codex-notify")
+def codex_notify(ctx: typer.Context) -> None:
+    """Print the `notify` line that makes Codex record every turn (add it to
+    ~/.codex/config.toml): Codex runs it after each turn with the turn's JSON.
+    """
+    import shlex
+
+    from alpstore.cli._common import options
+
+    line = record_command_line(options(ctx).root, "codex")
+    echo("notify = [" + ", ".join(json.dumps(p) for p in shlex.split(line)) + "]")
 
 
 @app.command("compact-record")
@@ -113,15 +127,73 @@ def session_start() -> None:
         warn(f"hook session-start: {exc}; nothing injected")
 
 
+RecordOpt = Annotated[
+    bool,
+    typer.Option(
+        "--record",
+        help="Also register the recording hook (Stop, SubagentStop, PreCompact): every turn "
+        "imported into the archive of --root as it happens.",
+    ),
+]
+
+
+def record_command_line(root: Path, runtime: str = "claude") -> str:
+    """The command a runtime runs to record: this Python, the light hook module, the run root
+    (absolute: the agent runs it from its own folder). A database URL is never written into a
+    settings file (it may hold a password): the hook reads ``ALPSTORE_DATABASE_URL``.
+    """
+    import shlex
+
+    code = "from alpstore.cli.record_hook import main; main()"
+    parts = [sys.executable, "-c", code, "--root", str(root.resolve())]
+    if runtime != "claude":
+        parts += ["--runtime", runtime]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+@app.command("record")
+def record(
+    ctx: typer.Context,
+    runtime: Annotated[
+        str, typer.Option("--runtime", help="claude (payload on stdin) or codex (notify).")
+    ] = "claude",
+    payload: Annotated[
+        str | None, typer.Argument(help="Codex notify's JSON (Claude Code's comes on stdin).")
+    ] = None,
+) -> None:
+    """Import what the hook's transcript gained since the last run, now (the installed hook
+    runs `alpstore.cli.record_hook` directly, which does the same in a detached process).
+    Never fails: problems go to traces/hooks/record.log, the exit code is 0.
+    """
+    from alpstore.cli._common import options
+    from alpstore.cli.record_hook import main
+
+    if runtime not in ("claude", "codex"):
+        warn(f"hook record: --runtime {runtime!r}: expected claude or codex; nothing done")
+        return
+    root = options(ctx).root
+    argv = ["--root", str(root), "--runtime", runtime, "--foreground"]
+    main(argv + ([payload] if payload is not None else []))
+
+
 @app.command("install")
 def install_command(
+    ctx: typer.Context,
     project: ProjectOpt = Path("."),
     executable: ExecutableOpt = "alpstore",
+    record: RecordOpt = False,
 ) -> None:
-    """Register the hooks in .claude/settings.json (compaction ones with ALP_COMPACT_BRIDGE=1)."""
+    """Register the hooks in .claude/settings.json (compaction ones with ALP_COMPACT_BRIDGE=1;
+    the recording hook with --record).
+    """
+    from alpstore.cli._common import options
+
     bridge = os.environ.get(ENV_BRIDGE) == "1"
     path = hooks.settings_path(project)
-    added = hooks.install(path, hooks.hook_entries(executable, bridge=bridge))
+    entries = hooks.hook_entries(executable, bridge=bridge)
+    if record:
+        entries += hooks.record_entries(record_command_line(options(ctx).root))
+    added = hooks.install(path, entries)
     for entry in added:
         matcher = f" [{entry.matcher}]" if entry.matcher else ""
         echo(f"added {entry.event}{matcher}: {entry.command}")
@@ -136,7 +208,11 @@ def uninstall_command(
     project: ProjectOpt = Path("."),
     executable: ExecutableOpt = "alpstore",
 ) -> None:
-    """Remove exactly the hook commands `hook install` adds, leaving every other hook alone."""
+    """Remove exactly the hook commands `hook install` adds (the recording hook too, whatever
+    run root it names), leaving every other hook alone.
+    """
     path = hooks.settings_path(project)
-    removed = hooks.uninstall(path, hooks.hook_entries(executable, bridge=True))
+    entries = hooks.hook_entries(executable, bridge=True)
+    entries += hooks.installed_record_entries(path)
+    removed = hooks.uninstall(path, entries)
     echo(f"{path}: removed {removed} hook command(s)")

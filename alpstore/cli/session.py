@@ -519,31 +519,62 @@ def import_history(
     ctx: typer.Context,
     source: Annotated[
         Path,
-        typer.Argument(help="OpenAI JSONL, Claude Code transcript, or a `session export` file."),
+        typer.Argument(
+            help="OpenAI JSONL, a Claude Code transcript, a Codex rollout, or a `session "
+            "export` file."
+        ),
     ],
     name: Annotated[str | None, typer.Option("--name", help="Name of the new session.")] = None,
     session_id: Annotated[str | None, typer.Option("--id", help="The new session's id.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="auto, openai or claude.")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", help="auto, openai, claude or codex.")] = "auto",
+    skip_bad_lines: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad-lines",
+            help="Claude Code / Codex: import around malformed lines and print their numbers.",
+        ),
+    ] = False,
 ) -> None:
     """Import a conversation as a new session, checkpointing every turn (one transaction:
     interrupted, it leaves nothing). Names are unique: a taken --name is refused; the default
     name (the file's stem) is suffixed when taken.
+
+    A Claude Code transcript or a Codex rollout is imported as the tree it is (rewinds as
+    backtracks, compactions as folds, subagents as child sessions) into the session of its own
+    id; importing it again appends only what was added since (an unchanged file writes
+    nothing; a torn last line waits for the next import).
 
     A file `session export` wrote (detected by its first line) is imported whole: the same
     session id, every checkpoint, backtrack and event, `session digest` equal.
     """
     from alpstore.cli.session_travel import is_session_file
 
+    if fmt not in ("auto", "openai", "claude", "codex"):
+        raise UsageError(f"--format {fmt!r}: expected auto, openai, claude or codex")
     if fmt == "auto" and is_session_file(source):
         import_session(ctx, source, name, session_id)
         return
-    from alpstore.importers import import_history, parse_history
     from alpstore.rules.ids import check_text, text_problem
+    from alpstore.transcripts.importing import detect
 
-    if fmt not in ("auto", "openai", "claude"):
-        raise UsageError(f"--format {fmt!r}: expected auto, openai or claude")
     if name is not None:
         check_text(name, "--name")
+    if fmt in ("claude", "codex") or (fmt == "auto" and detect(source).format is not None):
+        from alpstore.cli.session_transcript import import_transcript_command
+
+        import_transcript_command(
+            ctx,
+            source,
+            fmt="claude-code" if fmt == "claude" else "codex" if fmt == "codex" else None,
+            name=name,
+            session_id=session_id,
+            skip_bad_lines=skip_bad_lines,
+        )
+        return
+    from alpstore.importers import import_history, parse_history
+
+    if skip_bad_lines:
+        raise UsageError("--skip-bad-lines: for Claude Code and Codex transcripts only")
     default = source.stem if text_problem(source.stem) is None else "imported"
     parsed = parse_history(source, fmt)  # type: ignore[arg-type]
     st = store(ctx)

@@ -121,7 +121,8 @@ def log(
     every = s.checkpoints(include_abandoned=True)
     cks = every if show_all else [ck for ck in every if not ck.abandoned]
     deltas = checkpoint_deltas(st, cks)
-    events = [e for e in st.session_events(s.id) if e["kind"] not in ("status",)]
+    # an import's bookkeeping (how far a transcript was read) is not a step of the session
+    events = [e for e in st.session_events(s.id) if e["kind"] not in ("status", "import")]
     steps = lgsteps.thread_steps(st, s.id, str(name), every, events) if thread else {}
     if thread:
         events = [e for e in events if not lgsteps.is_mark(e)]

@@ -67,6 +67,42 @@ def hook_entries(executable: str, *, bridge: bool) -> list[HookEntry]:
     return entries
 
 
+RECORD_EVENTS = ("Stop", "SubagentStop", "PreCompact")
+"""The Claude Code events after which the recording hook imports the transcript's new records."""
+
+
+def record_entries(command: str) -> list[HookEntry]:
+    """The recording hook's registrations (``command`` runs ``alpstore.cli.record_hook``)."""
+    return [HookEntry(event, None, command) for event in RECORD_EVENTS]
+
+
+RECORD_MARK = "alpstore.cli.record_hook"
+"""What every recording hook command runs (whatever its interpreter and run root)."""
+
+
+def installed_record_entries(path: Path) -> list[HookEntry]:
+    """The recording hook commands registered in a settings file, whatever run root each
+    names (so uninstalling needs no --root).
+
+    Raises:
+        InputError: the settings file is malformed.
+    """
+    if not path.exists():
+        return []
+    hooks = _load_settings(path).doc.get("hooks")
+    found: list[HookEntry] = []
+    for event in RECORD_EVENTS:
+        groups = hooks.get(event) if isinstance(hooks, dict) else None
+        for group in groups if isinstance(groups, list) else []:
+            matcher = group.get("matcher") if isinstance(group, dict) else None
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for hook in inner if isinstance(inner, list) else []:
+                command = hook.get("command") if isinstance(hook, dict) else None
+                if isinstance(command, str) and RECORD_MARK in command:
+                    found.append(HookEntry(event, matcher, command))
+    return found
+
+
 def settings_path(project: Path) -> Path:
     """A project's Claude Code settings file."""
     return project / ".claude" / "settings.json"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.core.content import StoreContent
 from alpstore.db import raw as rsql
-from alpstore.errors import DatabaseError, SessionNameTakenError, UsageError
+from alpstore.errors import DatabaseError, NotFoundError, SessionNameTakenError, UsageError
 from alpstore.rules.ids import session_id_problem, shown
 from alpstore.rules.names import normal_name
 from alpstore.sessions import Retention, Session, manifest_blob, new_session_uuid
@@ -20,6 +20,8 @@ from alpstore.views import EMPTY_COVER
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from alpstore.sessions import CheckpointInfo
 
 NAME_LIMIT = 200
 """Longest session name (the column's width)."""
@@ -59,8 +61,10 @@ class StoreNaming(StoreContent):
         manifest: Any | None = None,
         retention: Retention | None = None,
         origin: dict[str, Any] | None = None,
+        parent: CheckpointInfo | None = None,
     ) -> Session:
-        """Create an empty session.
+        """Create an empty session; with ``parent``, a child session anchored at that
+        checkpoint (a subagent's own conversation: its lineage is recorded, it starts empty).
 
         Raises:
             UsageError: the session id is taken (an id or another session's name) or not an
@@ -82,14 +86,24 @@ class StoreNaming(StoreContent):
             self._require_free_id(conn, uuid)
             self._require_free_name(conn, name)
             mid = manifest_blob(conn, self.archive, manifest)
+            parent_row = None
+            if parent is not None:
+                parent_row = rsql.fetchone(
+                    conn,
+                    "SELECT s.id, s.root_id FROM sessions s JOIN checkpoints c "
+                    "ON c.session_id = s.id WHERE c.id = ?",
+                    (parent.id,),
+                )
+                if parent_row is None:
+                    raise NotFoundError(f"no checkpoint {parent.id} in this archive")
             sid = self._insert_session(
                 conn,
                 name,
                 sessions.insert().values(
                     uuid=uuid,
                     name=name,
-                    parent_id=None,
-                    source_checkpoint_id=None,
+                    parent_id=None if parent_row is None else parent_row[0],
+                    source_checkpoint_id=None if parent is None else parent.id,
                     root_id=None,
                     origin=json.dumps(origin, sort_keys=True) if origin else None,
                     manifest_blob_id=mid,
@@ -105,7 +119,8 @@ class StoreNaming(StoreContent):
                     head_digest=EMPTY_COVER,
                 ),
             )
-            conn.execute(update(sessions).where(sessions.c.id == sid).values(root_id=sid))
+            root = sid if parent_row is None else (parent_row[1] or parent_row[0])
+            conn.execute(update(sessions).where(sessions.c.id == sid).values(root_id=root))
             info = self.session_info(sid, conn=conn)
         self.emit("session", session=uuid, name=name)
         return Session(self, info)  # type: ignore[arg-type]

@@ -172,7 +172,14 @@ def _agents_item(v: dict[str, Any]) -> Shown | None:
     if kind == "function_call":
         call = _call(v.get("name"), v.get("arguments"), v.get("call_id", v.get("id", "")))
         return Shown("assistant", "", [call])
-    if kind == "function_call_output":
+    if kind == "custom_tool_call":  # Codex: a freeform tool (apply_patch) and its input
+        call = _call(v.get("name"), v.get("input"), v.get("call_id", v.get("id", "")))
+        return Shown("assistant", "", [call])
+    if kind == "local_shell_call":  # Codex: a shell command the model ran
+        action = v.get("action")
+        args = action.get("command") if isinstance(action, dict) else action
+        return Shown("assistant", "", [_call("local_shell", args, v.get("call_id", ""))])
+    if kind in ("function_call_output", "custom_tool_call_output"):
         out = v.get("output")
         ident = v.get("call_id")
         text = f"result: {out if isinstance(out, str) else content_text(out)}"

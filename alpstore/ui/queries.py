@@ -161,6 +161,8 @@ def _markers(store: Store, info: SessionInfo, lo: float, hi: float) -> list[Mark
         detail = value if isinstance(value, dict) else {"detail": value}
         if kind == "status" and detail.get("status") == "active":
             continue
+        if kind == "import":  # how far a transcript was read: bookkeeping, not a step
+            continue
         out.append(Marker(kind, float(at), {"checkpoint": checkpoint, **detail}))
     out.sort(key=lambda m: m.at)
     return out

@@ -162,8 +162,8 @@ def test_claude_code_transcript_import(cli: Any, tmp_path: Path) -> None:
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     result = cli("session", "import", str(path), "--name", "cc")
     assert result.code == 0, result.err
-    assert "5 messages in 2 turns" in result.out and "claude format" in result.out
-    assert "1 non-message records skipped" in result.out
+    assert "imported 5 messages, 2 checkpoints" in result.out and "(claude-code)" in result.out
+    assert "1 records not conversation skipped (summary 1)" in result.out
 
 
 @pytest.mark.parametrize(
