@@ -180,7 +180,28 @@ def session_records(
                 "created_at": float(at),
             }
         )
+    recs.extend(_thread_records(store, conn, session_id, seqs, blobs))
     return recs
+
+
+def _thread_records(
+    store: Store, conn: Any, session_id: int, seqs: dict[int, int], blobs: _Collect
+) -> list[dict[str, Any]]:
+    """The lines of the LangGraph thread the session holds, if any (``travel_lg``)."""
+    from alpstore.portable.travel_lg import Delta, thread_records
+
+    def note(digest: bytes) -> str:
+        return blobs.add(digest) or ""
+
+    def delta() -> Delta:
+        lists = Digester()
+
+        def of(view: View, previous: list[tuple[int, int, int]]) -> tuple[dict[str, Any], Any]:
+            return _delta(store, conn, view, previous, lists, blobs, commit=True)
+
+        return of
+
+    return thread_records(store, conn, session_id, seqs, note, delta)
 
 
 def _portable_origin(text: str | None, root: Path) -> str | None:

@@ -72,6 +72,11 @@ class SessionImport:
     ids_kept: bool
     parent: str | None
     orphaned: bool
+    threads: tuple[str, ...] = ()
+    """The LangGraph thread ids restored (the saver resumes them here)."""
+    framework_lost: str | None = None
+    """A framework's thread the session held that this import cannot restore (the file
+    carries none of its rows), said in words; None when there is none."""
 
 
 def _high_water(store: Store, conn: Connection, table: str) -> int:
@@ -131,6 +136,9 @@ class _Writer:
         self.keep_bts: bool | None = None
         self.top_ck = 0
         self.top_bt = 0
+        self.origin: Any = None
+        self.lg: Any = None
+        """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
 
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
@@ -183,6 +191,7 @@ class _Writer:
         else:
             name = None
         self.final_name = name
+        self.origin = json.loads(rec["origin"]) if rec["origin"] else None
         parent_id = source_id = root_id = None
         anchor = rec["parent"]
         if anchor is not None:
@@ -312,7 +321,55 @@ class _Writer:
             (self.sid, self._ref(rec["checkpoint"]), rec["kind"], rec["detail"], rec["created_at"]),
         )
 
+    # ---------------------------------------------------------------- a LangGraph thread
+    def _threads(self) -> Any:
+        if self.lg is None:
+            from alpstore.portable.travel_lg import ThreadWriter
+
+            self.flush()
+            if self.keep_cks and self.top_ck:  # a subgraph's checkpoints are numbered after
+                _move_sequence(self.store, self.conn, "checkpoints", self.top_ck)
+                self.top_ck = 0
+
+            def blob_id(hexd: str) -> int:
+                return self.ids[bytes.fromhex(hexd)]
+
+            self.lg = ThreadWriter(self.store, self.conn, self.sid, self.seq_ids, blob_id)
+        return self.lg
+
+    def lg_thread(self, rec: dict[str, Any]) -> None:
+        self._threads().thread(rec)
+
+    def lg_checkpoint(self, rec: dict[str, Any]) -> None:
+        self._threads().checkpoint(rec)
+
+    def lg_write(self, rec: dict[str, Any]) -> None:
+        self._threads().write(rec)
+
+    def framework_lost(self) -> str | None:
+        """What framework thread the session held that the file does not let this import
+        restore (None: none, or restored).
+        """
+        origin = self.origin if isinstance(self.origin, dict) else {}
+        graph = origin.get("langgraph")
+        if isinstance(graph, dict) and self.lg is None:
+            return (
+                f"LangGraph thread {str(graph.get('thread_id'))[:80]!r}: the file carries none "
+                "of its LangGraph rows (exported by an older alpstore), so AlpstoreSaver does "
+                "not see it here"
+            )
+        agents = origin.get("openai_agents")
+        if isinstance(agents, dict) and self.final_name != self.file_name:
+            return (
+                f"Agents SDK session {str(agents.get('session_id'))[:80]!r}: the name "
+                f"{self.file_name!r} is taken here, so AlpstoreSession "
+                f"({str(agents.get('session_id'))[:80]!r}) keeps using the session that has it"
+            )
+        return None
+
     def finish(self) -> None:
+        if self.lg is not None:
+            self.lg.finish()
         if self.keep_cks and self.top_ck:
             _move_sequence(self.store, self.conn, "checkpoints", self.top_ck)
         if self.keep_bts and self.top_bt:
@@ -353,6 +410,8 @@ def import_session_file(
             ids_kept=w.keep_cks is not False and w.keep_bts is not False,
             parent=w.parent,
             orphaned=w.orphaned,
+            threads=tuple(dict.fromkeys(t for t, _ in reader.result.threads)),
+            framework_lost=w.framework_lost(),
         )
         store.emit(
             "session_import",
