@@ -17,6 +17,7 @@ from typing import Any, Final
 import zstandard
 
 from alpstore.codec import canonical_json, pool_give, pool_take
+from alpstore.db import raw as rsql
 from alpstore.errors import IntegrityError
 
 CODEC_RAW: Final = 0
@@ -122,3 +123,13 @@ def unpack_doc(packed: Packed, what: str) -> Any:
     except (zstandard.ZstdError, ValueError) as exc:
         raise IntegrityError(f"{what}: its packed state is damaged ({exc})") from exc
     raise IntegrityError(f"{what}: packed with codec {codec}, which this alpstore does not read")
+
+
+def thread_of(conn: Any, session_id: int) -> tuple[str, str] | None:
+    """``(thread_id, checkpoint_ns)`` of the LangGraph thread namespace a session holds."""
+    row = rsql.fetchone(
+        conn,
+        "SELECT thread_id, checkpoint_ns FROM lg_threads WHERE session_id = ? ORDER BY id",
+        (session_id,),
+    )
+    return None if row is None else (str(row[0]), str(row[1]))

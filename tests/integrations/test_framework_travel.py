@@ -118,3 +118,88 @@ def test_a_moved_thread_resumes_as_if_it_never_moved(tmp_path: Path, hops: tuple
             assert [s["name"] for s in sessions if s["name"] == "langgraph:t1"] == ["langgraph:t1"]
         assert results[0] == results[1]
         assert results[0][1] == () and results[0][0][-1][0] == "ai"  # ran to the end
+
+
+# ---------------------------------------------------------------- CLI backtrack and fork
+@pytest.fixture
+def thread_root(tmp_path: Path) -> tuple[Path, str]:
+    """A run root holding the scripted thread (left waiting at its last approval)."""
+    root = tmp_path / "run"
+    root.mkdir()
+    url = sqlite_url(root)
+    with saver_on(root, url) as saver:
+        run_script(build_graph(saver))
+    return root, url
+
+
+def step_ids(root: Path, url: str, thread: str = THREAD) -> dict[str, str]:
+    """``SESSION@TURN.STEP`` → LangGraph checkpoint_id, from `session log --json`."""
+    rows = json.loads(ok(root, url, "session", "log", thread, "--json"))
+    return {r["step"]: r["checkpoint_id"] for r in rows if r.get("checkpoint_id")}
+
+
+def test_cli_backtrack_writes_the_checkpoint_langgraph_continues_from(
+    thread_root: tuple[Path, str],
+) -> None:
+    root, url = thread_root
+    target = step_ids(root, url)["langgraph:t1@1.4"]  # tools answered `ls`: agent runs next
+    with saver_on(root, url) as saver:
+        graph = build_graph(saver)
+        at = {"configurable": {"thread_id": THREAD, "checkpoint_id": target}}
+        before = graph.get_state(at)
+        assert messages(before.values)[-1] == ("tool", "a.txt build/")
+    said = ok(root, url, "session", "backtrack", "langgraph:t1", "--to", "t1@1.4", "check", "twice")
+    assert "injected /steer check twice" in said and "continues from checkpoint_id" in said
+    with saver_on(root, url) as saver:
+        graph = build_graph(saver)
+        now = graph.get_state(config())
+        assert messages(now.values) == [*messages(before.values), ("human", "/steer check twice")]
+        assert now.parent_config["configurable"]["checkpoint_id"] == target
+        assert now.metadata["source"] == "update" and now.next == ("agent",)
+        graph.invoke(None, config(), **RUN)  # runs from the steered step: ls, approve, tools…
+        done = graph.get_state(config())
+        assert done.next == ()
+        assert messages(done.values)[: len(before.values["messages"]) + 1] == messages(now.values)
+        assert messages(done.values)[-1][1].startswith("summary of")
+    # alpstore's view agrees: the head is LangGraph's messages, the rewind is recorded
+    shown = json.loads(ok(root, url, "session", "show", THREAD, "--json"))
+    assert len(shown) == len(done.values["messages"])
+    log = json.loads(ok(root, url, "session", "log", THREAD, "--json"))
+    rewinds = [r for r in log if r["type"] == "backtrack" and r.get("steering")]
+    assert rewinds and "check twice" in json.dumps(rewinds[-1])
+
+
+def test_cli_fork_gives_a_thread_id_langgraph_runs(thread_root: tuple[Path, str]) -> None:
+    root, url = thread_root
+    ids = step_ids(root, url)
+    doc = json.loads(ok(root, url, "session", "fork", "t1@1.4", "--json"))
+    assert doc["name"] == "langgraph:t1-fork" and doc["framework_id"] == "t1-fork"
+    named = json.loads(
+        ok(root, url, "session", "fork", "t1@1.4", "--name", "langgraph:x", "--json")
+    )
+    assert named["framework_id"] == "x"
+    bad = cli(root, url, "session", "fork", "t1@1.4", "--name", "plain")
+    assert bad.code != 0 and "langgraph:" in bad.err
+    with saver_on(root, url) as saver:
+        graph = build_graph(saver)
+        source = graph.get_state(config())
+        forked = graph.get_state(config("t1-fork"))
+        assert forked.config["configurable"]["checkpoint_id"] == ids["langgraph:t1@1.4"]
+        assert len(list(graph.get_state_history(config("t1-fork")))) == 5  # the steps before it
+        at = {"configurable": {"thread_id": THREAD, "checkpoint_id": ids["langgraph:t1@1.4"]}}
+        fork_at = {
+            "configurable": {
+                "thread_id": "t1-fork",
+                "checkpoint_id": at["configurable"]["checkpoint_id"],
+            }
+        }
+        assert graph.get_state(fork_at).values == graph.get_state(at).values
+        # the agent's writes on that step came along (get_state applies a finished task's)
+        assert messages(forked.values) == [
+            *messages(graph.get_state(at).values),
+            ("ai", "done: a.txt build/"),
+        ]
+        graph.invoke(None, config("t1-fork"), **RUN)
+        ran = graph.get_state(config("t1-fork"))
+        assert ran.next == () and messages(ran.values)[-1][1].startswith("summary of")
+        assert graph.get_state(config()) == source  # the thread it came from is as it was
