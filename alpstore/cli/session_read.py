@@ -147,6 +147,8 @@ def log(
                 checkpoint_id=step.checkpoint_id,
                 pending_writes=step.pending_writes,
                 marks=step.marks,
+                events=step.values,
+                subgraphs=step.subgraphs,
             )
         rows.append((ck.created_at, doc))
     for e in events:

@@ -203,3 +203,40 @@ def test_cli_fork_gives_a_thread_id_langgraph_runs(thread_root: tuple[Path, str]
         ran = graph.get_state(config("t1-fork"))
         assert ran.next == () and messages(ran.values)[-1][1].startswith("summary of")
         assert graph.get_state(config()) == source  # the thread it came from is as it was
+
+
+# ---------------------------------------------------------------- subgraphs, interrupts, resumes
+def test_subgraph_namespaces_are_children_of_their_thread(thread_root: tuple[Path, str]) -> None:
+    root, url = thread_root
+    sessions = json.loads(ok(root, url, "session", "list", "--json"))
+    thread = next(s for s in sessions if s["name"] == "langgraph:t1")
+    spaces = [s for s in sessions if s["name"].startswith("langgraph:t1 summarize:")]
+    assert len(spaces) == 2  # one a subgraph call
+    assert all(s["parent"] == thread["session"] for s in spaces)  # none is a root
+    lineage = ok(root, url, "session", "lineage", THREAD)
+    assert lineage.splitlines()[0].startswith("langgraph:t1 (")
+    assert sum("summarize:" in line and line[:1] in "│├└ " for line in lineage.splitlines()) == 2
+    rows = json.loads(ok(root, url, "session", "log", THREAD, "--json"))  # the bare thread id
+    subs = [sub for r in rows for sub in r.get("subgraphs", [])]
+    assert sorted(sub["ns"] for sub in subs) == sorted(s["name"].split(" ", 1)[1] for s in spaces)
+    assert all(sub["steps"] >= 2 for sub in subs)
+    table = ok(root, url, "session", "log", THREAD)
+    assert table.count("subgraph summarize:") == 2
+
+
+def test_interrupt_and_resume_values_are_shown_as_the_json_they_are(
+    thread_root: tuple[Path, str],
+) -> None:
+    root, url = thread_root
+    rows = json.loads(ok(root, url, "session", "log", THREAD, "--json"))
+    answered = next(r for r in rows if any(e["kind"] == "resume" for e in r.get("events", [])))
+    kinds = {e["kind"]: e for e in answered["events"]}
+    assert kinds["interrupt"]["value"] == {"question": "run this?", "cmd": "rm -rf build"}
+    assert kinds["resume"] == {"kind": "resume", "node": "approve", "value": "yes"}
+    assert "resumed at approve with: yes" in answered["marks"]
+    assert (
+        'interrupt at approve: {"cmd": "rm -rf build", "question": "run this?"}'
+        in (answered["marks"])
+    )
+    waiting = [r for r in rows if r.get("pending_writes")]
+    assert [e["kind"] for e in waiting[-1]["events"]] == ["interrupt"]  # not answered yet
