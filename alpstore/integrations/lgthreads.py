@@ -15,9 +15,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.base import copy_checkpoint
-from langgraph.checkpoint.base.id import uuid6
+try:  # the framework first: without it, an ImportError naming the pip install line
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base import copy_checkpoint
+    from langgraph.checkpoint.base.id import uuid6
+except ImportError as err:
+    from alpstore.integrations._extras import missing
+
+    raise missing("langgraph", "alpstore.integrations.lgthreads", err) from err
 
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError, UsageError
