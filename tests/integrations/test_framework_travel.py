@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -240,3 +241,71 @@ def test_interrupt_and_resume_values_are_shown_as_the_json_they_are(
     )
     waiting = [r for r in rows if r.get("pending_writes")]
     assert [e["kind"] for e in waiting[-1]["events"]] == ["interrupt"]  # not answered yet
+
+
+def test_the_inspectors_bisect_page_tells_a_threads_steps_apart(
+    thread_root: tuple[Path, str],
+) -> None:
+    pytest.importorskip("starlette", reason="the inspector needs alpstore[ui]")
+    from starlette.testclient import TestClient
+
+    from alpstore.ui.app import create_app
+    from alpstore.ui.readonly import open_read_only
+    from alpstore.ui.settings import Settings
+
+    root, url = thread_root
+    store = open_read_only(root, url)
+    try:
+        client = TestClient(create_app(Settings(store, "t0ken", 8765, ["testserver"])))
+        assert client.get("/?token=t0ken").status_code == 200
+        page = client.get("/s/langgraph:t1/bisect?grep=rm%20-rf").text
+    finally:
+        store.db.close()
+    bad = re.search(r'id="first-bad">[^<]*<a [^>]*>([^<]*)</a>', page)
+    good = re.search(r'id="last-good">[^<]*<a [^>]*>([^<]*)</a>', page)
+    assert bad and good, page[:2000]
+    assert re.fullmatch(r"langgraph:t1@\d+\.\d+", bad.group(1)), bad.group(1)
+    assert bad.group(1) != good.group(1)  # both were "langgraph:t1@2"
+
+
+# ---------------------------------------------------------------- imports that cannot restore
+def test_an_import_onto_an_existing_thread_is_refused_and_writes_nothing(
+    thread_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = thread_root
+    out = tmp_path / "t1.jsonl"
+    ok(root, url, "session", "export", THREAD, "-o", str(out))
+    other = tmp_path / "other"
+    other.mkdir()
+    ourl = sqlite_url(other)
+    with saver_on(other, ourl) as saver:  # a thread t1 of its own
+        build_graph(saver).invoke({"messages": [("user", "list files")]}, config(), **RUN)
+    before = ok(other, ourl, "session", "list", "--json")
+    refused = cli(other, ourl, "session", "import", str(out))
+    assert refused.code != 0 and refused.err.count("\n") <= 2, refused.err
+    assert "LangGraph thread 't1' already exists in this archive" in refused.err
+    assert ok(other, ourl, "session", "list", "--json") == before
+
+
+def test_a_file_without_the_threads_rows_imports_with_a_warning(
+    thread_root: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = thread_root
+    out = tmp_path / "t1.jsonl"
+    ok(root, url, "session", "export", THREAD, "-o", str(out))
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    old = [r for r in lines if not str(r.get("type", "")).startswith("lg_")]
+    from alpstore.portable.travel_format import Digester
+
+    digester = Digester()  # the file an older alpstore wrote: the same lines, no thread rows
+    for rec in old[1:-1]:
+        if rec["type"] != "blob":
+            digester.feed(rec)
+    old[-1] = {"type": "end", "lines": len(old), "digest": digester.hexdigest()}
+    older = tmp_path / "older.jsonl"
+    older.write_text("".join(json.dumps(r) + "\n" for r in old))
+    other = tmp_path / "other"
+    other.mkdir()
+    said = cli(other, sqlite_url(other), "session", "import", str(older))
+    assert said.code == 0, said.err
+    assert "AlpstoreSaver does not see it here" in said.err  # said, not silent
