@@ -420,6 +420,11 @@ class SessionReader:
         )
         if rec["type"] == "lg_thread":
             self.result.threads.append((rec["thread_id"], rec["ns"]))
+        else:  # inline channel values and writes: scanned as blobs are (CK-11)
+            body = rec["state"] if rec["type"] == "lg_checkpoint" else rec["doc"]
+            findings = scan(body, f"line {n} ({rec['type']} {rec['checkpoint_id'][:40]})")
+            if findings:
+                raise secret_error(findings, what=str(self.path))
         self._digester.feed(rec)
 
     def _end(self, n: int, rec: dict[str, Any]) -> None:

@@ -329,6 +329,9 @@ def export_session(
         for rec in recs:
             if rec["type"] == "event":
                 checks.text(rec["detail"], f"$.event[{rec['kind']}].detail")
+            elif rec["type"] in ("lg_checkpoint", "lg_write"):  # a thread's inline values
+                body = rec["state"] if rec["type"] == "lg_checkpoint" else rec["doc"]
+                checks.findings.extend(scan(body, f"$.{rec['type']}[{rec['checkpoint_id']}]"))
         fileio.refuse_symlink(path)
         lines = 0
         written = 0

@@ -309,3 +309,45 @@ def test_a_file_without_the_threads_rows_imports_with_a_warning(
     said = cli(other, sqlite_url(other), "session", "import", str(older))
     assert said.code == 0, said.err
     assert "AlpstoreSaver does not see it here" in said.err  # said, not silent
+
+
+KEY = "sk-proj-" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9"
+"""A made-up key of the OpenAI shape, which the secret scan finds (CK-11)."""
+
+
+def test_a_secret_in_a_threads_inline_values_is_refused_both_ways(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    root.mkdir()
+    url = sqlite_url(root)
+    with saver_on(root, url) as saver:
+        graph = build_graph(saver)
+        clean = {**config(), "metadata": {"note": "fine"}}
+        graph.invoke({"messages": [("user", "list files")]}, clean, **RUN)
+    out = tmp_path / "t1.jsonl"
+    ok(root, url, "session", "export", THREAD, "-o", str(out))
+    # the file carries the checkpoint metadata inline; a key put there is refused on import
+    text = out.read_text().replace('"note":"fine"', f'"note":"{KEY}"', 1)
+    assert KEY in text
+    lines = [json.loads(line) for line in text.splitlines()]
+    from alpstore.portable.travel_format import Digester
+
+    digester = Digester()
+    for rec in lines[1:-1]:
+        if rec["type"] != "blob":
+            digester.feed(rec)
+    lines[-1]["digest"] = digester.hexdigest()
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    other = tmp_path / "other"
+    other.mkdir()
+    refused = cli(other, sqlite_url(other), "session", "import", str(tampered))
+    assert refused.code != 0 and "secret" in refused.err.lower(), refused.err
+    assert "lg_checkpoint" in refused.err
+    # and an export of a thread holding one writes nothing
+    with saver_on(root, url) as saver:
+        graph = build_graph(saver)
+        leaky = {**config(), "metadata": {"note": KEY}}
+        graph.invoke({"messages": [("user", "list files")]}, leaky, **RUN)
+    again = tmp_path / "again.jsonl"
+    said = cli(root, url, "session", "export", THREAD, "-o", str(again))
+    assert said.code != 0 and "secret" in said.err.lower() and not again.exists(), said.err
