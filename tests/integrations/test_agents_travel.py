@@ -17,9 +17,9 @@ import pytest
 
 pytest.importorskip("agents", reason="openai-agents is not installed (alpstore[openai-agents])")
 
-from alpstore.db.names import sqlite_path_for_root
 from alpstore.integrations.openai_agents import AlpstoreSession
-from tests.conftest import Result, postgres_schema, run_cli
+from tests.conftest import postgres_schema
+from tests.integrations._framework_cli import cli, ok, sqlite_url
 
 SID = "conv-42"
 TURNS: list[list[dict[str, Any]]] = [
@@ -32,23 +32,6 @@ TURNS: list[list[dict[str, Any]]] = [
     ],
     [{"role": "user", "content": "thanks"}, {"role": "assistant", "content": "bye"}],
 ]
-
-
-def sqlite_url(root: Path) -> str:
-    sqlite_path_for_root(root).parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{sqlite_path_for_root(root)}"
-
-
-def cli(root: Path, url: str, *args: str) -> Result:
-    got = run_cli("--root", str(root), "--db", url, *args)
-    assert "Traceback" not in got.err, got.err
-    return got
-
-
-def ok(root: Path, url: str, *args: str) -> str:
-    got = cli(root, url, *args)
-    assert got.code == 0, f"alpstore {' '.join(args)}: {got.err}"
-    return got.out + got.err
 
 
 def items(root: Path, url: str, sid: str = SID) -> list[Any]:

@@ -19,9 +19,9 @@ pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpst
 
 from langgraph.types import Command
 
-from alpstore.db.names import sqlite_path_for_root
 from alpstore.integrations.langgraph import AlpstoreSaver
-from tests.conftest import Result, postgres_schema, run_cli
+from tests.conftest import postgres_schema
+from tests.integrations._framework_cli import cli, ok, rewrite, sqlite_url
 from tests.integrations._lg_travel_graph import (
     RUN,
     THREAD,
@@ -32,25 +32,6 @@ from tests.integrations._lg_travel_graph import (
     run_script,
     states,
 )
-
-
-def sqlite_url(root: Path) -> str:
-    """The run root's own SQLite archive, named explicitly (the PostgreSQL pass of the suite
-    would otherwise put every run root's archive on PostgreSQL)."""
-    sqlite_path_for_root(root).parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{sqlite_path_for_root(root)}"
-
-
-def cli(root: Path, url: str, *args: str) -> Result:
-    got = run_cli("--root", str(root), "--db", url, *args)
-    assert "Traceback" not in got.err, got.err
-    return got
-
-
-def ok(root: Path, url: str, *args: str) -> str:
-    got = cli(root, url, *args)
-    assert got.code == 0, f"alpstore {' '.join(args)}: {got.err}"
-    return got.out + got.err
 
 
 @contextmanager
@@ -295,15 +276,8 @@ def test_a_file_without_the_threads_rows_imports_with_a_warning(
     ok(root, url, "session", "export", THREAD, "-o", str(out))
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     old = [r for r in lines if not str(r.get("type", "")).startswith("lg_")]
-    from alpstore.portable.travel_format import Digester
-
-    digester = Digester()  # the file an older alpstore wrote: the same lines, no thread rows
-    for rec in old[1:-1]:
-        if rec["type"] != "blob":
-            digester.feed(rec)
-    old[-1] = {"type": "end", "lines": len(old), "digest": digester.hexdigest()}
     older = tmp_path / "older.jsonl"
-    older.write_text("".join(json.dumps(r) + "\n" for r in old))
+    rewrite(older, old)  # the file an older alpstore wrote: the same lines, no thread rows
     other = tmp_path / "other"
     other.mkdir()
     said = cli(other, sqlite_url(other), "session", "import", str(older))
@@ -328,16 +302,8 @@ def test_a_secret_in_a_threads_inline_values_is_refused_both_ways(tmp_path: Path
     # the file carries the checkpoint metadata inline; a key put there is refused on import
     text = out.read_text().replace('"note":"fine"', f'"note":"{KEY}"', 1)
     assert KEY in text
-    lines = [json.loads(line) for line in text.splitlines()]
-    from alpstore.portable.travel_format import Digester
-
-    digester = Digester()
-    for rec in lines[1:-1]:
-        if rec["type"] != "blob":
-            digester.feed(rec)
-    lines[-1]["digest"] = digester.hexdigest()
     tampered = tmp_path / "tampered.jsonl"
-    tampered.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    rewrite(tampered, [json.loads(line) for line in text.splitlines()])
     other = tmp_path / "other"
     other.mkdir()
     refused = cli(other, sqlite_url(other), "session", "import", str(tampered))
