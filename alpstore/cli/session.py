@@ -426,7 +426,7 @@ def fork(
     if source_name and source_name.startswith(frameworks.AGENTS) and name is None:
         name = frameworks.agents_fork_name(st, source_name)  # AlpstoreSession finds it
     if thread is not None:  # a new thread id LangGraph runs
-        child, framework_id = frameworks.fork_langgraph(st, ck, thread, name)
+        child, framework_id = frameworks.fork_langgraph(st, ck, thread, name, session_id)
     elif expand:
         from alpstore.debug.expand import fork_expanded
 

@@ -80,7 +80,9 @@ def target_of(st: Any, s: Any, ref: str | None, count: int | None) -> tuple[Any,
     return ck, len(ids) - 1 - ids.index(ck.id)
 
 
-def fork_langgraph(st: Any, ck: Any, thread: tuple[str, str], name: str | None) -> tuple[Any, str]:
+def fork_langgraph(
+    st: Any, ck: Any, thread: tuple[str, str], name: str | None, session_id: str | None
+) -> tuple[Any, str]:
     """Fork the thread at ``ck`` as a new thread (``--name langgraph:ID`` names it): the new
     session and its thread id.
     """
@@ -92,7 +94,7 @@ def fork_langgraph(st: Any, ck: Any, thread: tuple[str, str], name: str | None) 
                 f"{LANGGRAPH}NEW_THREAD_ID"
             )
         new_id = name[len(LANGGRAPH) :]
-    step = _ops(thread[0]).fork_thread(st, ck, new_id)
+    step = _ops(thread[0]).fork_thread(st, ck, new_id, session_id=session_id)
     return st.get_session(step.session), step.thread_id
 
 

@@ -109,6 +109,12 @@ def backtrack_thread(
     new["ts"] = datetime.now(UTC).isoformat()
     versions: dict[str, Any] = {}
     if steering is not None:
+        if key not in new["channel_versions"]:
+            raise UsageError(
+                f"LangGraph thread {thread_id!r} has no {key!r} channel at that step: a "
+                "steering message has nowhere to go",
+                hint="backtrack without a message (the thread then continues from the step)",
+            )
         doc = steering_message(steering)
         message = HumanMessage(content=doc["content"], id=str(uuid.uuid4()))
         old = new["channel_values"].get(key)
@@ -172,12 +178,17 @@ def free_thread_id(store: Store, thread_id: str) -> str:
 
 
 def fork_thread(
-    store: Store, checkpoint: CheckpointInfo, new_thread_id: str | None = None
+    store: Store,
+    checkpoint: CheckpointInfo,
+    new_thread_id: str | None = None,
+    *,
+    session_id: str | None = None,
 ) -> ThreadStep:
     """A new thread whose history is the step ``checkpoint`` and the steps before it (its
     LangGraph checkpoints with their ids, parents and pending writes, copied; the messages
-    shared), in a session forked from that step: ``graph.invoke(None, {"configurable":
-    {"thread_id": new}})`` continues it as the old thread would have from there.
+    shared), in a session forked from that step (``session_id``: its id):
+    ``graph.invoke(None, {"configurable": {"thread_id": new}})`` continues it as the old
+    thread would have from there.
 
     Raises:
         UsageError: ``new_thread_id`` is taken.
@@ -191,7 +202,9 @@ def fork_thread(
         source = lgdb.find_thread(conn, thread_id, ns)
         assert source is not None
         chain = _ancestors(conn, source[0], cid)
-        child = store.fork_checkpoint(checkpoint, name=store.available_name(conn, name))
+        child = store.fork_checkpoint(
+            checkpoint, session_id=session_id, name=store.available_name(conn, name)
+        )
         info = child.info(refresh=False)
         (ref,) = rsql.fetchone(
             conn,

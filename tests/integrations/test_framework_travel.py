@@ -160,6 +160,9 @@ def test_cli_fork_gives_a_thread_id_langgraph_runs(thread_root: tuple[Path, str]
         ok(root, url, "session", "fork", "t1@1.4", "--name", "langgraph:x", "--json")
     )
     assert named["framework_id"] == "x"
+    given = "0f0f0f0f-0000-4000-8000-000000000040"
+    with_id = ok(root, url, "session", "fork", "t1@1.4", "--name", "langgraph:y", "--id", given)
+    assert given in with_id and "LangGraph thread id of the fork: y" in with_id
     bad = cli(root, url, "session", "fork", "t1@1.4", "--name", "plain")
     assert bad.code != 0 and "langgraph:" in bad.err
     with saver_on(root, url) as saver:
