@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from alpstore.cli import session_frameworks as frameworks
 from alpstore.cli._common import (
     MAX_COUNT,
     JsonOpt,
@@ -369,8 +370,14 @@ def backtrack(
         raise UsageError("give N (checkpoints to rewind) or --to CHECKPOINT")
     st = store(ctx)
     s = st.get_session(session)
-    count = _steps_to(st, s, target_ref) if target_ref is not None else int(str(steps))
     text = " ".join(words) if words else None
+    thread = frameworks.langgraph_thread(st, s.id)
+    if thread is not None:  # LangGraph sees it: a checkpoint as update_state writes one
+        count = None if target_ref is not None else int(str(steps))
+        ck, count = frameworks.target_of(st, s, target_ref, count)
+        frameworks.backtrack_langgraph(st, s, thread, ck, count, text)
+        return
+    count = _steps_to(st, s, target_ref) if target_ref is not None else int(str(steps))
     bt = s.backtrack(count, text)
     target = bt.to_checkpoint
     echo(
@@ -413,12 +420,22 @@ def fork(
     """Fork a new session from a checkpoint: same history, parent recorded, no shared state."""
     st = store(ctx)
     ck = st.resolve_checkpoint(checkpoint_ref)
-    if expand:
+    source = st.get_session(ck.session)
+    thread = None if expand else frameworks.langgraph_thread(st, source.id)
+    framework_id = None
+    source_name = source.info().name
+    if source_name and source_name.startswith(frameworks.AGENTS) and name is None:
+        name = frameworks.agents_fork_name(st, source_name)  # AlpstoreSession finds it
+    if thread is not None:  # a new thread id LangGraph runs
+        child, framework_id = frameworks.fork_langgraph(st, ck, thread, name, session_id)
+    elif expand:
         from alpstore.debug.expand import fork_expanded
 
         child = fork_expanded(st, ck, session_id=session_id, name=name)
     else:
         child = st.fork_checkpoint(ck, session_id=session_id, name=name)
+    if framework_id is None and name and name.startswith(frameworks.AGENTS):
+        framework_id = name[len(frameworks.AGENTS) :]
     if quiet:
         echo(child.uuid)
         return
@@ -432,6 +449,7 @@ def fork(
                 "parent": ck.session,
                 "turn": ck.turn,
                 "head_length": info.head_length,
+                **({} if framework_id is None else {"framework_id": framework_id}),
             }
         )
         return
@@ -440,6 +458,9 @@ def fork(
         f"forked session {child.uuid}{named} from checkpoint {ck.id} ({checkpoint_ref}, turn "
         f"{ck.turn}, {info.head_length} entries)"
     )
+    if framework_id is not None:
+        what = "LangGraph thread" if thread is not None else "Agents SDK session"
+        echo(f"{what} id of the fork: {term(framework_id)}")
 
 
 @app.command("resume")

@@ -23,7 +23,7 @@ from alpstore.cli._common import (
     warn,
     write_json_text,
 )
-from alpstore.errors import NotFoundError, UsageError
+from alpstore.errors import UsageError
 from alpstore.rules.messages import cut_line, render
 
 if TYPE_CHECKING:
@@ -46,20 +46,18 @@ def list_sessions(
         typer.Option("--offset", min=0, max=MAX_COUNT, help="Skip this many sessions first."),
     ] = 0,
 ) -> None:
-    """List every session in the archive, oldest first (none, when there is no archive yet);
-    --limit and --offset print one page of them.
+    """List every session in the archive, oldest first; --limit and --offset print one page
+    of them. With no archive at the run root it says so (exit 4), as every reading command:
+    a mistyped --root is not an empty archive.
     """
-    try:
-        store = read_store(ctx, read_only=True)
-    except NotFoundError:  # no archive here: nothing to list, and nothing is created
-        store = None
+    store = read_store(ctx, read_only=True)
     if as_json:
-        infos = store.list_sessions(limit=limit, offset=offset) if store is not None else []
+        infos = store.list_sessions(limit=limit, offset=offset)
         print_json([_info_doc(i) for i in infos])
         return
     from alpstore.cli._table import Column, Kind, print_table
 
-    rows = store.session_listing(limit=limit, offset=offset) if store is not None else []
+    rows = store.session_listing(limit=limit, offset=offset)
 
     print_table(
         [
@@ -150,6 +148,8 @@ def log(
                 checkpoint_id=step.checkpoint_id,
                 pending_writes=step.pending_writes,
                 marks=step.marks,
+                events=step.values,
+                subgraphs=step.subgraphs,
             )
         rows.append((ck.created_at, doc))
     for e in events:

@@ -85,6 +85,8 @@ def import_session(
             "its parent session is not in this archive, or not at the history the file "
             "claims (the covering digest differs): imported as a root session"
         )
+    if done.framework_lost is not None:
+        warn(done.framework_lost)
     if not done.ids_kept:
         warn(
             "the file's checkpoint numbers are taken in this archive: renumbered "
@@ -94,3 +96,5 @@ def import_session(
         f"imported session {term(done.session)}: {done.checkpoints} checkpoints, {done.blobs} "
         f"blobs ({done.inserted} new here) (digest {done.digest})"
     )
+    for thread in done.threads:
+        echo(f"LangGraph thread {term(thread)} restored: AlpstoreSaver resumes it here")

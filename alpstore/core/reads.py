@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 _LANGGRAPH = "langgraph:"
 """The name prefix of a LangGraph thread's session (``langgraph:THREAD[ NS]``)."""
+_AGENTS = "openai-agents:"
+"""The name prefix of an OpenAI Agents SDK session's (``openai-agents:SESSION``)."""
 _LG_CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _CK_REF = re.compile(r"^(?P<session>[^@]+)@(?P<at>latest|[0-9]+)(?:\.(?P<step>[0-9]{1,9}))?$")
 r"""A checkpoint reference by session: ASCII digits only (``²`` or ``①`` pass ``isdigit()`` and
@@ -115,24 +117,39 @@ class StoreReads(StoreParts):
                         hint="give more of the id",
                     )
                 row = rows[0] if rows else None
-            if row is None and not ref.startswith(_LANGGRAPH):  # a LangGraph thread id
-                rows = self._sessions(
-                    conn,
-                    "WHERE name = ? OR name LIKE ? ESCAPE '/'",
-                    (_LANGGRAPH + ref, _like_prefix(f"{_LANGGRAPH}{ref} ")),
-                )
-                if len(rows) > 1:
-                    raise NotFoundError(
-                        f"session {ref!r} is ambiguous: LangGraph thread {ref!r} has "
-                        f"{len(rows)} namespaces",
-                        hint="name one: `alpstore session list` shows them",
-                    )
-                row = rows[0] if rows else None
+            if row is None:
+                row = self._framework_session(conn, ref)
             if row is None:
                 raise NotFoundError(
-                    f"no session {ref!r} in this archive", hint="`alpstore session list` shows them"
+                    f"no session {ref!r} in this archive",
+                    hint="`alpstore session list` shows them (a framework's thread goes by its "
+                    f"own id too: {_LANGGRAPH}THREAD, {_AGENTS}SESSION)",
                 )
             return Session(self, self._info(conn, row))  # type: ignore[arg-type]
+
+    def _framework_session(self, conn: Connection, ref: str) -> SessionRow | None:
+        """The session of the framework thread ``ref`` names by its own id: a LangGraph thread
+        (its root namespace ``langgraph:REF``, else its only namespace) or an Agents SDK
+        session (``openai-agents:REF``).
+
+        Raises:
+            NotFoundError: the id names several (the hint names the prefixes).
+        """
+        if ref.startswith((_LANGGRAPH, _AGENTS)):
+            return None
+        found = self._named(conn, _LANGGRAPH + ref) + self._named(conn, _AGENTS + ref)
+        if not found:
+            found = self._sessions(
+                conn, "WHERE name LIKE ? ESCAPE '/'", (_like_prefix(f"{_LANGGRAPH}{ref} "),)
+            )
+        if len(found) > 1:
+            names = ", ".join(str(r.name) for r in found[:3])
+            raise NotFoundError(
+                f"session {ref!r} is ambiguous: {len(found)} framework sessions go by it "
+                f"({names}{', …' if len(found) > 3 else ''})",
+                hint=f"name one with its prefix ({_LANGGRAPH}{ref}, {_AGENTS}{ref}) or its id",
+            )
+        return found[0] if found else None
 
     def _named(self, conn: Connection, name: str) -> list[SessionRow]:
         """The session rows called ``name`` in its stored spelling (NFC), else (a name stored

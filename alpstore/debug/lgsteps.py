@@ -10,6 +10,7 @@ session events. No LangGraph and no SQLAlchemy import: ``session log`` stays fas
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ if TYPE_CHECKING:
 
 LANGGRAPH = "langgraph:"
 """The name prefix of a thread's session and of its checkpoints' triggers."""
-MARK_KINDS = ("interrupt", "error")
-"""Session events the saver records for a task's special pending writes."""
+MARK_KINDS = ("interrupt", "error", "resume")
+"""Session events the saver records for a task's special pending writes (a resume: the value
+a ``Command(resume=…)`` answered the step's interrupt with)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,13 @@ class Step:
     pending_writes: int = 0
     """Tasks whose writes sit on this checkpoint with no later step made from them."""
     marks: list[str] = field(default_factory=list)
-    """``interrupt at approve: …``, ``error in tools: …``."""
+    """``interrupt at approve: …``, ``resumed with: "yes"``, ``error in tools: …``,
+    ``subgraph summarize:…: 3 step(s) …``."""
+    values: list[dict[str, Any]] = field(default_factory=list)
+    """The marks' values as they are: ``{"kind", "node", "value"}`` (an interrupt's and a
+    resume's value as the JSON it is)."""
+    subgraphs: list[dict[str, Any]] = field(default_factory=list)
+    """The subgraph namespaces that started at this step: ``{"ns", "session", "steps"}``."""
 
     @property
     def note(self) -> str:
@@ -135,6 +143,7 @@ def thread_steps(
     ids, pending = _rows(store, session_id)
     by_lg = {v: k for k, v in ids.items()}
     marks: dict[int, list[str]] = {}
+    values: dict[int, list[dict[str, Any]]] = {}
     for ev in events:
         detail = ev.get("detail") or {}
         if ev.get("kind") not in MARK_KINDS or not isinstance(detail, dict):
@@ -142,10 +151,23 @@ def thread_steps(
         target = by_lg.get(str(detail.get("checkpoint_id")), ev.get("checkpoint"))
         if target is None:
             continue
-        where = "at" if ev["kind"] == "interrupt" else "in"
-        marks.setdefault(int(target), []).append(
-            f"{ev['kind']} {where} {detail.get('node') or '?'}: {detail.get('value', '')}"
+        value = detail.get("value", "")
+        node = detail.get("node")
+        if ev["kind"] == "resume":
+            text = f"resumed{f' at {node}' if node else ''} with: {shown(value)}"
+        else:
+            where = "at" if ev["kind"] == "interrupt" else "in"
+            text = f"{ev['kind']} {where} {node or '?'}: {shown(value)}"
+        marks.setdefault(int(target), []).append(text)
+        values.setdefault(int(target), []).append(
+            {"kind": ev["kind"], "node": node, "value": value}
         )
+    subs = _subgraphs(store, session_id)
+    for ck_id, docs in subs.items():
+        for doc in docs:
+            marks.setdefault(ck_id, []).append(
+                f"subgraph {doc['ns']}: {doc['steps']} step(s) (session {doc['session'][:8]})"
+            )
     numbers = step_numbers(cks)
     out: dict[int, Step] = {}
     for ck in cks:
@@ -157,7 +179,37 @@ def thread_steps(
             ids.get(ck.id),
             pending.get(ck.id, 0),
             marks.get(ck.id, []),
+            values.get(ck.id, []),
+            subs.get(ck.id, []),
         )
+    return out
+
+
+def shown(value: Any) -> str:
+    """A mark's value as ``session log`` prints it: text as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value[:300]
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def _subgraphs(store: Store, session_id: int) -> dict[int, list[dict[str, Any]]]:
+    """The subgraph namespaces under a thread's session, by the step they started at."""
+    with store.db.read() as conn:
+        rows = rsql.fetchall(
+            conn,
+            "SELECT s.source_checkpoint_id, t.checkpoint_ns, s.uuid, "
+            "(SELECT COUNT(*) FROM checkpoints c WHERE c.session_id = s.id) "
+            "FROM sessions s JOIN lg_threads t ON t.session_id = s.id "
+            "WHERE s.parent_id = ? AND t.checkpoint_ns <> '' ORDER BY s.id",
+            (session_id,),
+        )
+    out: dict[int, list[dict[str, Any]]] = {}
+    for source, ns, uuid_, n in rows:
+        if source is not None:
+            out.setdefault(int(source), []).append(
+                {"ns": str(ns), "session": str(uuid_), "steps": int(n)}
+            )
     return out
 
 

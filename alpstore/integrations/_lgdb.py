@@ -23,6 +23,9 @@ from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY
 from alpstore.integrations._lgbuild import State, assemble, doc_messages, doc_state, message_state
 from alpstore.integrations._lgcodec import KIND_MESSAGE, FrozenMessages
 from alpstore.integrations._lgpack import id_bytes, id_text
+from alpstore.integrations._lgspaces import link_namespace
+from alpstore.portable.lgrows import SESSION_NAME_PREFIX as SESSION_NAME_PREFIX
+from alpstore.portable.lgrows import session_name as session_name
 from alpstore.store import Store
 from alpstore.views import View, cover_bytes
 
@@ -31,7 +34,6 @@ try:  # LangChain's own dependency (through langsmith); json is the fallback
 except ImportError:  # pragma: no cover - orjson comes with langchain-core
     _orjson = None  # type: ignore[assignment]
 
-SESSION_NAME_PREFIX = "langgraph:"
 CHUNK = 500
 
 
@@ -67,12 +69,6 @@ def _ck_row(r: Any) -> CheckpointRow:
 def blob_kind(kind: int) -> int:
     """The archive blob kind for a stored LangGraph value kind."""
     return BLOB_MESSAGE if kind == KIND_MESSAGE else BLOB_STATE
-
-
-def session_name(thread_id: str, ns: str) -> str:
-    """The name of the session holding a thread's namespace (``langgraph:THREAD[ NS]``)."""
-    name = SESSION_NAME_PREFIX + thread_id + (f" {ns}" if ns else "")
-    return name[:200]
 
 
 # ---------------------------------------------------------------- threads
@@ -286,6 +282,7 @@ def create_thread(store: Store, conn: Connection, thread_id: str, ns: str) -> tu
             )
             if row is None:
                 raise _Raced
+            link_namespace(conn, thread_id, ns, session.id)  # a subgraph's: under its thread
             return int(row[0]), session.id
     except _Raced:
         found = find_thread(conn, thread_id, ns)

@@ -13,6 +13,7 @@ from alpstore.db.tables import checkpoints, sessions
 from alpstore.errors import UsageError
 from alpstore.integrations._lgdb import CHUNK, CK_FROM, session_name
 from alpstore.integrations._lgpack import id_bytes, id_text
+from alpstore.integrations._lgspaces import link_namespace
 from alpstore.sessions import Session
 from alpstore.store import Store
 from alpstore.views import View, cover_int
@@ -186,6 +187,7 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
             "RETURNING id",
             (target, ns, child.id),
         )[0]
+        link_namespace(conn, target, str(ns), child.id)  # a subgraph's: under the copy
         info = child.info(refresh=False)
         for (
             old,

@@ -10,7 +10,6 @@ its position among the write's items for writes) or ``["l", position, n]`` (n me
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import zstandard
@@ -24,52 +23,30 @@ from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
 from alpstore.db.tables import zstd_dicts
 from alpstore.errors import IntegrityError
 from alpstore.integrations._lgcodec import KIND_MESSAGE, value_doc
+from alpstore.portable.lgrows import (
+    CODEC_LG_DICT,
+    CODEC_RAW,
+    STATE_DICTIONARY,
+    Packed,
+    id_bytes,
+    id_text,
+    state_contexts,
+)
 
 INLINE_MAX = 512
 """Channel and write values up to this many canonical bytes live inside the packed state."""
 
-Packed = tuple[int, int | None, int, bytes]
-"""``(codec, dict_id, raw_size, payload)``."""
-
-CODEC_RAW = 0
-CODEC_LG_DICT = 10
-"""zstd with :data:`STATE_DICTIONARY` (a fixed raw-content dictionary shipped in the code)."""
-
-STATE_DICTIONARY = (
-    b'{"c":{"json":{"channel_versions":{"__start__":1,"branch:to:agent":2,"branch:to:tools":3,'
-    b'"messages":4},"ts":"2026-01-01T00:00:00.000000+00:00","updated_channels":["messages"],'
-    b'"v":4,"versions_seen":{"__input__":{},"__start__":{"__start__":1},"agent":{"branch:to:'
-    b'agent":2},"tools":{"branch:to:tools":3}}}},"m":{"json":{"parents":{},"source":"loop",'
-    b'"step":1}},"s":"messages","v":{"branch:to:agent":["i",0,null],"branch:to:tools":["i",0,'
-    b'null],"__start__":["i",1,{"b64":"gahtZXNzYWdlc5HHtQWUvWxhbmdjaGFpbl9jb3JlLm1lc3NhZ2VzLm'
-    b'h1bWFurEh1bWFuTWVzc2FnZYanY29udGVudA","serde":"msgpack"}]}}'
-    b'{"p":"~__pregel_pull, agent","w":[[0,"messages",["l",0,1]],[1,"branch:to:tools",'
-    b'["i",0,null]]]}{"p":"~__pregel_pull, tools","w":[[0,"messages",["l",0,1]],[1,'
-    b'"branch:to:agent",["i",0,null]]]}{"p":"~__pregel_pull, __start__","w":[[0,"messages",'
-    b'["l",0,1]],[1,"branch:to:agent",["i",0,null]]]}"source":"input","step":-1'
-)
-"""What LangGraph checkpoint states and task writes look like: small packed rows compress
-against it to a fraction of what zstd alone reaches (changing it needs a new codec number)."""
-
-
-def id_bytes(text: str) -> bytes:
-    r"""A LangGraph id as stored: a UUID's 16 bytes, anything else ``\\0`` + UTF-8 (never 16)."""
-    try:
-        parsed = uuid.UUID(text)
-    except ValueError:
-        parsed = None
-    if parsed is not None and str(parsed) == text:
-        return parsed.bytes
-    data = b"\0" + text.encode("utf-8")
-    return data + b"\0" if len(data) == 16 else data
-
-
-def id_text(data: bytes) -> str:
-    """The id stored by :func:`id_bytes`."""
-    if len(data) == 16:
-        return str(uuid.UUID(bytes=data))
-    body = data[1:-1] if len(data) == 17 and data.endswith(b"\0") else data[1:]
-    return body.decode("utf-8")
+__all__ = [
+    "CODEC_LG_DICT",
+    "CODEC_RAW",
+    "INLINE_MAX",
+    "STATE_DICTIONARY",
+    "Packed",
+    "Packer",
+    "id_bytes",
+    "id_text",
+    "value_ref",
+]
 
 
 def value_ref(serde: SerializerProtocol, value: Any) -> tuple[list[Any], Encoded | None]:
@@ -93,21 +70,7 @@ class Packer:
         contexts must not be used by two threads at once) and gives it back, so the threads
         LangGraph starts for each ``invoke`` reuse them instead of making their own."""
 
-    @staticmethod
-    def _new_contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-        state_dict = zstandard.ZstdCompressionDict(
-            STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-        )
-        return (
-            zstandard.ZstdCompressor(
-                level=3,
-                dict_data=state_dict,
-                write_content_size=False,
-                write_checksum=False,
-                write_dict_id=False,
-            ),
-            zstandard.ZstdDecompressor(dict_data=state_dict),
-        )
+    _new_contexts = staticmethod(state_contexts)
 
     def pack(self, doc: Any) -> Packed:
         """Canonical JSON of ``doc``, compressed (or raw when that is smaller)."""

@@ -23,8 +23,9 @@ TRIGGER_PREFIX = "langgraph:"
 """Checkpoints written by the saver carry the trigger ``langgraph:<source>[:<nodes>]``."""
 TRIGGER_MAX = 32
 """The trigger column's width."""
-MARKED_WRITES = {"__interrupt__": "interrupt", "__error__": "error"}
-"""Pending writes recorded as a session event too (``session log``, the inspector)."""
+MARKED_WRITES = {"__interrupt__": "interrupt", "__error__": "error", "__resume__": "resume"}
+"""Pending writes recorded as a session event too (``session log``, the inspector): an
+interrupt, a task's error, and the value a ``Command(resume=…)`` answered an interrupt with."""
 
 
 def task_node(task_path: str) -> str | None:
@@ -87,7 +88,13 @@ def note_writes(
             late = th.unnamed.get(str(checkpoint_id))
         if late is not None:  # the step was put first: its trigger names the node now
             name_step(store, late[0], late[1], step_trigger("loop", nodes))
-    marked = [(MARKED_WRITES[c], v) for c, v in writes if c in MARKED_WRITES]
+    marked = [
+        (MARKED_WRITES[c], v)
+        for c, v in writes
+        # a resume is noted once, from the task it resumed (the resume command's own null
+        # task writes the same value with no node)
+        if c in MARKED_WRITES and (node is not None or MARKED_WRITES[c] != "resume")
+    ]
     if not marked:
         return
 
@@ -104,7 +111,7 @@ def note_writes(
                 return
             for kind, value in marked:
                 detail = {"node": node, "checkpoint_id": str(checkpoint_id)}
-                detail["value"] = marked_text(kind, value)
+                detail["value"] = marked_value(kind, value)
                 store.record_event(
                     conn, int(found[0]), kind, None if found[1] is None else int(found[1]), detail
                 )
@@ -128,21 +135,22 @@ def name_step(store: Any, ck_id: int, unnamed: str, trigger: str) -> None:
     store.db.retrying(attempt, what="the trigger of a LangGraph step")
 
 
-def marked_text(kind: str, value: Any) -> str:
-    """An interrupt's values (JSON where they are JSON) or an error, at most 300 characters."""
+def marked_value(kind: str, value: Any) -> Any:
+    """What an event keeps of a marked write: an error as its text; an interrupt's values (a
+    list of ``Interrupt``: their ``value``) and a task's resume values as the JSON they are,
+    one alone as itself (a value JSON cannot hold: its ``repr``; over 2,000 characters of
+    JSON: its text, cut).
+    """
     if kind == "error":
-        text = f"{type(value).__name__}: {value}"
-    else:
-        items = value if isinstance(value, (list, tuple)) else [value]
-        shown = []
-        for item in items:
-            inner = getattr(item, "value", item)
-            try:
-                shown.append(json.dumps(inner, ensure_ascii=False, sort_keys=True))
-            except (TypeError, ValueError):
-                shown.append(repr(inner))
-        text = "; ".join(shown)
-    return text[:300]
+        return f"{type(value).__name__}: {value}"[:300]
+    items = value if isinstance(value, (list, tuple)) else [value]  # a task's: in order
+    inner = [getattr(item, "value", item) for item in items]
+    doc: Any = inner[0] if len(inner) == 1 else inner
+    try:
+        text = json.dumps(doc, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(doc)[:300]
+    return doc if len(text) <= 2000 else text[:300]
 
 
 class BranchPoint(NamedTuple):

@@ -35,18 +35,23 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager, context
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-    PendingWrite,
-    get_checkpoint_metadata,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
+try:  # the framework first: without it, an ImportError naming the pip install line
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        DeltaChannelHistory,
+        PendingWrite,
+        get_checkpoint_metadata,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ImportError as err:
+    from alpstore.integrations._extras import missing
+
+    raise missing("langgraph", "alpstore.integrations.langgraph (AlpstoreSaver)", err) from err
 
 from alpstore.archive.sql import Encoded
 from alpstore.integrations import _lgdb as lgdb

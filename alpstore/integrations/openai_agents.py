@@ -18,11 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.memory.session_settings import (
-    SessionSettings,
-    coerce_session_settings,
-    resolve_session_limit,
-)
+try:  # the framework first: without it, an ImportError naming the pip install line
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as err:
+    from alpstore.integrations._extras import missing
+
+    raise missing(
+        "openai-agents", "alpstore.integrations.openai_agents (AlpstoreSession)", err
+    ) from err
 
 from alpstore.canonical import JSON_MARKER, from_markers, to_markers
 from alpstore.integrations import _agents_compaction

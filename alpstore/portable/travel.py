@@ -9,7 +9,7 @@ import json
 import math
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -35,6 +35,7 @@ from alpstore.portable.travel_format import (
     portable_dir,
     with_dir,
 )
+from alpstore.portable.travel_lg import ThreadLines
 from alpstore.rules.ids import session_id_problem, text_problem
 from alpstore.rules.secrets import may_hold_secrets_canonical, scan, secret_error
 
@@ -140,6 +141,8 @@ class Checked:
     backtrack_ids: tuple[int, int] = (0, 0)
     """The lowest and highest backtrack id (``(0, 0)``: none)."""
     events: int = 0
+    threads: list[tuple[str, str]] = field(default_factory=list)
+    """The LangGraph thread namespaces the file carries (``(thread_id, ns)``)."""
 
 
 MAX_EVENTS_PER_CHECKPOINT: Final = 256
@@ -184,6 +187,7 @@ class SessionReader:
         self._stage = 0
         self._steering: set[str] = set()
         """Digests of the message blobs a backtrack may name as its steering."""
+        self._threads = ThreadLines()
 
     def _fail(self, n: int, reason: str, hint: str | None = None) -> CheckpointFileError:
         return CheckpointFileError(f"{self.path}: line {n}: {reason}", hint=hint)
@@ -234,7 +238,7 @@ class SessionReader:
                 raise self._fail(n, f"a {kind} line out of order")
             if stage > ORDER.index("session") and self._stage < ORDER.index("session"):
                 raise self._fail(n, f"a {kind} line before the session line")
-            if kind in ("backtrack", "event", "end") and self._stage < ORDER.index("head"):
+            if stage > ORDER.index("head") and self._stage < ORDER.index("head"):
                 raise self._fail(n, f"a {kind} line before the head line")
             self._stage = stage
             raw = getattr(self, f"_{kind}")(n, rec)
@@ -447,6 +451,33 @@ class SessionReader:
         if rec["detail"] is not None:
             self._json_text(n, rec["detail"], "$.detail", must_be_object=True)
         self._times(n, rec, "created_at")
+        self._digester.feed(rec)
+
+    def _lg_thread(self, n: int, rec: dict[str, Any]) -> None:
+        self._lg_line(n, rec)
+
+    def _lg_checkpoint(self, n: int, rec: dict[str, Any]) -> None:
+        self._lg_line(n, rec)
+
+    def _lg_write(self, n: int, rec: dict[str, Any]) -> None:
+        self._lg_line(n, rec)
+
+    def _lg_line(self, n: int, rec: dict[str, Any]) -> None:
+        """A LangGraph thread's line (``travel_lg``): its own checks, then the digest."""
+        kinds = (KIND_CODES["message"], KIND_CODES["state"], BLOB_SUMMARY)
+        self._threads.check(
+            rec,
+            lambda digest, what: self._need(n, digest, what, kinds),
+            self._seqs,
+            lambda reason: self._fail(n, reason),
+        )
+        if rec["type"] == "lg_thread":
+            self.result.threads.append((rec["thread_id"], rec["ns"]))
+        else:  # inline channel values and writes: scanned as blobs are (CK-11)
+            body = rec["state"] if rec["type"] == "lg_checkpoint" else rec["doc"]
+            findings = scan(body, f"line {n} ({rec['type']} {rec['checkpoint_id'][:40]})")
+            if findings:
+                raise secret_error(findings, what=str(self.path))
         self._digester.feed(rec)
 
     def _end(self, n: int, rec: dict[str, Any]) -> None:

@@ -180,7 +180,28 @@ def session_records(
                 "created_at": float(at),
             }
         )
+    recs.extend(_thread_records(store, conn, session_id, seqs, blobs))
     return recs
+
+
+def _thread_records(
+    store: Store, conn: Any, session_id: int, seqs: dict[int, int], blobs: _Collect
+) -> list[dict[str, Any]]:
+    """The lines of the LangGraph thread the session holds, if any (``travel_lg``)."""
+    from alpstore.portable.travel_lg import Delta, thread_records
+
+    def note(digest: bytes) -> str:
+        return blobs.add(digest) or ""
+
+    def delta() -> Delta:
+        lists = Digester()
+
+        def of(view: View, previous: list[tuple[int, int, int]]) -> tuple[dict[str, Any], Any]:
+            return _delta(store, conn, view, previous, lists, blobs, commit=True)
+
+        return of
+
+    return thread_records(store, conn, session_id, seqs, note, delta)
 
 
 def _portable_origin(text: str | None, root: Path) -> str | None:
@@ -338,6 +359,9 @@ def export_session(
         for rec in recs:
             if rec["type"] == "event":
                 checks.text(rec["detail"], f"$.event[{rec['kind']}].detail")
+            elif rec["type"] in ("lg_checkpoint", "lg_write"):  # a thread's inline values
+                body = rec["state"] if rec["type"] == "lg_checkpoint" else rec["doc"]
+                checks.findings.extend(scan(body, f"$.{rec['type']}[{rec['checkpoint_id']}]"))
         refuse_database_target(path, archive=getattr(store.db, "path", None))
         fileio.refuse_symlink(path)
         lines = 0

@@ -30,6 +30,7 @@ import blake3
 from alpstore.codec import canonical_json, digest_hex
 from alpstore.db.names import BLOB_KINDS
 from alpstore.portable.files import MAX_INT, MAX_MESSAGE_BYTES
+from alpstore.portable.travel_lg import LG_ORDER, LG_SCHEMAS, digest_doc
 from alpstore.views import cover_add, cover_bytes, cover_sub
 
 FORMAT: Final = "alpstore.session"
@@ -142,9 +143,10 @@ LINE_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
     "event": _obj(
         {"kind": {"type": "string"}, "checkpoint": _REF, "detail": _OPT_TEXT, "created_at": _TIME}
     ),
+    **LG_SCHEMAS,  # a LangGraph thread's rows (travel_lg)
     "end": _obj({"lines": _COUNT, "digest": _DIGEST}),
 }
-ORDER: Final = ("blob", "session", "checkpoint", "head", "backtrack", "event", "end")
+ORDER: Final = ("blob", "session", "checkpoint", "head", "backtrack", "event", *LG_ORDER, "end")
 """The order the line types come in (each type's lines together)."""
 
 
@@ -254,6 +256,8 @@ class Digester:
             doc = {k: v for k, v in rec.items() if k != "checkpoint"}
             doc["checkpoint"] = _seq_of(rec["checkpoint"])
             doc["detail"] = json.loads(rec["detail"]) if rec["detail"] else None
+        elif kind in LG_SCHEMAS:
+            doc = dict(digest_doc(rec))
         else:
             return
         doc["type"] = kind

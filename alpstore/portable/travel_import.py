@@ -84,6 +84,11 @@ class SessionImport:
     ids_kept: bool
     parent: str | None
     orphaned: bool
+    threads: tuple[str, ...] = ()
+    """The LangGraph thread ids restored (the saver resumes them here)."""
+    framework_lost: str | None = None
+    """A framework's thread the session held that this import cannot restore (the file
+    carries none of its rows), said in words; None when there is none."""
 
 
 def _high_water(store: Store, conn: Connection, table: str) -> int:
@@ -188,6 +193,9 @@ class _Writer:
         self.fresh: dict[int, int] = {}
         """A reference by id only (a checkpoint the session no longer holds), renumbered: the
         file's id → a fresh id no checkpoint holds."""
+        self.origin: Any = None
+        self.lg: Any = None
+        """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
 
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
@@ -240,6 +248,7 @@ class _Writer:
         else:
             name = None
         self.final_name = name
+        self.origin = json.loads(rec["origin"]) if rec["origin"] else None
         parent_id = source_id = root_id = None
         anchor = rec["parent"]
         if anchor is not None:
@@ -389,6 +398,53 @@ class _Writer:
             (self.sid, self._ref(rec["checkpoint"]), rec["kind"], rec["detail"], rec["created_at"]),
         )
 
+    # ---------------------------------------------------------------- a LangGraph thread
+    def _threads(self) -> Any:
+        if self.lg is None:
+            from alpstore.portable.travel_lg import ThreadWriter
+
+            self.flush()  # a subgraph's checkpoints take fresh ids: above every reserved one
+
+            def blob_id(hexd: str) -> int:
+                return self.ids[bytes.fromhex(hexd)]
+
+            self.lg = ThreadWriter(self.store, self.conn, self.sid, self.seq_ids, blob_id)
+        return self.lg
+
+    def lg_thread(self, rec: dict[str, Any]) -> None:
+        self._threads().thread(rec)
+
+    def lg_checkpoint(self, rec: dict[str, Any]) -> None:
+        self._threads().checkpoint(rec)
+
+    def lg_write(self, rec: dict[str, Any]) -> None:
+        self._threads().write(rec)
+
+    def framework_lost(self) -> str | None:
+        """What framework thread the session held that the file does not let this import
+        restore (None: none, or restored).
+        """
+        origin = self.origin if isinstance(self.origin, dict) else {}
+        graph = origin.get("langgraph")
+        if isinstance(graph, dict) and self.lg is None:
+            return (
+                f"LangGraph thread {str(graph.get('thread_id'))[:80]!r}: the file carries none "
+                "of its LangGraph rows (exported by an older alpstore), so AlpstoreSaver does "
+                "not see it here"
+            )
+        agents = origin.get("openai_agents")
+        if isinstance(agents, dict) and self.final_name != self.file_name:
+            return (
+                f"Agents SDK session {str(agents.get('session_id'))[:80]!r}: the name "
+                f"{self.file_name!r} is taken here, so AlpstoreSession "
+                f"({str(agents.get('session_id'))[:80]!r}) keeps using the session that has it"
+            )
+        return None
+
+    def finish(self) -> None:
+        if self.lg is not None:
+            self.lg.finish()
+
 
 def import_session_file(
     store: Store, path: Path, *, name: str | None = None, checked: Checked | None = None
@@ -421,6 +477,7 @@ def import_session_file(
                 w.blob(rec, raw)
             elif kind != "end":
                 getattr(w, kind)(rec)
+        w.finish()
         result = SessionImport(
             session=w.uuid,
             name=w.final_name,
@@ -432,6 +489,8 @@ def import_session_file(
             ids_kept=w.keep_cks and w.keep_bts,
             parent=w.parent,
             orphaned=w.orphaned,
+            threads=tuple(dict.fromkeys(t for t, _ in reader.result.threads)),
+            framework_lost=w.framework_lost(),
         )
         store.emit(
             "session_import",

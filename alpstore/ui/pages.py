@@ -190,12 +190,21 @@ def bisect(request: Request, settings: Settings) -> dict[str, Any]:
         if len(pattern) > MAX_GREP:
             raise UsageError(f"--grep pattern is {len(pattern)} characters; at most {MAX_GREP}")
         result = run_bisect(store, session, grep_predicate(pattern))
+    from alpstore.debug import lgsteps
+
+    info = session.info()
+    spell = ref
+    if lgsteps.is_thread(info.name):  # several steps a turn: SESSION@TURN.STEP tells them apart
+
+        def spell(names: dict[str, str], ck: CheckpointInfo) -> str:
+            return f"{ref(names, ck)}.{lgsteps.step_of(store, ck)}"
+
     return {
-        "info": session.info(),
+        "info": info,
         "grep": pattern,
         "r": result,
         "names": _names(settings, more=(session.uuid,)),
-        "ref": ref,
+        "ref": spell,
     }
 
 

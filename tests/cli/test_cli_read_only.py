@@ -26,8 +26,10 @@ def test_readers_in_an_empty_folder_create_nothing(cli: Any, run_root: Path) -> 
     assert list(run_root.iterdir()) == []
     listed = cli("checkpoint", "list", "--archive")
     assert listed.code == 0 and listed.out == "", listed.err
-    sessions = cli("session", "list", "--json")
-    assert sessions.code == 0 and sessions.out.strip() == "[]", sessions.err
+    for args in (("session", "list"), ("session", "list", "--json")):
+        sessions = cli(*args)  # a mistyped --root is not an empty archive (issue 40)
+        assert sessions.code == 4 and sessions.out == "", sessions.err
+        assert sessions.err.startswith("alpstore: error: no archive at"), sessions.err
     assert list(run_root.iterdir()) == []
 
 

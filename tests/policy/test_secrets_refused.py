@@ -57,8 +57,9 @@ def test_session_open_refuses_an_inline_credential(
     assert not (run_root / "traces").exists()
     assert not (tmp_path / "agent" / ".mas").exists()
     assert OPENAI_KEY.encode() not in bytes_under(run_root)
-    listed = cli("session", "list", "--json")  # a read: lists nothing, creates nothing
-    assert listed.code == 0 and json.loads(listed.out) == []
+    listed = cli("session", "list", "--json")  # a read: finds no archive, creates nothing
+    assert listed.code == 4 and "no archive at" in listed.err, listed.err
+    assert not (run_root / "traces").exists()
     # a reference passes
     doc = json.loads(path.read_text())
     doc["spec"]["model"]["api_key"] = "${env:OPENAI_API_KEY}"

@@ -1,0 +1,135 @@
+"""The rows ``AlpstoreSaver`` keeps for a LangGraph thread, read and written without LangGraph:
+packed state documents (the saver's fixed zstd dictionary, :data:`STATE_DICTIONARY`) and the
+archive-local blob ids inside them, so a session file can carry a thread (``travel_lg``).
+
+A checkpoint's state is ``{"c": checkpoint fields, "m": metadata, "v": {channel: ref},
+"s": split channel}``; a task's writes are ``{"p": task path, "w": [[idx, channel, ref]]}``.
+A ref is ``["i", kind, doc]`` (inline), ``["b", kind, blob]`` (a blob: its id for checkpoints,
+its position among the write's items for writes) or ``["l", position, n]`` (n message blobs).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Final
+
+import zstandard
+
+from alpstore.codec import canonical_json, pool_give, pool_take
+from alpstore.db import raw as rsql
+from alpstore.errors import IntegrityError
+
+CODEC_RAW: Final = 0
+CODEC_LG_DICT: Final = 10
+"""zstd with :data:`STATE_DICTIONARY` (a fixed raw-content dictionary shipped in the code)."""
+
+STATE_DICTIONARY: Final = (
+    b'{"c":{"json":{"channel_versions":{"__start__":1,"branch:to:agent":2,"branch:to:tools":3,'
+    b'"messages":4},"ts":"2026-01-01T00:00:00.000000+00:00","updated_channels":["messages"],'
+    b'"v":4,"versions_seen":{"__input__":{},"__start__":{"__start__":1},"agent":{"branch:to:'
+    b'agent":2},"tools":{"branch:to:tools":3}}}},"m":{"json":{"parents":{},"source":"loop",'
+    b'"step":1}},"s":"messages","v":{"branch:to:agent":["i",0,null],"branch:to:tools":["i",0,'
+    b'null],"__start__":["i",1,{"b64":"gahtZXNzYWdlc5HHtQWUvWxhbmdjaGFpbl9jb3JlLm1lc3NhZ2VzLm'
+    b'h1bWFurEh1bWFuTWVzc2FnZYanY29udGVudA","serde":"msgpack"}]}}'
+    b'{"p":"~__pregel_pull, agent","w":[[0,"messages",["l",0,1]],[1,"branch:to:tools",'
+    b'["i",0,null]]]}{"p":"~__pregel_pull, tools","w":[[0,"messages",["l",0,1]],[1,'
+    b'"branch:to:agent",["i",0,null]]]}{"p":"~__pregel_pull, __start__","w":[[0,"messages",'
+    b'["l",0,1]],[1,"branch:to:agent",["i",0,null]]]}"source":"input","step":-1'
+)
+"""What LangGraph checkpoint states and task writes look like: small packed rows compress
+against it to a fraction of what zstd alone reaches (changing it needs a new codec number)."""
+
+Packed = tuple[int, int | None, int, bytes]
+"""``(codec, dict_id, raw_size, payload)``."""
+
+
+def id_bytes(text: str) -> bytes:
+    r"""A LangGraph id as stored: a UUID's 16 bytes, anything else ``\\0`` + UTF-8 (never 16)."""
+    try:
+        parsed = uuid.UUID(text)
+    except ValueError:
+        parsed = None
+    if parsed is not None and str(parsed) == text:
+        return parsed.bytes
+    data = b"\0" + text.encode("utf-8")
+    return data + b"\0" if len(data) == 16 else data
+
+
+def id_text(data: bytes) -> str:
+    """The id stored by :func:`id_bytes`."""
+    if len(data) == 16:
+        return str(uuid.UUID(bytes=data))
+    body = data[1:-1] if len(data) == 17 and data.endswith(b"\0") else data[1:]
+    return body.decode("utf-8")
+
+
+SESSION_NAME_PREFIX: Final = "langgraph:"
+
+
+def session_name(thread_id: str, ns: str) -> str:
+    """The name of the session holding a thread's namespace (``langgraph:THREAD[ NS]``)."""
+    name = SESSION_NAME_PREFIX + thread_id + (f" {ns}" if ns else "")
+    return name[:200]
+
+
+_FREE: list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] = []
+"""Context pairs no call is using (python-zstandard's contexts are one thread's at a time)."""
+
+
+def state_contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """A compressor and decompressor on :data:`STATE_DICTIONARY`."""
+    state_dict = zstandard.ZstdCompressionDict(
+        STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+    )
+    return (
+        zstandard.ZstdCompressor(
+            level=3,
+            dict_data=state_dict,
+            write_content_size=False,
+            write_checksum=False,
+            write_dict_id=False,
+        ),
+        zstandard.ZstdDecompressor(dict_data=state_dict),
+    )
+
+
+def pack_doc(doc: Any) -> Packed:
+    """Canonical JSON of ``doc``, compressed (or raw when that is smaller), as the saver packs."""
+    raw = canonical_json(doc)
+    contexts = pool_take(_FREE, state_contexts)
+    payload = contexts[0].compress(raw)
+    pool_give(_FREE, contexts)
+    if len(payload) >= len(raw):
+        return CODEC_RAW, None, len(raw), raw
+    return CODEC_LG_DICT, None, len(raw), payload
+
+
+def unpack_doc(packed: Packed, what: str) -> Any:
+    """The document of a row the saver packed (codec 0 or 10, the only ones it writes).
+
+    Raises:
+        IntegrityError: another codec, or damaged bytes (``what`` names the row).
+    """
+    codec, dict_id, size, payload = packed
+    try:
+        if codec == CODEC_RAW and dict_id is None:
+            return json.loads(payload)
+        if codec == CODEC_LG_DICT:
+            contexts = pool_take(_FREE, state_contexts)
+            raw = contexts[1].decompress(payload, max_output_size=size)
+            pool_give(_FREE, contexts)  # a call that raised drops its pair
+            return json.loads(raw)
+    except (zstandard.ZstdError, ValueError) as exc:
+        raise IntegrityError(f"{what}: its packed state is damaged ({exc})") from exc
+    raise IntegrityError(f"{what}: packed with codec {codec}, which this alpstore does not read")
+
+
+def thread_of(conn: Any, session_id: int) -> tuple[str, str] | None:
+    """``(thread_id, checkpoint_ns)`` of the LangGraph thread namespace a session holds."""
+    row = rsql.fetchone(
+        conn,
+        "SELECT thread_id, checkpoint_ns FROM lg_threads WHERE session_id = ? ORDER BY id",
+        (session_id,),
+    )
+    return None if row is None else (str(row[0]), str(row[1]))
