@@ -12,6 +12,9 @@ connection to the server, in an asyncio loop on a thread of its own, so synchron
   forward them, drop the server's reply and close that connection — the server did the work,
   the client never hears of it;
 - ``reset_all()``: end every open connection with a TCP reset;
+- ``cap``: refuse connections past this many open ones as PostgreSQL does at a role's
+  connection limit (``FATAL 53300 too many connections for role``); ``refuse_new``: drop every
+  new connection at once (a server that is down);
 - count round trips: a client burst that follows a server reply (or opens a connection) is one.
 
 Everything is bounded in time: the proxy stops by itself after ``lifetime_s`` (default 600 s),
@@ -31,6 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import make_url
+
+COMMIT_QUERY = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+"""The bytes of a ``COMMIT`` as psycopg sends it (a simple query): ``cut_reply_after``'s marker
+for "the COMMIT's reply" (``b"COMMIT"`` alone also matches ``READ COMMITTED``)."""
 
 
 @dataclass(eq=False)
@@ -61,6 +68,9 @@ class NetProxy:
         self._stalled = False
         self._resumed: asyncio.Event | None = None
         self._cut_marker: bytes | None = None
+        self.cap: int | None = None
+        self.refuse_new = False
+        self.refused = 0
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="netproxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
@@ -171,6 +181,14 @@ class NetProxy:
 
     # ------------------------------------------------------------- forwarding
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refuse_new:
+            self.refused += 1
+            writer.transport.abort()
+            return
+        if self.cap is not None and len(self._links) >= self.cap:
+            self.refused += 1
+            await _refuse_at_cap(reader, writer)
+            return
         try:
             s_reader, s_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -252,6 +270,34 @@ class NetProxy:
         finally:
             writer.close()
             self._links.discard(link)
+
+
+async def _refuse_at_cap(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer a connection as PostgreSQL does past a role's ``CONNECTION LIMIT``: decline SSL
+    (and GSS) encryption, read the startup message, send ``FATAL 53300`` and close."""
+    try:
+        while True:
+            (length,) = struct.unpack("!I", await reader.readexactly(4))
+            body = await reader.readexactly(length - 4)
+            code = struct.unpack("!I", body[:4])[0]
+            if code in (80877103, 80877104):  # SSLRequest, GSSENCRequest
+                writer.write(b"N")
+                await writer.drain()
+                continue
+            break
+        fields = b"".join(
+            [
+                b"SFATAL\0VFATAL\0C53300\0",
+                b'Mtoo many connections for role "capped"\0',
+                b"\0",
+            ]
+        )
+        writer.write(b"E" + struct.pack("!I", len(fields) + 4) + fields)
+        await writer.drain()
+    except (ConnectionError, OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
 
 
 @contextmanager
