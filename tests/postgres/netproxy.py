@@ -61,6 +61,8 @@ class NetProxy:
         self.delay_s = delay_s
         self.lifetime_s = lifetime_s
         self.round_trips = 0
+        self.log: list[bytes] | None = None
+        """Set to a list to collect the first bytes of each round trip's request (debugging)."""
         self.connections = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
@@ -225,6 +227,8 @@ class NetProxy:
                     if not link.client_spoke_last:
                         self.round_trips += 1
                         link.client_spoke_last = True
+                        if self.log is not None:
+                            self.log.append(data[:300])
                     if self._cut_marker is not None and self._cut_marker in data:
                         self._cut_marker = None
                         link.cut_armed = True
