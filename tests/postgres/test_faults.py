@@ -222,7 +222,8 @@ def test_a_connection_lost_before_commit_is_retried_once_on_a_fresh_connection(
 # ------------------------------------------------------------------ 5. a connection cap
 def test_a_connection_cap_equal_to_the_connections_held_fails_no_turn(tmp_path: Path) -> None:
     params = {"alpstore_pool_size": "3", "alpstore_pool_overflow": "5"}
-    with archive(tmp_path, **params) as (proxy, store, _direct):
+    # a network's latency (1 ms each way) keeps the 8 writers' transactions overlapping
+    with archive(tmp_path, delay_s=0.001, **params) as (proxy, store, _direct):
         for i in range(8):
             store.create_session(name=f"w{i}").commit_turn(turn(0))
         proxy.cap = 3  # the role's CONNECTION LIMIT: what the pool holds
@@ -236,9 +237,13 @@ def test_a_connection_cap_equal_to_the_connections_held_fails_no_turn(tmp_path: 
                 except DatabaseError as err:
                     errors.append(err.message)
 
+        held = [store.db.engine.connect() for _ in range(3)]  # the pool's 3, busy elsewhere
         threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
         for t in threads:
             t.start()
+        time.sleep(0.5)  # every writer asks for a 4th connection meanwhile: refused at the cap
+        for conn in held:
+            conn.close()
         for t in threads:
             t.join(120)
         proxy.cap = None
