@@ -92,3 +92,57 @@ def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: P
                 assert label.scalar_one() == "x"
         finally:
             store.close()
+
+
+SAVER_MAX_ROUND_TRIPS = {"put": 9, "put_writes": 5, "get_tuple": 6}
+"""Each AlpstoreSaver call of a steady thread, called directly (every put with a new message):
+13, 7 and 7 before the batching. Issue 45's goal is 2 each: what is left is in
+docs/ARCHITECTURE.md, "PostgreSQL across a network"."""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_alpstore_saver_round_trips_per_call(tmp_path: Path, kind: str) -> None:
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    import asyncio
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    seen: dict[str, list[int]] = {name: [] for name in SAVER_MAX_ROUND_TRIPS}
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+
+        async def call(name: str, *args: object) -> object:
+            with proxy.counting() as n:
+                if kind == "async":
+                    result = await getattr(saver, f"a{name}")(*args)
+                else:
+                    result = getattr(saver, name)(*args)
+            seen[name].append(n[0])
+            return result
+
+        async def turns() -> None:
+            config: object = {"configurable": {"thread_id": "rt", "checkpoint_ns": ""}}
+            messages: list[object] = []
+            for turn in range(6):
+                messages = [*messages, HumanMessage(content=f"q{turn}", id=f"u{turn}")]
+                ck = empty_checkpoint()
+                ck["channel_values"] = {"messages": list(messages)}
+                ck["channel_versions"] = {"messages": turn + 1}
+                config = await call(
+                    "put", config, ck, {"source": "loop", "step": turn}, {"messages": turn + 1}
+                )
+                reply = AIMessage(content=f"a{turn}", id=f"a{turn}")
+                await call("put_writes", config, [("messages", [reply])], f"task{turn}")
+                await call("get_tuple", config)
+                messages = [*messages, reply]
+
+        try:
+            asyncio.run(turns())
+        finally:
+            saver.close()
+    steady = {name: max(counts[2:]) for name, counts in seen.items()}  # the thread exists
+    for name, bound in SAVER_MAX_ROUND_TRIPS.items():
+        assert steady[name] <= bound, (name, seen[name])
