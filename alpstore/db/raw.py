@@ -86,6 +86,22 @@ def execute(
 
 _NOT_BATCHED = object()
 
+BATCH_MAX_PARAMS = 256
+BATCH_MAX_BYTES = 16_384
+"""A statement is bound client-side (deferred, or batched with what waits before it) only up to
+these many parameters and bytes of them: binding is text, so an import's large multi-row
+INSERT or a big blob goes as usual (prepared, binary), the queue flushed before it."""
+
+
+def _small(params: tuple[Any, ...]) -> bool:
+    if len(params) > BATCH_MAX_PARAMS:
+        return False
+    size = 0
+    for value in params:
+        if isinstance(value, (bytes, bytearray, memoryview, str)):
+            size += len(value)
+    return size <= BATCH_MAX_BYTES
+
 
 def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any:
     """``execute`` on PostgreSQL through ``pgconn.BoundedConnection``'s round-trip saving:
@@ -97,6 +113,8 @@ def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any
     dbapi = cur.connection
     if not hasattr(dbapi, "alp_defer") or dbapi.autocommit or dbapi._pipeline:
         return _NOT_BATCHED
+    if not _small(params):
+        return _NOT_BATCHED  # the driver flushes the queue before it (pgconn._start_query)
     idle = dbapi.pgconn.transaction_status == 0  # pq.TransactionStatus.IDLE
     if defer and not idle:
         dbapi.alp_defer(_bound(dbapi, sql, params))

@@ -81,6 +81,18 @@ def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: P
                 )
                 seen = conn.execute(text("SELECT origin FROM sessions WHERE name = 'whole'"))
                 assert seen.scalar_one() == "x"
+            # a statement too large to bind client-side goes as usual, the queue flushed first
+            with store.db.atomic() as conn:
+                rsql.execute(conn, f"{SET_ORIGIN}'z' WHERE name = 'whole'", defer=True)
+                many = list(range(-400, 0))
+                found = rsql.fetchone(
+                    conn,
+                    "SELECT count(*) FROM sessions WHERE origin = ? AND id NOT IN "
+                    f"({rsql.placeholders(len(many))})",
+                    ("z", *many),
+                )
+                assert found[0] == 1
+                rsql.execute(conn, f"{SET_ORIGIN}'x' WHERE name = 'whole'", defer=True)
             # a body that raises drops the queue unsent
             with pytest.raises(RuntimeError), store.db.atomic() as conn:
                 rsql.execute(
