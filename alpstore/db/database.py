@@ -319,7 +319,7 @@ class Database:
                 invalidated=err.connection_invalidated,
                 operational=isinstance(err, exc.OperationalError),
             )
-            if not getattr(lost, "reconnect", False) and not err.connection_invalidated:
+            if not getattr(lost, "connection_lost", False) and not err.connection_invalidated:
                 raise lost from err  # the server refused the COMMIT: it was rolled back
             status = self._read_back(xid)
             if status == "committed":

@@ -286,7 +286,7 @@ def postgresql_engine(parsed: URL, location: str) -> Engine:
     if "connect_timeout" not in parsed.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     for key, value in PG_TCP.items():
-        if key not in parsed.query:
+        if key not in parsed.query and (key != "tcp_user_timeout" or _libpq_at_least(120000)):
             connect_args[key] = value
     options = _text_param(parsed.query.get("options"))
     extra = [f"-c {name}={ms}" for name, ms in PG_SERVER_TIMEOUTS_MS.items() if name not in options]
@@ -325,6 +325,16 @@ def postgresql_engine(parsed: URL, location: str) -> Engine:
         "call_timeout_s": call_timeout,
     }
     return engine
+
+
+def _libpq_at_least(version: int) -> bool:
+    """True when the libpq psycopg runs on is at least ``version`` (``tcp_user_timeout``: 12)."""
+    try:
+        import psycopg
+
+        return int(psycopg.pq.version()) >= version
+    except Exception:  # pragma: no cover - psycopg missing: create_engine reports it
+        return False
 
 
 def _number(params: dict[str, Any], name: str, default: float, location: str) -> float:

@@ -142,6 +142,7 @@ def driver_error(
         # a session the server ended for idling ran nothing of the call: once more on a fresh
         # connection; a stall (alpstore_call_timeout) is not retried: its bound is spent
         err.reconnect = bound == "idle_in_transaction_session_timeout"  # type: ignore[attr-defined]
+        err.connection_lost = bound != "statement_timeout" and bound != "lock_timeout"  # type: ignore[attr-defined]
         return err
     if state == AT_CAP_SQLSTATE or any(m in text.lower() for m in AT_CAP_MARKERS):
         err = DatabaseError(
@@ -162,6 +163,7 @@ def driver_error(
             "password; the transaction was rolled back, nothing was written",
         )
         err.reconnect = not any(m in low for m in NOT_A_LOST_CONNECTION)  # type: ignore[attr-defined]
+        err.connection_lost = True  # type: ignore[attr-defined]
         return err
     if (
         "file is not a database" in low

@@ -70,6 +70,8 @@ class NetProxy:
         self._stalled = False
         self._resumed: asyncio.Event | None = None
         self._cut_marker: bytes | None = None
+        self._stall_marker: bytes | None = None
+        self._hold_replies = False
         self.cap: int | None = None
         self.refuse_new = False
         self.refused = 0
@@ -146,7 +148,7 @@ class NetProxy:
 
     def resume(self) -> None:
         def go() -> None:
-            self._stalled = False
+            self._stalled = self._hold_replies = False
             assert self._resumed is not None
             self._resumed.set()
 
@@ -156,6 +158,12 @@ class NetProxy:
         """Drop the server's reply to the next client bytes holding ``marker`` and close that
         connection (None: disarm)."""
         self._cut_marker = marker
+
+    def stall_after(self, marker: bytes | None) -> None:
+        """Once the client sends bytes holding ``marker``, hold every reply of the server (on
+        every connection, new ones too) until :meth:`resume`: the bytes reach the server, no
+        answer comes back."""
+        self._stall_marker = marker
 
     def reset_all(self) -> None:
         """End every open connection with a TCP reset (RST) to both ends."""
@@ -229,6 +237,11 @@ class NetProxy:
                         link.client_spoke_last = True
                         if self.log is not None:
                             self.log.append(data[:300])
+                    if self._stall_marker is not None and self._stall_marker in data:
+                        self._stall_marker = None
+                        self._hold_replies = True
+                        assert self._resumed is not None
+                        self._resumed.clear()
                     if self._cut_marker is not None and self._cut_marker in data:
                         self._cut_marker = None
                         link.cut_armed = True
@@ -254,7 +267,7 @@ class NetProxy:
                 due, data = await queue.get()
                 if not data:
                     break
-                while self._stalled:
+                while self._stalled or (self._hold_replies and not upstream):
                     assert self._resumed is not None
                     await self._resumed.wait()
                 wait = due - time.perf_counter()

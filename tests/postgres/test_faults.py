@@ -169,6 +169,30 @@ def test_a_cut_commit_that_cannot_be_read_back_is_outcome_unknown_never_nothing_
             assert contents(other, "unknown") == ["turn 1", "a1", "turn 2", "a2"]
 
 
+def test_a_commit_stalled_past_the_call_bound_is_read_back_once_the_server_answers(
+    tmp_path: Path,
+) -> None:
+    with archive(tmp_path, alpstore_call_timeout="1") as (proxy, store, _direct):
+        session = store.create_session(name="stalled-commit")
+        session.commit_turn(turn(1))
+        proxy.stall_after(COMMIT_QUERY)  # the COMMIT reaches the server; no reply comes back
+
+        def heal() -> None:  # the stalled connections die, the network heals
+            proxy.reset_all()
+            proxy.resume()
+
+        timer = threading.Timer(2.5, heal)
+        timer.start()
+        try:
+            start = time.monotonic()
+            session.commit_turn(turn(2))  # committed: read back, reported stored
+            took = time.monotonic() - start
+        finally:
+            timer.cancel()
+        assert 1 <= took < 10, took
+        assert contents(store, "stalled-commit") == ["turn 1", "a1", "turn 2", "a2"]
+
+
 # ------------------------------------------------------------------ 4. server-side disconnects
 def test_a_server_side_disconnect_fails_no_call(tmp_path: Path) -> None:
     name = f"h45_{uuid.uuid4().hex[:8]}"
