@@ -113,7 +113,12 @@ class AlpstoreSaver(SaverState):
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> Self:
-        """Open (creating) the archive of run root ``root`` (or at ``url``); closed by ``close``."""
+        """Open (creating) the archive of run root ``root`` (or at ``url``); closed by ``close``.
+
+        On PostgreSQL the pool keeps a connection per worker (``workers`` above the pool's
+        default 8 raises ``alpstore_pool_size`` unless the URL sets it).
+        """
+        url = _pool_per_worker(url, int(kwargs.get("workers", 8)))
         return cls(Store.open(root, url=url), owns_store=True, **kwargs)
 
     @classmethod
@@ -593,6 +598,27 @@ def _target(conn_string: str | Path, root: Path | str | None) -> Iterator[tuple[
         yield Path(root if root is not None else Path.cwd()).expanduser(), text
         return
     yield Path(text).expanduser(), None
+
+
+def _pool_per_worker(url: str | None, workers: int) -> str | None:
+    """``url`` with ``alpstore_pool_size=workers`` when it is a PostgreSQL URL that sets none
+    and ``workers`` exceeds the pool's default (``db.engine.PG_POOL_SIZE``).
+    """
+    from alpstore.db.engine import PG_POOL_SIZE
+
+    if not url or workers <= PG_POOL_SIZE or "alpstore_pool_size" in url:
+        return url
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return url  # Store.open names what is wrong with it
+    if parsed.get_backend_name() != "postgresql":
+        return url
+    return parsed.update_query_dict({"alpstore_pool_size": str(workers)}).render_as_string(
+        hide_password=False
+    )
 
 
 def _thread_key(first: Any) -> str:

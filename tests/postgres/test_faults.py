@@ -356,3 +356,16 @@ def test_the_proxy_counts_round_trips_and_delays_them(tmp_path: Path) -> None:
             engine.dispose()
     assert n[0] == 2 and m[0] == 1  # BEGIN, then the statement; then the statement alone
     assert 0.02 <= took < 0.2, took
+
+
+def test_the_pool_keeps_a_connection_per_saver_worker(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    with postgres_schema() as url:
+        for workers, size in ((4, engine_module.PG_POOL_SIZE), (12, 12)):
+            saver = AlpstoreSaver.open(tmp_path / str(workers), url=url, workers=workers)
+            try:
+                assert saver.store.db.engine.pool.size() == size  # type: ignore[attr-defined]
+            finally:
+                saver.close()
