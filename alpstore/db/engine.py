@@ -337,6 +337,22 @@ def _libpq_at_least(version: int) -> bool:
         return False
 
 
+def pool_per_worker(url: str | None, workers: int) -> str | None:
+    """``url`` with ``alpstore_pool_size=workers`` when it is a PostgreSQL URL that sets none
+    and ``workers`` (a saver's threads) exceeds :data:`PG_POOL_SIZE`; else ``url`` as it is.
+    """
+    if not url or workers <= PG_POOL_SIZE or "alpstore_pool_size" in url:
+        return url
+    try:
+        parsed = make_url(url)
+    except (exc.ArgumentError, ValueError):
+        return url  # opening it names what is wrong with it
+    if parsed.get_backend_name() != "postgresql":
+        return url
+    sized = parsed.update_query_dict({"alpstore_pool_size": str(workers)})
+    return sized.render_as_string(hide_password=False)
+
+
 def _number(params: dict[str, Any], name: str, default: float, location: str) -> float:
     """The URL's ``name`` as a non-negative number, else ``default``.
 

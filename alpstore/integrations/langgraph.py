@@ -48,6 +48,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from alpstore.archive.sql import Encoded
+from alpstore.db.engine import pool_per_worker
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
@@ -107,18 +108,14 @@ class AlpstoreSaver(SaverState):
         self._owns_store = owns_store
         self._workers = max(1, workers)
         self._executor: ThreadPoolExecutor | None = None
-        self._turns: dict[tuple[int, str], tuple[asyncio.Lock, int]] = {}
-        """Per LangGraph thread: the lock its ``a*`` calls queue on (in call order), and how
-        many of them hold or wait for it (the entry goes when none does)."""
+        self._turns: dict[tuple[int, str], tuple[asyncio.Lock, int]] = {}  # see _off_loop
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> Self:
-        """Open (creating) the archive of run root ``root`` (or at ``url``); closed by ``close``.
-
-        On PostgreSQL the pool keeps a connection per worker (``workers`` above the pool's
-        default 8 raises ``alpstore_pool_size`` unless the URL sets it).
+        """Open (creating) the archive of run root ``root`` (or at ``url``: on PostgreSQL with a
+        pooled connection per worker); closed by ``close``.
         """
-        url = _pool_per_worker(url, int(kwargs.get("workers", 8)))
+        url = pool_per_worker(url, int(kwargs.get("workers", 8)))
         return cls(Store.open(root, url=url), owns_store=True, **kwargs)
 
     @classmethod
@@ -208,29 +205,24 @@ class AlpstoreSaver(SaverState):
         follows it), one at a time; different threads' calls run side by side on whichever
         worker is free. A thread whose call is stuck (its session row locked elsewhere) holds
         one worker, never another thread's calls; a caller's timeout frees its queue at once.
+        ``_turns`` holds each thread's lock and how many calls hold or wait for it.
         """
         with self._lock:
             if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    self._workers, thread_name_prefix="alpstore-saver"
-                )
+                self._executor = ThreadPoolExecutor(self._workers, "alpstore-saver")
             executor = self._executor
         loop = asyncio.get_running_loop()
         key = (id(loop), _thread_key(args[0] if args else None))
         with self._lock:  # several event loops (threads) may share the saver
-            lock, users = self._turns.get(key, (None, 0))
-            if lock is None:
-                lock = asyncio.Lock()
+            lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
             self._turns[key] = (lock, users + 1)
         try:
             async with lock:
                 return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
         finally:
             with self._lock:
-                lock, users = self._turns[key]
-                if users <= 1:
-                    del self._turns[key]
-                else:
+                lock, users = self._turns.pop(key)
+                if users > 1:
                     self._turns[key] = (lock, users - 1)
 
     # ---------------------------------------------------------------- writing
@@ -598,27 +590,6 @@ def _target(conn_string: str | Path, root: Path | str | None) -> Iterator[tuple[
         yield Path(root if root is not None else Path.cwd()).expanduser(), text
         return
     yield Path(text).expanduser(), None
-
-
-def _pool_per_worker(url: str | None, workers: int) -> str | None:
-    """``url`` with ``alpstore_pool_size=workers`` when it is a PostgreSQL URL that sets none
-    and ``workers`` exceeds the pool's default (``db.engine.PG_POOL_SIZE``).
-    """
-    from alpstore.db.engine import PG_POOL_SIZE
-
-    if not url or workers <= PG_POOL_SIZE or "alpstore_pool_size" in url:
-        return url
-    from sqlalchemy.engine import make_url
-
-    try:
-        parsed = make_url(url)
-    except Exception:
-        return url  # Store.open names what is wrong with it
-    if parsed.get_backend_name() != "postgresql":
-        return url
-    return parsed.update_query_dict({"alpstore_pool_size": str(workers)}).render_as_string(
-        hide_password=False
-    )
 
 
 def _thread_key(first: Any) -> str:
