@@ -388,6 +388,7 @@ class ViewStore:
             conn,
             "INSERT INTO segment_entries (segment_id, position, blob_id) VALUES (?, ?, ?)",
             [(seg_id, start + i, b) for i, b in enumerate(blob_ids)],
+            defer=True,  # nothing read back: on PostgreSQL it rides the next round trip
         )
 
     def forget(self) -> None:

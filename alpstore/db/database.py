@@ -46,7 +46,11 @@ crash (kill -9); only an OS crash or power loss may drop the last transactions. 
 fsync the WAL on every commit and cost ~10x per checkpoint for that last case only."""
 
 WRITE_RETRIES = 8
-"""Bounded retries with backoff when the database asks for one (busy, serialization, deadlock)."""
+"""Bounded retries with backoff when the database asks for one (busy, serialization, deadlock);
+on PostgreSQL also bounded in time by ``lock_timeout`` (engine.PG_SERVER_TIMEOUTS_MS)."""
+
+COMMIT_READ_BACK_S = 5.0
+"""After a COMMIT whose reply was lost: how long to try reading back whether it landed."""
 
 
 def inserted_id(result: CursorResult[Any]) -> int:
@@ -126,6 +130,11 @@ class Database:
             else None
         )
         self._queue_path = None if path is None else path + SQLITE_QUEUE_SUFFIX
+        bounds: dict[str, float] = getattr(engine, "alpstore_bounds", {})
+        self.lock_timeout_s = bounds.get("lock_timeout_s")
+        """PostgreSQL: the server's lock wait bound, which lock retries count against too."""
+        self.pool_timeout_s = bounds.get("pool_timeout_s", 30.0)
+        """PostgreSQL: how long a call waits for a connection at the server's cap."""
         self.wal: WalCheckpointer | None = None
         """SQLite file opened for writing: checkpoints the WAL off the committing transaction
         (``background_checkpoints``; read-only opens leave it None)."""
@@ -170,8 +179,7 @@ class Database:
         short-lived threads (LangGraph's executor) reuses pooled connections instead of
         opening one per thread and leaving it behind.
         """
-        with translate_errors(self.location):
-            conn = self.engine.connect()
+        conn = self._connect()
         self._local.conn = conn
         try:
             yield conn
@@ -179,6 +187,34 @@ class Database:
             self._local.conn = None
             with contextlib.suppress(Exception):  # a connection the server dropped
                 conn.close()
+
+    def _connect(self) -> Connection:
+        """A connection from the pool. At the server's connection cap (``too many
+        connections``, PostgreSQL) it waits, up to ``pool_timeout_s``, for a pooled one to come
+        back instead of failing: the pool's own connections are enough, another is only wanted.
+
+        Raises:
+            DatabaseError: the server cannot be reached, or is still at its cap after the wait.
+        """
+        deadline: float | None = None
+        delay = 0.005
+        while True:
+            try:
+                with translate_errors(self.location):
+                    return self.engine.connect()
+            except DatabaseError as err:
+                if not getattr(err, "at_cap", False):
+                    raise
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + self.pool_timeout_s
+                if now >= deadline:
+                    raise DatabaseError(
+                        f"{err.message} (waited {self.pool_timeout_s:g} s, "
+                        "alpstore_pool_timeout, for a connection)",
+                        hint=err.hint,
+                    ) from err
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.1)
 
     def in_transaction(self) -> bool:
         """True while this thread's connection is inside a transaction."""
@@ -232,8 +268,7 @@ class Database:
                     else:
                         if snapshot:
                             conn.execution_options(isolation_level="REPEATABLE READ")
-                        with translate_errors(self.location), conn.begin():
-                            yield conn
+                        yield from self._pg_transaction(conn, read_back=not snapshot)
                 except BaseException:
                     self._ended(committed=False)
                     raise
@@ -243,6 +278,92 @@ class Database:
         except BaseException:
             self._rolled_back()
             raise
+
+    def _pg_transaction(self, conn: Connection, *, read_back: bool) -> Iterator[Connection]:
+        """One PostgreSQL write transaction on ``conn`` (inside ``atomic``), its COMMIT
+        checked: a COMMIT whose reply never came (the connection broke, a stall past the call
+        bound) is read back by the transaction's id on a fresh connection (``read_back``;
+        ``pgconn.BoundedConnection`` learnt it with the BEGIN) — committed: the write stands,
+        as if the reply had come; rolled back: a plain failure, safe to retry. When it cannot be
+        read back the outcome is reported as unknown, never as "nothing was written".
+
+        Raises:
+            DatabaseError: the write failed, or its COMMIT's outcome is unknown.
+        """
+        dbapi = None
+        with translate_errors(self.location):
+            trans = conn.begin()
+            dbapi = conn.connection.dbapi_connection
+        if read_back and dbapi is not None and hasattr(dbapi, "alp_want_xid"):
+            dbapi.alp_xid = None
+            dbapi.alp_want_xid = True
+        try:
+            with translate_errors(self.location):
+                yield conn
+        except BaseException:
+            with contextlib.suppress(Exception):
+                trans.rollback()
+            raise
+        finally:
+            if dbapi is not None and hasattr(dbapi, "alp_want_xid"):
+                dbapi.alp_want_xid = False
+        xid = getattr(dbapi, "alp_xid", None)
+        try:
+            trans.commit()
+        except exc.DBAPIError as err:
+            lost = driver_error(
+                self.location,
+                str(err.orig) if err.orig is not None else str(err),
+                fallback=type(err).__name__,
+                state=str(getattr(err.orig, "sqlstate", None) or ""),
+                invalidated=err.connection_invalidated,
+                operational=isinstance(err, exc.OperationalError),
+            )
+            if not getattr(lost, "connection_lost", False) and not err.connection_invalidated:
+                raise lost from err  # the server refused the COMMIT: it was rolled back
+            status = self._read_back(xid)
+            if status == "committed":
+                return  # it landed: the reply alone was lost
+            reason = lost.message.split(": ", 1)[-1]
+            if status == "aborted":
+                gone = DatabaseError(
+                    f"database {self.location}: the connection broke during COMMIT ({reason}); "
+                    "read back: the server rolled the transaction back, nothing was written",
+                    hint="try again",
+                )
+                gone.reconnect = True  # type: ignore[attr-defined]
+                raise gone from err
+            raise DatabaseError(
+                f"database {self.location}: the connection broke during COMMIT ({reason}); "
+                "outcome unknown: the write may or may not have been stored",
+                hint="read it back (e.g. `alpstore session log`) before writing it again: a "
+                "retry could store it twice",
+            ) from err
+
+    def _read_back(self, xid: int | None) -> str | None:
+        """``txid_status`` of ``xid`` on a fresh connection: ``committed``, ``aborted``, or None
+        when it cannot be told within ``COMMIT_READ_BACK_S`` (no id, the server unreachable).
+        """
+        if xid is None:
+            return None
+        from sqlalchemy import text
+
+        deadline = time.monotonic() + COMMIT_READ_BACK_S
+        while time.monotonic() < deadline:
+            try:
+                with self.engine.connect() as conn:
+                    status = conn.execute(
+                        text("SELECT txid_status(:xid)"), {"xid": xid}
+                    ).scalar_one_or_none()
+                    conn.rollback()
+            except exc.DBAPIError:
+                status = "unreachable"
+            if status in ("committed", "aborted"):
+                return str(status)
+            if status is None:
+                return None  # too old to tell (never, this soon)
+            time.sleep(0.05)  # "in progress" (the server has not finished it) or no server yet
+        return None
 
     def on_write_end(self, hook: Callable[[bool], None]) -> None:
         """Call ``hook(committed)`` whenever one of this thread's outermost write transactions
@@ -350,10 +471,18 @@ class Database:
         if self._current() is not None:
             return fn()
         delay = 0.01
+        start = time.monotonic()
+        reconnected = False
         for attempt in range(WRITE_RETRIES):
             try:
                 return fn()
             except DatabaseError as err:
+                if getattr(err, "reconnect", False) and not reconnected:
+                    # the connection was lost before the COMMIT (or the COMMIT was read back
+                    # as rolled back): nothing was written, so once more on a fresh connection
+                    reconnected = True
+                    time.sleep(0.05)
+                    continue
                 if not getattr(err, "transient", False) or attempt == WRITE_RETRIES - 1:
                     if getattr(err, "transient", False):
                         raise DatabaseError(
@@ -361,7 +490,16 @@ class Database:
                             hint="another writer held the archive too long; try again",
                         ) from err
                     raise
-                time.sleep(delay * (1 + random.random()))
+                pause = delay * (1 + random.random())
+                bound = self.lock_timeout_s
+                if bound is not None and time.monotonic() - start + pause > bound:
+                    raise DatabaseError(  # lock waits and their retries share one bound
+                        f"{what}: lock_timeout reached: gave up after {attempt + 1} attempts "
+                        f"in {time.monotonic() - start:.1f} s ({err.message})",
+                        hint="another writer held the archive too long; raise the bound with "
+                        "?options=-c lock_timeout=MS in the database URL",
+                    ) from err
+                time.sleep(pause)
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")  # pragma: no cover
 

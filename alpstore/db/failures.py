@@ -19,7 +19,37 @@ DAMAGED_HINT = (
 """What to do when the archive cannot be opened or read as a database at all."""
 
 TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
-"""PostgreSQL asks for a retry: serialization failure, deadlock detected, lock not available."""
+"""PostgreSQL asks for a retry: serialization failure, deadlock detected, lock not available
+(a ``lock_timeout`` that ran out is not: its wait was the whole bound, see ``timeout_error``)."""
+
+AT_CAP_SQLSTATE = "53300"
+"""too_many_connections: the role's or the server's connection cap is reached."""
+
+AT_CAP_MARKERS = (
+    "too many connections",
+    "too many clients",
+    "remaining connection slots are reserved",
+)
+"""A refused connection's words when the cap is reached (libpq reports no SQLSTATE then)."""
+
+TIMEOUTS = (
+    ("canceling statement due to lock timeout", "lock_timeout"),
+    ("canceling statement due to statement timeout", "statement_timeout"),
+    ("idle-in-transaction timeout", "idle_in_transaction_session_timeout"),
+    ("no reply from the server within", "alpstore_call_timeout"),
+)
+"""A driver message's words → the bound that ended the call (engine.py's defaults)."""
+
+TIMEOUT_HINTS = {
+    "lock_timeout": "another transaction held a lock this call needed; raise the bound with "
+    "?options=-c lock_timeout=MS in the database URL",
+    "statement_timeout": "the server cancelled a statement that ran too long; raise the bound "
+    "with ?options=-c statement_timeout=MS in the database URL",
+    "idle_in_transaction_session_timeout": "the server ended a session that sat silent inside "
+    "a transaction; raise the bound with ?options=-c idle_in_transaction_session_timeout=MS",
+    "alpstore_call_timeout": "the server (or the network on the way) stopped answering; raise "
+    "the bound with ?alpstore_call_timeout=SECONDS in the database URL",
+}
 
 CONNECTION_SQLSTATE_PREFIXES = ("08", "57P")
 """Connection exceptions and operator intervention (server shut down, connection terminated)."""
@@ -40,6 +70,12 @@ CONNECTION_MARKERS = (
     "server closed the connection",
     "terminating connection",
     "connection is closed",
+    "connection is lost",
+    "connection reset",
+    "broken pipe",
+    "consuming input failed",
+    "sending query failed",
+    "no connection to the server",
     "connection timeout",
     "timeout expired",
     "does not exist",
@@ -48,6 +84,16 @@ CONNECTION_MARKERS = (
     "name or service not known",
     "failed to resolve host",
 )
+
+NOT_A_LOST_CONNECTION = (
+    "password",
+    "does not exist",
+    "host name",
+    "no such host",
+    "name or service",
+    "resolve host",
+)
+"""Connection failures a retry on a fresh connection cannot mend (the login, the name)."""
 
 
 def is_connection_failure(low: str) -> bool:
@@ -88,16 +134,37 @@ def driver_error(
     text = redact(message)
     first = text.strip().splitlines()[0] if text.strip() else fallback
     low = first.lower()
+    bound = next((name for words, name in TIMEOUTS if words in low), None)
+    if bound is not None:
+        err = DatabaseError(
+            f"database {location}: {bound} reached ({first})", hint=TIMEOUT_HINTS[bound]
+        )
+        # a session the server ended for idling ran nothing of the call: once more on a fresh
+        # connection; a stall (alpstore_call_timeout) is not retried: its bound is spent
+        err.reconnect = bound == "idle_in_transaction_session_timeout"  # type: ignore[attr-defined]
+        err.connection_lost = bound != "statement_timeout" and bound != "lock_timeout"  # type: ignore[attr-defined]
+        return err
+    if state == AT_CAP_SQLSTATE or any(m in text.lower() for m in AT_CAP_MARKERS):
+        err = DatabaseError(
+            f"database {location}: {first}",
+            hint="the server's connection cap is reached; lower alpstore_pool_overflow or "
+            "raise the role's CONNECTION LIMIT",
+        )
+        err.at_cap = True  # type: ignore[attr-defined]
+        return err
     if (
         invalidated
         or state.startswith(CONNECTION_SQLSTATE_PREFIXES)
         or (operational and is_connection_failure(low))
     ):
-        return DatabaseError(
+        err = DatabaseError(
             f"database {location}: {first}",
             hint="check that the server is running and reachable, and the URL's user and "
             "password; the transaction was rolled back, nothing was written",
         )
+        err.reconnect = not any(m in low for m in NOT_A_LOST_CONNECTION)  # type: ignore[attr-defined]
+        err.connection_lost = True  # type: ignore[attr-defined]
+        return err
     if (
         "file is not a database" in low
         or "malformed" in low

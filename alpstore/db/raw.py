@@ -65,11 +65,95 @@ def _cursor(conn: AnyConnection) -> tuple[Any, str]:
     return conn.connection.dbapi_connection.cursor(), dialect_of(conn)  # type: ignore[union-attr]
 
 
-def execute(conn: AnyConnection, sql: str, params: Sequence[Any] = ()) -> Any:
-    """Run one statement on the connection's DBAPI cursor; returns the cursor."""
+def execute(
+    conn: AnyConnection, sql: str, params: Sequence[Any] = (), *, defer: bool = False
+) -> Any:
+    """Run one statement on the connection's DBAPI cursor; returns the cursor.
+
+    ``defer`` (PostgreSQL; ignored elsewhere): the caller reads nothing of the result, so the
+    statement may wait for the next round trip of the transaction (``db/pgconn.py``); it then
+    returns None. On PostgreSQL a statement also carries the deferred ones before it, and the
+    first of a write transaction its ``BEGIN``, in one round trip.
+    """
     cur, dialect = _cursor(conn)
+    if dialect == "postgresql":
+        batched = _pg_batched(cur, _translate(sql, dialect), tuple(params), defer)
+        if batched is not _NOT_BATCHED:
+            return batched
     cur.execute(_translate(sql, dialect), tuple(params))
     return cur
+
+
+_NOT_BATCHED = object()
+
+BATCH_MAX_PARAMS = 256
+BATCH_MAX_BYTES = 16_384
+"""A statement is bound client-side (deferred, or batched with what waits before it) only up to
+these many parameters and bytes of them: binding is text, so an import's large multi-row
+INSERT or a big blob goes as usual (prepared, binary), the queue flushed before it."""
+
+
+def _small(params: tuple[Any, ...]) -> bool:
+    if len(params) > BATCH_MAX_PARAMS:
+        return False
+    size = 0
+    for value in params:
+        if isinstance(value, (bytes, bytearray, memoryview, str)):
+            size += len(value)
+    return size <= BATCH_MAX_BYTES
+
+
+def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any:
+    """``execute`` on PostgreSQL through ``pgconn.BoundedConnection``'s round-trip saving:
+    deferred (``defer``, inside a begun transaction), or sent with what waits before it (the
+    transaction's ``BEGIN``, deferred statements) in one simple-protocol query. Returns the
+    cursor on the statement's result, None when deferred, ``_NOT_BATCHED`` when nothing waits
+    (the caller runs the statement as usual: prepared, extended protocol).
+    """
+    dbapi = cur.connection
+    if not hasattr(dbapi, "alp_defer") or dbapi.autocommit or dbapi._pipeline:
+        return _NOT_BATCHED
+    if not _small(params):
+        return _NOT_BATCHED  # the driver flushes the queue before it (pgconn._start_query)
+    idle = dbapi.pgconn.transaction_status == 0  # pq.TransactionStatus.IDLE
+    if defer and not idle:
+        dbapi.alp_defer(_bound(dbapi, sql, params))
+        return None
+    waiting = 0 if idle else dbapi.alp_waiting()
+    if not idle and not waiting:
+        return _NOT_BATCHED
+    parts: list[bytes] = []
+    skip = waiting
+    if idle:  # the transaction's BEGIN (and its id, for a write) rides with the statement
+        parts.append(dbapi._get_tx_start_command())
+        if dbapi.alp_want_xid:
+            parts.append(b"SELECT txid_current()")
+        skip = len(parts)
+    else:
+        parts.append(dbapi.alp_take())
+    parts.append(_bound(dbapi, sql, params))
+    want_xid = idle and dbapi.alp_want_xid
+    if idle:
+        dbapi.alp_want_xid = False
+    dbapi._autocommit = True  # the BEGIN (if any) is in the batch: the driver adds none
+    try:
+        cur.execute(b"; ".join(parts))
+    finally:
+        dbapi._autocommit = False
+    for i in range(skip):
+        cur.nextset()
+        if want_xid and i == 0:
+            row = cur.fetchone()
+            dbapi.alp_xid = int(row[0]) if row and row[0] is not None else None
+    return cur
+
+
+def _bound(dbapi: Any, sql: str, params: tuple[Any, ...]) -> bytes:
+    """``sql`` with ``params`` bound client-side (psycopg's own quoting), as bytes."""
+    import psycopg
+
+    text = psycopg.ClientCursor(dbapi).mogrify(sql, params) if params else sql
+    return text.encode(dbapi.pgconn._encoding or "utf-8")
 
 
 _ONE_ROW = re.compile(r"\bVALUES (\(\?(?:, \?)*\))")
@@ -81,7 +165,9 @@ SQLITE_MULTI_ROW_FROM = 64
 """Rows from which an SQLite ``executemany`` of an INSERT becomes multi-row statements."""
 
 
-def executemany(conn: AnyConnection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+def executemany(
+    conn: AnyConnection, sql: str, rows: Sequence[Sequence[Any]], *, defer: bool = False
+) -> None:
     """Run one statement for many parameter rows.
 
     On PostgreSQL an ``INSERT … VALUES (?, …)`` becomes one multi-row ``VALUES (…), (…)``
@@ -90,10 +176,15 @@ def executemany(conn: AnyConnection, sql: str, rows: Sequence[Sequence[Any]]) ->
     too from :data:`SQLITE_MULTI_ROW_FROM` rows (an import's 6,001 entries: 13–23 ms where a
     step per row took 17–29 ms); fewer keep ``executemany``, whose one prepared statement the driver
     caches, where a multi-row statement per row count would not be.
+
+    ``defer``: as :func:`execute`'s (PostgreSQL: sent with the transaction's next round trip).
     """
     if not rows:
         return
     cur, dialect = _cursor(conn)
+    if defer and dialect == "postgresql" and len(rows) == 1:
+        execute(conn, sql, rows[0], defer=True)
+        return
     many = len(rows) > 1 if dialect == "postgresql" else len(rows) >= SQLITE_MULTI_ROW_FROM
     split = _values_split(sql, dialect) if many else None
     if split is None:
@@ -104,7 +195,13 @@ def executemany(conn: AnyConnection, sql: str, rows: Sequence[Sequence[Any]]) ->
     per = max(1, limit // params)
     for start in range(0, len(rows), per):
         part = rows[start : start + per]
-        cur.execute(f"{head}{', '.join([group] * len(part))}{tail}", [v for r in part for v in r])
+        statement = f"{head}{', '.join([group] * len(part))}{tail}"
+        values = tuple(v for r in part for v in r)
+        if dialect == "postgresql":
+            batched = _pg_batched(cur, statement, values, defer)
+            if batched is not _NOT_BATCHED:
+                continue
+        cur.execute(statement, values)
 
 
 @lru_cache(maxsize=64)

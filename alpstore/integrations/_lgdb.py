@@ -339,6 +339,7 @@ def insert_checkpoint(
         conn,
         "INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) VALUES (?, ?)",
         [(new, b) for b in dict.fromkeys(blob_ids)],
+        defer=True,  # nothing read back: on PostgreSQL it rides the next round trip
     )
     return int(new)
 
@@ -410,8 +411,8 @@ def save_writes(
 ) -> None:
     """Insert (or replace) one task's packed writes and their item blobs."""
     if existing is not None:
-        rsql.execute(conn, "DELETE FROM lg_write_items WHERE write_id = ?", (existing,))
-        rsql.execute(conn, "DELETE FROM lg_writes WHERE id = ?", (existing,))
+        rsql.execute(conn, "DELETE FROM lg_write_items WHERE write_id = ?", (existing,), defer=True)
+        rsql.execute(conn, "DELETE FROM lg_writes WHERE id = ?", (existing,), defer=True)
     write_id = rsql.fetchone(
         conn,
         "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
@@ -422,6 +423,7 @@ def save_writes(
         conn,
         "INSERT INTO lg_write_items (write_id, position, blob_id) VALUES (?, ?, ?)",
         [(write_id, i, b) for i, b in enumerate(blob_ids)],
+        defer=True,
     )
 
 
@@ -459,7 +461,10 @@ def insert_checkpoint_row(
 def intern_run(conn: Connection, run_id: str) -> None:
     """Make sure a run id has its row (rows of ``lg_runs`` are never deleted)."""
     rsql.execute(
-        conn, "INSERT INTO lg_runs (run_id) VALUES (?) ON CONFLICT (run_id) DO NOTHING", (run_id,)
+        conn,
+        "INSERT INTO lg_runs (run_id) VALUES (?) ON CONFLICT (run_id) DO NOTHING",
+        (run_id,),
+        defer=True,  # sent before the statement that reads it back, in the same round trip
     )
 
 
@@ -469,6 +474,7 @@ def insert_checkpoint_blobs(conn: Connection, new: int, blob_ids: Sequence[int])
         conn,
         "INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) VALUES (?, ?)",
         [(new, b) for b in dict.fromkeys(blob_ids)],
+        defer=True,  # nothing read back: on PostgreSQL it rides the next round trip
     )
 
 
@@ -498,6 +504,7 @@ def insert_new_writes(
         conn,
         "INSERT INTO lg_write_items (write_id, position, blob_id) VALUES (?, ?, ?)",
         [(int(row[0]), i, b) for i, b in enumerate(blob_ids)],
+        defer=True,
     )
     return True
 
@@ -513,4 +520,5 @@ def move_head(
         "UPDATE sessions SET head_segment_id = ?, head_length = ?, turn = ?, updated_at = ?, "
         "status = ?, head_digest = ? WHERE id = ?",
         (view.segment_id, view.length, turn, time.time(), status, cover_bytes(cover), session_id),
+        defer=True,
     )

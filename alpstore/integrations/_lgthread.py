@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from itertools import compress, count
 from operator import is_not
 from typing import Any
@@ -178,3 +178,10 @@ class SaverState(BaseCheckpointSaver[int]):
             for key in list(self._threads):
                 if thread_id is None or key[0] == thread_id:
                     self._threads[key].forget()
+
+
+def thread_key(first: Any) -> str:
+    """The LangGraph thread a call is for: a config's thread id, or the id itself."""
+    if isinstance(first, Mapping):
+        first = first.get("configurable", {}).get("thread_id")
+    return "" if first is None else str(first)

@@ -28,7 +28,6 @@ import asyncio
 import functools
 import random
 import tempfile
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
@@ -54,13 +53,14 @@ except ImportError as err:
     raise missing("langgraph", "alpstore.integrations.langgraph (AlpstoreSaver)", err) from err
 
 from alpstore.archive.sql import Encoded
+from alpstore.db.engine import pool_per_worker
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
 from alpstore.integrations import _lgread as lgread
 from alpstore.integrations import _lgwrite as lgwrite
 from alpstore.integrations._lgpolicy import step_events
-from alpstore.integrations._lgthread import SaverState
+from alpstore.integrations._lgthread import SaverState, thread_key
 from alpstore.integrations._lgwrite import TRIGGER_PREFIX, WriteEntry
 from alpstore.store import Store
 
@@ -112,11 +112,15 @@ class AlpstoreSaver(SaverState):
         )
         self._owns_store = owns_store
         self._workers = max(1, workers)
-        self._executors: list[ThreadPoolExecutor] | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._turns: dict[tuple[int, str], tuple[asyncio.Lock, int]] = {}  # see _off_loop
 
     @classmethod
     def open(cls, root: Path | str, *, url: str | None = None, **kwargs: Any) -> Self:
-        """Open (creating) the archive of run root ``root`` (or at ``url``); closed by ``close``."""
+        """Open (creating) the archive of run root ``root`` (or at ``url``: on PostgreSQL with a
+        pooled connection per worker); closed by ``close``.
+        """
+        url = pool_per_worker(url, int(kwargs.get("workers", 8)))
         return cls(Store.open(root, url=url), owns_store=True, **kwargs)
 
     @classmethod
@@ -167,8 +171,8 @@ class AlpstoreSaver(SaverState):
     def close(self) -> None:
         """Stop the ``a*`` methods' threads; close the store if this saver opened it."""
         with self._lock:
-            executors, self._executors = self._executors, None
-        for executor in executors or ():
+            executor, self._executor = self._executor, None
+        if executor is not None:
             executor.shutdown(wait=True)
         if self._owns_store:
             self.store.close()
@@ -200,21 +204,31 @@ class AlpstoreSaver(SaverState):
     async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` in one of this saver's worker threads; the event loop goes on meanwhile.
 
-        ``workers`` lanes of one thread each: the calls of one LangGraph thread (named by the
-        first argument, a config or a thread id) always take the same lane, so they run in the
-        order they were made (a ``put`` before the ``put_writes`` that follows it); different
-        threads' calls run side by side.
+        ``workers`` threads, shared by every LangGraph thread: the calls of one LangGraph
+        thread (named by the first argument, a config or a thread id) queue on a lock of their
+        own, so they run in the order they were made (a ``put`` before the ``put_writes`` that
+        follows it), one at a time; different threads' calls run side by side on whichever
+        worker is free. A thread whose call is stuck (its session row locked elsewhere) holds
+        one worker, never another thread's calls; a caller's timeout frees its queue at once.
+        ``_turns`` holds each thread's lock and how many calls hold or wait for it.
         """
         with self._lock:
-            if self._executors is None:
-                self._executors = [
-                    ThreadPoolExecutor(1, thread_name_prefix=f"alpstore-saver-{i}")
-                    for i in range(self._workers)
-                ]
-            executors = self._executors
-        executor = executors[_lane(args[0] if args else None, len(executors))]
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._workers, "alpstore-saver")
+            executor = self._executor
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        key = (id(loop), thread_key(args[0] if args else None))
+        with self._lock:  # several event loops (threads) may share the saver
+            lock, users = self._turns.get(key) or (asyncio.Lock(), 0)
+            self._turns[key] = (lock, users + 1)
+        try:
+            async with lock:
+                return await loop.run_in_executor(executor, functools.partial(fn, *args, **kwargs))
+        finally:
+            with self._lock:
+                lock, users = self._turns.pop(key)
+                if users > 1:
+                    self._turns[key] = (lock, users - 1)
 
     # ---------------------------------------------------------------- writing
     def put(
@@ -581,10 +595,3 @@ def _target(conn_string: str | Path, root: Path | str | None) -> Iterator[tuple[
         yield Path(root if root is not None else Path.cwd()).expanduser(), text
         return
     yield Path(text).expanduser(), None
-
-
-def _lane(first: Any, lanes: int) -> int:
-    """The worker lane of a call: by its LangGraph thread id (a config's, or the id itself)."""
-    if isinstance(first, Mapping):
-        first = first.get("configurable", {}).get("thread_id")
-    return 0 if first is None else zlib.crc32(str(first).encode()) % lanes

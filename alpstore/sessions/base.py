@@ -271,7 +271,7 @@ class SessionBase:
         if self._deferring:
             self._unwritten = row
         else:
-            rsql.execute(conn, MOVE_HEAD, row)
+            rsql.execute(conn, MOVE_HEAD, row, defer=True)  # PostgreSQL: rides the next trip
         self._cover = cover
         self._cover_view = view
         self._info = evolve(

@@ -152,7 +152,7 @@ def test_a_graph_runs_through_the_async_entry_point(
     asyncio.run(main())
     assert seen["contents"] == ["hi", "you said: hi"]
     assert seen["spy"].closed == 1
-    assert seen["saver"]._executors is None  # the worker threads stopped
+    assert seen["saver"]._executor is None  # the worker threads stopped
     with AlpstoreSaver.from_conn_string(conn_string, **kwargs) as again:
         assert contents(graph_on(again).get_state(config("a1"))) == ["hi", "you said: hi"]
 

@@ -1,0 +1,146 @@
+"""The psycopg connection alpstore's PostgreSQL engine opens (``engine.postgresql_engine``):
+psycopg 3's own, with two additions a database across a network needs.
+
+- **Every wait for the server is bounded** (``call_timeout``): psycopg waits for a reply with no
+  limit of its own, so a connection that stops answering (a stalled proxy, a partition behind a
+  middlebox that keeps acknowledging) would block a turn for as long as TCP lets it — hours. A
+  wait past the bound closes the connection and raises an ``OperationalError`` that names the
+  bound; the pool replaces the connection.
+- **A write transaction learns its id for free** (``alp_want_xid``): psycopg opens a transaction
+  with a ``BEGIN`` round trip of its own before the first statement; when asked, that same round
+  trip carries ``BEGIN; SELECT txid_current()`` instead. After a COMMIT whose reply was lost,
+  ``txid_status`` of that id on a fresh connection says whether the transaction landed
+  (``database.Database`` reads it back) instead of guessing.
+
+And **statements whose results no one reads wait for the next round trip** (``defer``): a
+write that only has to happen before the transaction ends (a turn's entries, the head's move)
+is bound client-side and queued; the next statement carries the queue in front of it in one
+simple-protocol query, and the COMMIT carries what is left (``stmts; COMMIT``). A statement of
+the queue that fails fails the transaction where it is flushed: the write is rolled back whole,
+as before. ``db/raw.py`` does the batching; this class flushes the queue before anything else
+the driver sends (a Core statement, a savepoint, the COMMIT) and drops it on ROLLBACK.
+
+Imported only when a PostgreSQL archive is opened (psycopg is an optional dependency).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import generators, pq
+
+_WAIT_TIMEOUT: type[BaseException] = getattr(pg_errors, "_WaitTimeout", psycopg.OperationalError)
+
+CALL_TIMEOUT_MARKER = "no reply from the server within"
+"""The start of the message of a wait cut by ``call_timeout`` (failures.py names the bound)."""
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose waits are bounded and whose write transactions know their id."""
+
+    call_timeout: float | None = None
+    """Seconds any one wait for the server may last (None: unbounded, psycopg's own way)."""
+    alp_want_xid: bool = False
+    """Set before a write transaction: its ``BEGIN`` also reads the transaction's id."""
+    alp_xid: int | None = None
+    """The id of the current write transaction (when ``alp_want_xid`` was set at its start)."""
+    alp_deferred: list[bytes] | None = None
+    """Statements bound client-side, to be sent in front of the next one (``defer``)."""
+
+    def alp_defer(self, statement: bytes) -> None:
+        """Queue ``statement`` (bound SQL) for the next round trip of this transaction."""
+        if self.alp_deferred is None:
+            self.alp_deferred = []
+        self.alp_deferred.append(statement)
+
+    def alp_take(self) -> bytes | None:
+        """The queued statements as one query text (``a; b``), the queue emptied; None when
+        nothing waits.
+        """
+        queue, self.alp_deferred = self.alp_deferred, None
+        return b"; ".join(queue) if queue else None
+
+    def alp_waiting(self) -> int:
+        """How many statements wait in the queue."""
+        return len(self.alp_deferred) if self.alp_deferred else 0
+
+    def _alp_run(self, query: bytes) -> Any:
+        """Send ``query`` (several statements, simple protocol) and wait for all its results;
+        the first failed one raises.
+        """
+        self._check_connection_ok()
+        self.pgconn.send_query(query)
+        results = yield from generators.execute(self.pgconn)
+        for result in results:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                raise pg_errors.error_from_result(result, encoding=self.pgconn._encoding)
+        return results
+
+    def _commit_gen(self) -> Any:
+        pending = self.alp_take()
+        if (
+            pending is None
+            or self._pipeline
+            or self._tpc
+            or self._num_transactions
+            or self.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        ):
+            if pending is not None and self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                yield from self._alp_run(pending)
+            return (yield from super()._commit_gen())
+        try:
+            yield from self._alp_run(pending + b"; COMMIT")
+        except pg_errors.OperationalError:
+            raise  # the connection broke: the caller reads back whether it landed
+        except psycopg.Error:
+            # a queued statement failed, so the COMMIT after it never ran: end the transaction
+            # as a refused COMMIT does (rolled back), then report the failure
+            with contextlib.suppress(psycopg.Error):
+                yield from self._exec_command(b"ROLLBACK")
+            raise
+        return None
+
+    def _rollback_gen(self) -> Any:
+        self.alp_deferred = None  # never sent: nothing to undo
+        return (yield from super()._rollback_gen())
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        """The driver's wait, bounded by ``call_timeout`` unless the caller bounds it."""
+        bound = self.call_timeout if timeout is None else timeout
+        try:
+            return super().wait(gen, interval, bound)
+        except _WAIT_TIMEOUT as err:
+            if timeout is not None:  # psycopg's own bounded wait (a cancel): its error
+                raise
+            self.pgconn.finish()  # mid-reply: nothing on this connection can be trusted
+            raise psycopg.OperationalError(
+                f"{CALL_TIMEOUT_MARKER} {bound:g} s (alpstore_call_timeout); "
+                "the connection was closed"
+            ) from err
+
+    def _start_query(self) -> Any:
+        pending = self.alp_take() if self.alp_deferred else None
+        if pending is not None:  # anything else the driver sends goes after the queue
+            yield from self._alp_run(pending)
+        if (
+            not self.alp_want_xid
+            or self._autocommit
+            or self._pipeline
+            or self.pgconn.transaction_status != pq.TransactionStatus.IDLE
+        ):
+            return (yield from super()._start_query())
+        self.alp_want_xid = False
+        self._check_connection_ok()
+        self.pgconn.send_query(self._get_tx_start_command() + b"; SELECT txid_current()")
+        results = yield from generators.execute(self.pgconn)
+        for result in results:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                raise pg_errors.error_from_result(result, encoding=self.pgconn._encoding)
+        last = results[-1] if results else None
+        if last is not None and last.status == pq.ExecStatus.TUPLES_OK:
+            value = last.get_value(0, 0)
+            self.alp_xid = int(value) if value is not None else None
+        return None

@@ -1,0 +1,160 @@
+"""Round trips per call on PostgreSQL (issue 45), counted by the loopback proxy: a write
+transaction's BEGIN rides its first statement, statements whose results no one reads ride the
+next one (or the COMMIT), and a statement of that queue that fails still fails its transaction
+whole.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from alpstore.db import raw as rsql
+from alpstore.errors import DatabaseError
+from alpstore.store import Store
+from tests.conftest import postgres_schema
+from tests.postgres.netproxy import proxied
+
+pytestmark = pytest.mark.postgres
+
+MAX_COMMIT_TURN_ROUND_TRIPS = 6
+"""A native commit_turn, however many messages: BEGIN with the session row, the blobs looked up,
+the new ones inserted, the segment grown, the checkpoint (with the entries and the head's move),
+COMMIT. It was 9 before the batching (BEGIN, entries and the head's move each one of their own)."""
+
+SET_ORIGIN = "UPDATE sessions SET origin = "
+
+
+def four(i: int, n: int = 4) -> list[dict[str, str]]:
+    roles = ["user", "assistant", "tool", "assistant"]
+    return [{"role": roles[k % 4], "content": f"turn {i} message {k}"} for k in range(n)]
+
+
+def test_a_commit_turn_takes_at_most_six_round_trips_whatever_its_size(tmp_path: Path) -> None:
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        store = Store.open(tmp_path, url=url)
+        try:
+            session = store.create_session(name="rt")
+            session.commit_turn(four(0))
+            counts = {}
+            for size in (4, 12):
+                with proxy.counting() as n:
+                    session.commit_turn(four(size, size))
+                counts[size] = n[0]
+            with proxy.counting() as reads:
+                history = session.history()
+        finally:
+            store.close()
+    assert counts[4] <= MAX_COMMIT_TURN_ROUND_TRIPS, counts
+    assert counts[12] == counts[4], counts  # one multi-row statement a table, however many
+    assert len(history) == 4 + 4 + 12
+    # two read transactions (the session's row, then its entries), each BEGIN riding the first
+    # statement: 5 (was 7)
+    assert reads[0] <= 5, reads
+
+
+def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: Path) -> None:
+    with postgres_schema() as url:
+        store = Store.open(tmp_path, url=url)
+        try:
+            session = store.create_session(name="whole")
+            session.commit_turn(four(0))
+            with pytest.raises(DatabaseError) as caught, store.db.atomic() as conn:
+                rsql.execute(conn, "UPDATE sessions SET turn = 99 WHERE name = 'whole'")
+                rsql.execute(  # a foreign key no segment has: refused at COMMIT
+                    conn,
+                    "INSERT INTO segment_entries (segment_id, position, blob_id) VALUES (?, ?, ?)",
+                    (987654, 0, 987654),
+                    defer=True,
+                )
+            said = caught.value.message + (caught.value.hint or "")
+            assert "foreign key" in said and "outcome unknown" not in said, said
+            with store.db.read() as conn:
+                turn = conn.execute(text("SELECT turn FROM sessions WHERE name = 'whole'"))
+                assert turn.scalar_one() == 1  # the UPDATE before it was rolled back with it
+            # the queue is flushed before a Core statement of the same transaction, in order
+            with store.db.atomic() as conn:
+                rsql.execute(
+                    conn, "UPDATE sessions SET origin = 'x' WHERE name = 'whole'", defer=True
+                )
+                seen = conn.execute(text("SELECT origin FROM sessions WHERE name = 'whole'"))
+                assert seen.scalar_one() == "x"
+            # a statement too large to bind client-side goes as usual, the queue flushed first
+            with store.db.atomic() as conn:
+                rsql.execute(conn, f"{SET_ORIGIN}'z' WHERE name = 'whole'", defer=True)
+                many = list(range(-400, 0))
+                found = rsql.fetchone(
+                    conn,
+                    "SELECT count(*) FROM sessions WHERE origin = ? AND id NOT IN "
+                    f"({rsql.placeholders(len(many))})",
+                    ("z", *many),
+                )
+                assert found[0] == 1
+                rsql.execute(conn, f"{SET_ORIGIN}'x' WHERE name = 'whole'", defer=True)
+            # a body that raises drops the queue unsent
+            with pytest.raises(RuntimeError), store.db.atomic() as conn:
+                rsql.execute(
+                    conn, "UPDATE sessions SET origin = 'y' WHERE name = 'whole'", defer=True
+                )
+                raise RuntimeError("the caller changed its mind")
+            with store.db.read() as conn:
+                label = conn.execute(text("SELECT origin FROM sessions WHERE name = 'whole'"))
+                assert label.scalar_one() == "x"
+        finally:
+            store.close()
+
+
+SAVER_MAX_ROUND_TRIPS = {"put": 9, "put_writes": 5, "get_tuple": 6}
+"""Each AlpstoreSaver call of a steady thread, called directly (every put with a new message):
+13, 7 and 7 before the batching. Issue 45's goal is 2 each: what is left is in
+docs/ARCHITECTURE.md, "PostgreSQL across a network"."""
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_alpstore_saver_round_trips_per_call(tmp_path: Path, kind: str) -> None:
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    import asyncio
+
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    seen: dict[str, list[int]] = {name: [] for name in SAVER_MAX_ROUND_TRIPS}
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+
+        async def call(name: str, *args: object) -> object:
+            with proxy.counting() as n:
+                if kind == "async":
+                    result = await getattr(saver, f"a{name}")(*args)
+                else:
+                    result = getattr(saver, name)(*args)
+            seen[name].append(n[0])
+            return result
+
+        async def turns() -> None:
+            config: object = {"configurable": {"thread_id": "rt", "checkpoint_ns": ""}}
+            messages: list[object] = []
+            for turn in range(6):
+                messages = [*messages, HumanMessage(content=f"q{turn}", id=f"u{turn}")]
+                ck = empty_checkpoint()
+                ck["channel_values"] = {"messages": list(messages)}
+                ck["channel_versions"] = {"messages": turn + 1}
+                config = await call(
+                    "put", config, ck, {"source": "loop", "step": turn}, {"messages": turn + 1}
+                )
+                reply = AIMessage(content=f"a{turn}", id=f"a{turn}")
+                await call("put_writes", config, [("messages", [reply])], f"task{turn}")
+                await call("get_tuple", config)
+                messages = [*messages, reply]
+
+        try:
+            asyncio.run(turns())
+        finally:
+            saver.close()
+    steady = {name: max(counts[2:]) for name, counts in seen.items()}  # the thread exists
+    for name, bound in SAVER_MAX_ROUND_TRIPS.items():
+        assert steady[name] <= bound, (name, seen[name])
