@@ -265,6 +265,7 @@ def main(argv: list[str]) -> int:
         "ui.md",
         "live.md",
         "delta_search.md",
+        "secret_scan.md",
     ):
         extra = HERE / "results" / name
         if extra.exists():
