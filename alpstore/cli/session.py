@@ -547,7 +547,7 @@ def import_history(
     parsed = parse_history(source, fmt)  # type: ignore[arg-type]
     st = store(ctx)
     s = import_history(st, parsed, name=name or default, session_id=session_id, suffix=name is None)
-    st.archive.settle()  # the dictionary the one transaction deferred; the file compacted
+    st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     info = s.info()
     if info.name != (name or default):
         warn(

@@ -22,11 +22,11 @@ from tests.conftest import run_cli
 from tests.imports._files import fingerprint, mas_doc, write
 
 
-def _transcript(path: Path, turns: int) -> Path:
+def _transcript(path: Path, turns: int, pad: int = 0) -> Path:
     lines = []
     for i in range(turns):
         lines.append(json.dumps({"role": "user", "content": f"question {i}"}))
-        lines.append(json.dumps({"role": "assistant", "content": f"answer {i}"}))
+        lines.append(json.dumps({"role": "assistant", "content": f"answer {i} " + "x" * pad}))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -50,11 +50,12 @@ def test_item6_interrupted_transcript_import_leaves_nothing(
 ) -> None:
     from alpstore.cli.session import app
 
-    source = _transcript(tmp_path / "conv.jsonl", 40)
+    # answers of 12 KB: about 16 turns a frame, so the turns are written in several batches
+    source = _transcript(tmp_path / "conv.jsonl", 40, pad=12_000)
     with Store.open(run_root) as st:
         st.create_session(name="other")
         before = fingerprint(st)
-    _interrupt_after(monkeypatch, alpstore.sessions.Session, "commit_turn", 25)  # Ctrl-C
+    _interrupt_after(monkeypatch, alpstore.sessions.Session, "write_turns", 1)  # Ctrl-C
     opts = _opts(run_root)
     result = CliRunner().invoke(app, ["import", str(source)], obj=opts)
     opts.close()
