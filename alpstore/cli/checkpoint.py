@@ -344,7 +344,7 @@ def import_(
     st = store(ctx)
     result = import_file(st, path, fork=fork_, session_id=session_id, name=name)
     if not result.existing:
-        st.archive.settle()  # the dictionary the one transaction deferred; the file compacted
+        st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     ck = result.checkpoint
     if result.existing:
         echo(

@@ -205,20 +205,28 @@ def test_item9_session_import_name_twice_is_refused(run_root: Path, tmp_path: Pa
         assert sorted(i.name or "" for i in st.list_sessions()) == ["conv", "conv-2", "demo"]
 
 
-def test_dictionary_training_is_not_in_the_import_path(run_root: Path) -> None:
+def test_an_import_packs_with_a_dictionary_of_its_first_frame(run_root: Path) -> None:
+    """Issue 41: a deep import writes its small messages packed from the start, with a
+    dictionary trained from its first frame inside its own transaction; nothing is left loose
+    for a background training to recompress."""
+    from alpstore.archive.frames import CODEC_PACKED
     from alpstore.archive.sql import AUTO_TRAIN_SAMPLES
-    from alpstore.db.tables import zstd_dicts
+    from alpstore.db.names import BLOB_MESSAGE
+    from alpstore.db.tables import blobs, pack_frames, zstd_dicts
 
-    n = AUTO_TRAIN_SAMPLES + 100  # enough small blobs to trigger automatic training
+    n = AUTO_TRAIN_SAMPLES + 100  # enough small blobs to have triggered automatic training
     doc = mas_doc(messages=[{"role": "user", "content": f"message number {i}"} for i in range(n)])
     with Store.open(run_root) as st:
         import_document(st, doc, source_name="f.json")
         with st.db.read() as conn:
-            trained = conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one()
-        assert trained == 0  # left to the next ordinary write
-        st.get_session(mas_doc()["lineage"]["session_id"]).append(
-            [{"role": "user", "content": "x"}]
-        )
-        assert st.archive.wait_for_training(timeout=60)
-        with st.db.read() as conn:
             assert conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one() == 1
+            (dict_id,) = conn.execute(select(zstd_dicts.c.id)).one()
+            frames = conn.execute(select(pack_frames.c.dict_id)).scalars().all()
+            loose = conn.execute(
+                select(func.count())
+                .select_from(blobs)
+                .where(blobs.c.codec != CODEC_PACKED, blobs.c.kind == BLOB_MESSAGE)
+            ).scalar_one()
+        assert frames and set(frames) == {dict_id}
+        assert loose == 0
+        assert st.archive.wait_for_training(timeout=0)  # no training was started
