@@ -516,9 +516,13 @@ app.command("digest")(digest_command)
 @app.command("import")
 def import_history(
     ctx: typer.Context,
-    source: Annotated[
-        Path,
-        typer.Argument(help="OpenAI JSONL, Claude Code transcript, or a `session export` file."),
+    sources: Annotated[
+        list[Path],
+        typer.Argument(
+            help="OpenAI JSONL, Claude Code transcript, or a `session export` file; several, "
+            "or a folder (its .jsonl files): each its own transaction.",
+            metavar="SOURCE...",
+        ),
     ],
     name: Annotated[str | None, typer.Option("--name", help="Name of the new session.")] = None,
     session_id: Annotated[str | None, typer.Option("--id", help="The new session's id.")] = None,
@@ -530,8 +534,20 @@ def import_history(
 
     A file `session export` wrote (detected by its first line) is imported whole: the same
     session id, every checkpoint, backtrack and event, `session digest` equal.
+
+    Several files or a folder: each file its own session and transaction (a refused one is
+    named and the rest imported), a progress bar on a terminal, one summary line.
     """
     from alpstore.cli.session_travel import is_session_file
+
+    if len(sources) > 1 or sources[0].is_dir():
+        if name is not None or session_id is not None:
+            raise UsageError("--name and --id name one session: give one file with them")
+        from alpstore.cli.session_import import import_many
+
+        import_many(ctx, sources, fmt)
+        return
+    (source,) = sources
 
     if fmt == "auto" and is_session_file(source):
         import_session(ctx, source, name, session_id)
