@@ -116,3 +116,33 @@ def test_on_a_terminal_a_progress_bar_shows_files_bytes_and_rate(
     assert "/s" in shown  # the rate
     assert "kB" in shown or "bytes" in shown  # the bytes
     assert done.stdout.decode().startswith("imported 200 of 200 files")
+
+
+def test_kill_9_during_a_many_file_import_leaves_each_file_wholly_in_or_out(
+    run_root: Path, tmp_path: Path
+) -> None:
+    """SIGKILL at a few moments of a 200-file import: every session the archive then holds is
+    a whole file (all its turns and checkpoints); a second run imports the rest."""
+    import signal
+    import time
+
+    folder = _folder(tmp_path, 200)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALPSTORE_")}
+    for delay in (0.8, 1.6, 2.4):
+        proc = subprocess.Popen(
+            [ALPSTORE, "--root", str(run_root), "session", "import", str(folder)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        )
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        with Store.open(run_root) as st:
+            for info in st.list_sessions():
+                cks = st.list_checkpoints(info.id)
+                assert (info.turn, info.head.length, len(cks)) == (2, 4, 2), info.name
+                first = st.get_session(info.uuid).history()[0].value["content"]
+                assert first == f"question 0 of file {int((info.name or '')[1:4])}"
+    with Store.open(run_root) as st:
+        assert st.list_sessions()  # the kills landed after some files were in
