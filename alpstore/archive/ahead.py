@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 import zstandard
 
 from alpstore.canonical import digest_bytes
-from alpstore.codec import CODEC_ZSTD, CODEC_ZSTD_DICT, pack_dictionary, train_dictionary
+from alpstore.codec import (
+    CODEC_ZSTD,
+    CODEC_ZSTD_DICT,
+    digest_dictionary,
+    pack_dictionary,
+    train_dictionary,
+)
 from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -73,7 +79,9 @@ class FramesAhead:
                 dict_id = self._insert_dictionary(data, len(raws))
         if data is None or dict_id is None:
             return CODEC_ZSTD, None, zstandard.ZstdCompressor(level=AHEAD_LEVEL)
-        digested = zstandard.ZstdCompressionDict(data)
+        # digested once for the level (zstd's CDict): undigested, every frame's compression
+        # would load the dictionary again (10-20 ms a frame for a 112 KB one)
+        digested = digest_dictionary(data, AHEAD_LEVEL)
         return (
             CODEC_ZSTD_DICT,
             dict_id,
