@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from alpstore.store import Store
+from tests.backend_pass import database_env_for
 from tests.conftest import ALPSTORE, run_cli
 
 
@@ -96,7 +97,7 @@ def test_on_a_terminal_a_progress_bar_shows_files_bytes_and_rate(
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPSTORE_")}
-    env.update(COLUMNS="120", TERM="xterm")
+    env.update(COLUMNS="120", TERM="xterm", **database_env_for(run_root))
     done = subprocess.run(
         [ALPSTORE, "--root", str(run_root), "session", "import", str(folder)],
         stdout=subprocess.PIPE,
@@ -128,6 +129,7 @@ def test_kill_9_during_a_many_file_import_leaves_each_file_wholly_in_or_out(
 
     folder = _folder(tmp_path, 200)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPSTORE_")}
+    env.update(database_env_for(run_root))  # the PostgreSQL pass: the run root's schema
     for delay in (0.8, 1.6, 2.4):
         proc = subprocess.Popen(
             [ALPSTORE, "--root", str(run_root), "session", "import", str(folder)],
