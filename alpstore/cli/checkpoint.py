@@ -297,7 +297,7 @@ def export(
             f"{output}: folder {output.parent} does not exist",
             hint="create it first, or choose another --output; nothing was written",
         )
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)  # reads on the driver alone: no SQLAlchemy
     inner = _archive_ref(ref) or ref
     if _ARCHIVE_REF.match(inner) and ("@" in inner or inner.isdigit()):
         snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
