@@ -5,7 +5,8 @@ start (``SqlArchive.store_packed``, called by ``importers.import_history`` a fra
 time), never loose first and packed again by the settle. ``FramesAhead`` is what one import's
 frames share: one zstd compressor at :data:`AHEAD_LEVEL`, with a dictionary.
 
-The dictionary: the archive's own when it has one; otherwise one trained from the first frame's
+The dictionary: the archive's own when it has one (the newest, also one an earlier import
+committed: a folder of transcripts shares one); otherwise one trained from the first frame's
 messages (at least :data:`AHEAD_TRAIN_MIN` of them; about 20 ms for 400) and inserted in the
 import's own transaction, so a refused import leaves no dictionary either. The archive does not
 switch its loose blobs to it until a later process loads it (the newest dictionary) — nothing is
@@ -33,6 +34,7 @@ from alpstore.codec import (
     pack_dictionary,
     train_dictionary,
 )
+from alpstore.db import raw as rsql
 from alpstore.errors import UsageError
 
 if TYPE_CHECKING:
@@ -67,6 +69,11 @@ class FramesAhead:
     def _choose(self, raws: Sequence[bytes]) -> tuple[int, int | None, zstandard.ZstdCompressor]:
         archive = self._archive
         dict_id = archive.dictionary_id
+        if dict_id is None:  # one an earlier import of this process (or another) committed
+            row = rsql.fetchone(self._conn, "SELECT id FROM zstd_dicts ORDER BY id DESC LIMIT 1")
+            if row is not None:
+                dict_id = int(row[0])
+                archive._ensure_dictionary(self._conn, dict_id)
         data: bytes | None = None
         if dict_id is not None:
             data = archive._dec.dictionary(dict_id)

@@ -230,3 +230,27 @@ def test_an_import_packs_with_a_dictionary_of_its_first_frame(run_root: Path) ->
         assert frames and set(frames) == {dict_id}
         assert loose == 0
         assert st.archive.wait_for_training(timeout=0)  # no training was started
+
+
+def test_imports_one_after_another_share_the_first_ones_dictionary(
+    run_root: Path, tmp_path: Path
+) -> None:
+    """Issue 41: the second import of a process (a folder of transcripts) packs with the
+    dictionary the first one trained and committed, not one of its own each."""
+    from alpstore.db.tables import pack_frames, zstd_dicts
+    from alpstore.importers import import_history, parse_history
+
+    with Store.open(run_root) as st:
+        for i in range(3):
+            source = tmp_path / f"t{i}.jsonl"
+            lines = [
+                json.dumps({"role": "user" if k % 2 == 0 else "assistant", "content": f"{i} {k}"})
+                for k in range(200)
+            ]
+            source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            import_history(st, parse_history(source), name=f"t{i}")
+        with st.db.read() as conn:
+            assert conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one() == 1
+            assert set(conn.execute(select(pack_frames.c.dict_id)).scalars().all()) == {
+                conn.execute(select(zstd_dicts.c.id)).scalar_one()
+            }
