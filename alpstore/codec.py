@@ -146,11 +146,13 @@ search picks k≈2000, d=8 on coding-agent conversations; fixing them gives the 
 quality (within 0.3 %) in a third of the time (about 40 ms instead of 130 ms for 1,000 samples),
 and the training runs beside the writers' turns."""
 
-DICT_LEVEL = 12
-"""zstd level for small blobs compressed with the trained dictionary. With a dictionary the
-higher level pays: on the generated coding-agent conversation level 12 frames are 15 % smaller
-than level 3 ones (level 6 is no better than 3) for about 35 µs a small blob; levels past 12
-cost 2-6× the time for 3 % more (benchmarks/RESULTS.md, "Bytes at 1,000 turns")."""
+DICT_LEVEL = 3
+"""zstd level for loose small blobs compressed with the trained dictionary. Level 12 made them
+15 % smaller for about 35 µs a blob instead of 8, and that cost was what made a turn grow after
+the training (about turn 250): the last 100 turns of 1,000 took 1.3-1.5x the first 100
+(benchmarks/bench_turn_growth.py, issue 41). A loose small blob is temporary: the packer
+compresses it again into a frame (``archive.packing.PACK_LEVEL``, with the dictionary), so each
+byte is compressed hard once, there. The newest ``PACK_KEEP_LOOSE`` stay loose at this level."""
 
 CODEC_RAW = 0
 CODEC_ZSTD = 1

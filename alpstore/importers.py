@@ -294,12 +294,12 @@ def import_history(
     (:attr:`Session.info` tells which). Dictionary training is not run inside the transaction:
     `session import` calls ``SqlArchive.settle`` after it commits (issue 33).
 
-    On PostgreSQL the small messages are written packed from the start: the turns are held
-    until a frame's worth (``FRAME_TARGET``) of new content is read, that frame is stored
-    (``SqlArchive.store_packed``), then the held turns are committed, finding their messages
-    stored. Memory holds one frame and its turns. Packing them after the import would rewrite
-    every row, and PostgreSQL keeps the loose versions in the heap; on SQLite the settle packs
-    them with a dictionary trained on the whole import and then rebuilds the file.
+    The small messages are written packed from the start, on both backends (issue 41 on
+    SQLite): the turns are held until a frame's worth (``FRAME_TARGET``) of new content is
+    read, that frame is stored (``SqlArchive.store_packed``, one compressor for the import's
+    frames: ``SqlArchive.frames_ahead``), then the held turns are written in a few statements
+    (``Session.write_turns``), finding their messages stored. Each message is encoded once
+    and compressed once, in its frame. Memory holds one frame and its turns.
 
     Raises:
         UsageError: the session id or name is taken.
@@ -309,18 +309,18 @@ def import_history(
         if name is not None:
             name = claim_name(conn, store, name, suffix=suffix)
         session = store.create_session(session_id=session_id, name=name)
-        frame = _Frame(store, conn) if store.db.is_postgresql else None
-        held: list[tuple[list[dict[str, Any]], bool]] = []
+        frame = _Frame(store, conn)
+        held: list[tuple[list[dict[str, Any]], list[Encoded], bool]] = []
         with session.deferring_head(conn):  # the session row written once, not per turn
             for starts, piece, ends in _Reader(parsed.path, parsed.format).pieces():
                 messages += len(piece)
                 turns += starts
-                held.append((piece, ends))
-                if frame is None or frame.add(piece):  # (a frame was written: its turns follow)
-                    _commit(session, held)
-            if frame is not None:
-                frame.flush()
-            _commit(session, held)
+                items = [encode(message, BLOB_MESSAGE) for message in piece]
+                held.append((piece, items, ends))
+                if frame.add(items):  # (a frame was written: its turns follow)
+                    _commit(session, conn, held)
+            frame.flush()
+            _commit(session, conn, held)
         if (messages, turns) != (parsed.messages, parsed.turn_count):
             raise InputError(
                 f"{parsed.path}: changed while it was imported ({parsed.messages} messages "
@@ -329,15 +329,13 @@ def import_history(
     return session
 
 
-def _commit(session: Session, held: list[tuple[list[dict[str, Any]], bool]]) -> None:
-    """Write the held pieces in order and forget them: a turn's last piece checkpoints, the
-    pieces before it (a long turn) are appended.
+def _commit(
+    session: Session, conn: Any, held: list[tuple[list[dict[str, Any]], list[Encoded], bool]]
+) -> None:
+    """Write the held pieces in order, in a few statements for all of them
+    (``Session.write_turns``: a turn's last piece checkpoints), and forget them.
     """
-    for piece, ends in held:
-        if ends:
-            session.commit_turn(piece, trigger="every_turn")
-        else:
-            session.append(piece)
+    session.write_turns(conn, held, trigger="every_turn")
     held.clear()
 
 
@@ -348,18 +346,18 @@ class _Frame:
         self._store = store
         self._conn = conn
         self._items: dict[bytes, Encoded] = {}
+        self._ahead = store.archive.frames_ahead(conn)  # one compressor for the import's frames
         self._size = 0
         self._held = 0
         """Bytes of the messages held (the turns not written yet)."""
 
-    def add(self, piece: list[dict[str, Any]]) -> bool:
-        """Take a piece's messages; True when the turns held so far are to be written now: a
-        frame's worth of new small content (the frame is stored first), or
+    def add(self, items: list[Encoded]) -> bool:
+        """Take a piece's messages (encoded); True when the turns held so far are to be
+        written now: a frame's worth of new small content (the frame is stored first), or
         :data:`BATCH_CHARS` of messages of any size held (memory stays bounded when most
         messages are too large to pack).
         """
-        for message in piece:
-            item = encode(message, BLOB_MESSAGE)
+        for item in items:
             self._held += len(item[2])
             # a larger one is stored loose by its turn; one stored by an earlier frame is
             # found by ``store_packed``'s lookup (no set of this import's digests is kept)
@@ -374,6 +372,6 @@ class _Frame:
     def flush(self) -> None:
         """Store the frame being gathered (if any)."""
         if self._items:
-            self._store.archive.store_packed(self._conn, list(self._items.values()))
+            self._store.archive.store_packed(self._conn, list(self._items.values()), self._ahead)
         self._items.clear()
         self._size = self._held = 0

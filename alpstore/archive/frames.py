@@ -76,7 +76,20 @@ def parse_pointer(payload: Any) -> tuple[int, int]:
     Raises:
         IntegrityError: not two varints.
     """
-    data = bytes(payload)
+    data = payload if type(payload) is bytes else bytes(payload)
+    n = len(data)
+    if 2 <= n <= 4 and data[0] < 0x80:  # the common shapes, unrolled: frame id < 128
+        b1 = data[1]
+        if n == 2:
+            if b1 < 0x80:
+                return data[0], b1
+        elif b1 & 0x80:
+            b2 = data[2]
+            if n == 3:
+                if 0 < b2 < 0x80:
+                    return data[0], (b1 & 0x7F) | (b2 << 7)
+            elif b2 & 0x80 and 0 < data[3] < 0x80:
+                return data[0], (b1 & 0x7F) | ((b2 & 0x7F) << 7) | (data[3] << 14)
     values: list[int] = []
     value = shift = 0
     for byte in data:  # (one pass, no re-encoding: a hydrate parses one pointer per message)

@@ -301,14 +301,23 @@ class ArchiveReader(FrameReading):
 
         Unverified, in bulk (``batch.decode_batch``: grouped by codec and dictionary, every
         frame's declared size checked against the recorded one before anything is
-        decompressed); anything unusual, and every blob when ``verify`` (re-hashed), through
-        ``_decode_row``, which names the blob by its digest.
+        decompressed); anything unusual through ``_decode_row``, which names the blob by its
+        digest. ``verify``: the same bulk decoding (a frame decompressed once for all the
+        blobs it holds), then every blob re-hashed (BLAKE3, one pass over the bytes); one that
+        does not match its digest goes through ``_decode_row``, which names it (issue 41: a
+        deep export decoded each packed blob's frame lookup and slice one by one).
         """
-        if verify:
-            return [self._decode_row(conn, BlobRow(*row), verify=True) for row in rows]
-        return decode_batch(
-            self, conn, rows, FULL, lambda row: self._decode_row(conn, BlobRow(*row))
+        if not verify:
+            return decode_batch(
+                self, conn, rows, FULL, lambda row: self._decode_row(conn, BlobRow(*row))
+            )
+        raws = decode_batch(
+            self, conn, rows, FULL, lambda row: self._decode_row(conn, BlobRow(*row), verify=True)
         )
+        for i, (row, raw) in enumerate(zip(rows, raws, strict=True)):
+            if digest_bytes(raw) != bytes(row[1]):
+                raws[i] = self._decode_row(conn, BlobRow(*row), verify=True)  # raises, naming it
+        return raws
 
     def load_raw_by_ids(
         self, conn: AnyConnection, ids: Iterable[int], *, verify: bool = False

@@ -298,7 +298,7 @@ def export(
             f"{output}: folder {output.parent} does not exist",
             hint="create it first, or choose another --output; nothing was written",
         )
-    st = read_store(ctx)
+    st = read_store(ctx, read_only=True)  # reads on the driver alone: no SQLAlchemy
     inner = _archive_ref(ref) or ref
     if _ARCHIVE_REF.match(inner) and ("@" in inner or is_number(inner)):
         snap = snapshot_of_checkpoint(st, st.resolve_checkpoint(inner))
@@ -345,7 +345,7 @@ def import_(
     st = store(ctx)
     result = import_file(st, path, fork=fork_, session_id=session_id, name=name)
     if not result.existing:
-        st.archive.settle()  # the dictionary the one transaction deferred; the file compacted
+        st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     ck = result.checkpoint
     if result.existing:
         echo(

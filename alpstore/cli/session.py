@@ -538,11 +538,12 @@ app.command("digest")(digest_command)
 @app.command("import")
 def import_history(
     ctx: typer.Context,
-    source: Annotated[
-        Path,
+    sources: Annotated[
+        list[Path],
         typer.Argument(
             help="OpenAI JSONL, a Claude Code transcript, a Codex rollout, or a `session "
-            "export` file."
+            "export` file; several, or a folder (its .jsonl files): each its own transaction.",
+            metavar="SOURCE...",
         ),
     ],
     name: Annotated[str | None, typer.Option("--name", help="Name of the new session.")] = None,
@@ -567,11 +568,25 @@ def import_history(
 
     A file `session export` wrote (detected by its first line) is imported whole: the same
     session id, every checkpoint, backtrack and event, `session digest` equal.
+
+    Several files or a folder: each file its own session and transaction (a refused one is
+    named and the rest imported), a progress bar on a terminal, one summary line.
     """
     from alpstore.cli.session_travel import is_session_file
 
     if fmt not in ("auto", "openai", "claude", "codex"):
         raise UsageError(f"--format {fmt!r}: expected auto, openai, claude or codex")
+    if len(sources) > 1 or sources[0].is_dir():
+        if name is not None or session_id is not None:
+            raise UsageError("--name and --id name one session: give one file with them")
+        from alpstore.cli.session_import import import_many
+
+        if skip_bad_lines:
+            raise UsageError("--skip-bad-lines: one transcript at a time")
+        import_many(ctx, sources, fmt)
+        return
+    (source,) = sources
+
     if fmt == "auto" and is_session_file(source):
         import_session(ctx, source, name, session_id)
         return
@@ -600,7 +615,7 @@ def import_history(
     parsed = parse_history(source, fmt)  # type: ignore[arg-type]
     st = store(ctx)
     s = import_history(st, parsed, name=name or default, session_id=session_id, suffix=name is None)
-    st.archive.settle()  # the dictionary the one transaction deferred; the file compacted
+    st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     info = s.info()
     if info.name != (name or default):
         warn(

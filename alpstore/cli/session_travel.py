@@ -74,7 +74,9 @@ def import_session(
     if name is not None:
         check_text(name, "--name")  # the rules of `session new`, before anything is opened
     checked = check_session_file(source)  # a refused file leaves the run root as it was
-    done = import_session_file(store(ctx), source, name=name, checked=checked)
+    st = store(ctx)
+    done = import_session_file(st, source, name=name, checked=checked)
+    st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     if name is None and done.file_name is not None and done.name != done.file_name:
         warn(
             f"the name {term(done.file_name)} is taken here; the session is named "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from alpstore.core.naming import StoreNaming, acceptable_id
@@ -34,6 +35,16 @@ INSERT_CHECKPOINT = (
     "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES (?, "
     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checkpoints WHERE session_id = ?), "
     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
+)
+
+
+CHECKPOINT_ROWS = 100
+"""Rows per multi-row checkpoint insert of :meth:`StoreWrites.insert_turn_checkpoints`
+(12 parameters a row: well within either driver's limit)."""
+
+INSERT_CHECKPOINTS = (
+    "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES"
 )
 
 
@@ -122,6 +133,55 @@ class StoreWrites(StoreNaming):
             now,
             covering_digest=digest,
         )
+
+    def insert_turn_checkpoints(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        turns: Sequence[tuple[View, int, int]],
+        *,
+        trigger: str | None,
+    ) -> list[CheckpointInfo]:
+        """Insert one default-labelled checkpoint per ``(view, turn, covering digest)``, in
+        order, inside the caller's transaction, which holds the session alone (an import
+        writing many turns at once: ``Session.write_turns``): one ``seq`` lookup, then
+        multi-row inserts of :data:`CHECKPOINT_ROWS`, instead of a statement per turn.
+        """
+        if not turns:
+            return []
+        (last,) = rsql.fetchone(
+            conn, "SELECT COALESCE(MAX(seq), 0) FROM checkpoints WHERE session_id = ?", (info.id,)
+        )
+        now = time.time()
+        out: list[CheckpointInfo] = []
+        seq = int(last)
+        for start in range(0, len(turns), CHECKPOINT_ROWS):
+            part = turns[start : start + CHECKPOINT_ROWS]
+            params: list[Any] = []
+            for view, turn, cover in part:
+                seq += 1
+                params += (info.id, seq, turn, view.segment_id, view.length, None, None, None)
+                params += (trigger, False, now, cover_bytes(cover))
+            values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(part))
+            sql = f"{INSERT_CHECKPOINTS} {values} RETURNING id, seq"
+            ids = {int(s): int(i) for i, s in rsql.fetchall(conn, sql, params)}
+            first = seq - len(part) + 1
+            for k, (view, turn, cover) in enumerate(part):
+                out.append(
+                    CheckpointInfo(
+                        ids[first + k],
+                        info.uuid,
+                        first + k,
+                        turn,
+                        default_label(turn),
+                        trigger,
+                        view,
+                        False,
+                        now,
+                        covering_digest=cover_bytes(cover),
+                    )
+                )
+        return out
 
     def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
         """Mark a session's checkpoints after ``seq`` as no longer retained (kept for debug)."""

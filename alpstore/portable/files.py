@@ -16,9 +16,8 @@ import re
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import jsonschema
 import yaml
 import zstandard
 
@@ -41,6 +40,9 @@ from alpstore.errors import (
     NotFoundError,
 )
 from alpstore.rules.secrets import require_no_secrets, scan
+
+if TYPE_CHECKING:
+    import jsonschema
 
 MAX_CHECKPOINT_BYTES: Final = 128 * 1024 * 1024
 """Largest checkpoint file (and largest decompressed ``.zst``) read whole into memory (``show``,
@@ -143,10 +145,6 @@ def agent_schema() -> dict[str, Any]:
     return data
 
 
-_formats = jsonschema.FormatChecker()
-
-
-@_formats.checks("date-time", raises=ValueError)
 def _is_datetime(value: object) -> bool:
     if not isinstance(value, str):
         return True
@@ -159,8 +157,22 @@ def _is_datetime(value: object) -> bool:
 
 
 @cache
+def _formats() -> jsonschema.FormatChecker:
+    """The format checker (jsonschema, about 70 ms of imports, is loaded on first use only:
+    an export or an import that validates no checkpoint document never pays for it).
+    """
+    import jsonschema
+
+    formats = jsonschema.FormatChecker()
+    formats.checks("date-time", raises=ValueError)(_is_datetime)
+    return formats
+
+
+@cache
 def _validator() -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(checkpoint_schema(), format_checker=_formats)
+    import jsonschema
+
+    return jsonschema.Draft7Validator(checkpoint_schema(), format_checker=_formats())
 
 
 def _error_path(err: jsonschema.ValidationError) -> str:
@@ -221,7 +233,9 @@ def schema_errors(doc: Any) -> list[str]:
     if version in (1, 2) and type(version) is int:
         branch = dict(branches[version - 1])
         branch["definitions"] = checkpoint_schema()["definitions"]
-        sub = jsonschema.Draft7Validator(branch, format_checker=_formats)
+        import jsonschema
+
+        sub = jsonschema.Draft7Validator(branch, format_checker=_formats())
         found = sorted(sub.iter_errors(doc), key=lambda e: list(e.absolute_path))
         if found:
             return [f"{_error_path(e)}: {_message(e)}" for e in found] + bulk_errors

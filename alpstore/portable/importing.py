@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, select, update
 
+from alpstore.archive.ahead import FramesAhead
+from alpstore.archive.packing import PACK_BLOB_MAX
 from alpstore.archive.sql import Encoded, Packed
 from alpstore.codec import digest_bytes, digest_hex
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
@@ -135,6 +137,8 @@ class Importer:
     _ahead: tuple[list[tuple[int, Encoded]], Future[Packed]] | None = None
     """The batch being compressed on the packing thread, stored when the next one is full."""
     _packer: ThreadPoolExecutor | None = None
+    _frames: FramesAhead | None = None
+    """The compressor of the import's frames (made at the first batch stored)."""
     _probe: bool = True
     """Look up which of a batch's messages (those this import has not stored itself) are in
     the archive already. Off after a batch whose such messages all turned out new (an import
@@ -215,7 +219,9 @@ class Importer:
         if self._packer is None:
             self._packer = ThreadPoolExecutor(1, thread_name_prefix="alpstore-import")
         ahead = self._ahead
-        items = [enc for _, enc in batch]
+        # the small ones are stored packed, a frame a batch (``_store``): only the large ones
+        # are compressed ahead, loose
+        items = [enc for _, enc in batch if len(enc[2]) > PACK_BLOB_MAX]
         self._ahead = (batch, self._packer.submit(self.store.archive.pack, items))
         if ahead is not None:
             self._store(*ahead)
@@ -235,15 +241,20 @@ class Importer:
         assert self.store is not None and self.conn is not None
         items = [enc for _, enc in batch]
         unknown = len({digest for digest, _, _ in items if digest not in self._stored})
-        ids, fresh = self.store.archive.store_encoded_counted(
+        archive = self.store.archive
+        if self._frames is None:
+            self._frames = archive.frames_ahead(self.conn)
+        # small messages packed from the start, a frame a batch (issue 41): compressed once
+        framed = archive.store_packed(self.conn, items, self._frames)
+        ids, fresh = archive.store_encoded_counted(
             self.conn,
             items,
             packed=None if packed is None else packed.result(),
-            probe=self._probe,
+            probe=self._probe or framed > 0,
             known=self._stored if len(self._stored) < STORED_MAX else None,
         )
-        self._probe = fresh < unknown
-        self.new_blobs += fresh
+        self._probe = framed + fresh < unknown
+        self.new_blobs += framed + fresh
         for (slot, _), blob_id in zip(batch, ids, strict=True):
             if slot >= 0:
                 self.ids[slot] = blob_id

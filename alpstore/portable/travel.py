@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 import blake3
-import jsonschema
 import zstandard
 
 from alpstore.codec import parse_json
@@ -198,6 +197,8 @@ class SessionReader:
         Raises:
             NotFoundError, CheckpointFileError, SecretError, PolicyError.
         """
+        import jsonschema  # loaded by a reader only (an export never needs it)
+
         schemas = {k: jsonschema.Draft7Validator(v) for k, v in LINE_SCHEMAS.items()}
         ended = False
         for n, line in raw_lines(self.path):

@@ -257,6 +257,8 @@ class _Level:
     pos: int = 0
     ids: dict[bytes, int] = field(default_factory=dict)
     rows: Mapping[int, tuple[bytes, int, bytes]] = field(default_factory=dict)
+    clean: bool = False
+    """The prefilter found nothing in ``rows`` (none needs a check of its own)."""
 
 
 def _blob_lines(
@@ -268,9 +270,9 @@ def _blob_lines(
     is long (10,000 rolling folds are 10,000 levels). Each level loads 256 rows at a time.
     """
 
-    def line(d: bytes, digest: bytes, kind: int, raw: bytes) -> bytes:
+    def line(d: bytes, digest: bytes, kind: int, raw: bytes, clean: bool) -> bytes:
         hexd = digest_hex(digest)
-        checks.blob(raw, f"blob {hexd}")
+        checks.blob(raw, f"blob {hexd}", clean=clean)
         done.add(d)
         return (
             b'{"type":"blob","digest":"'
@@ -288,7 +290,7 @@ def _blob_lines(
         if level.pos >= len(level.todo):
             stack.pop()
             if level.after is not None and level.after[0] not in done:
-                yield line(*level.after)
+                yield line(*level.after, clean=False)
             continue
         if level.pos % 256 == 0:
             part = level.todo[level.pos : level.pos + 256]
@@ -297,6 +299,10 @@ def _blob_lines(
             if missing:
                 raise NotFoundError(f"blob {digest_hex(missing[0])} is missing from the archive")
             level.rows = store.archive.load_raw_by_ids(conn, [level.ids[d] for d in part])
+            # one prefilter over the batch (issue 41): canonical JSON holds no raw newline, so a
+            # finding in any blob is found in the joined text; clean, none needs its own check
+            joined = b"\n".join(raw for _, _, raw in level.rows.values())
+            level.clean = not may_hold_secrets_canonical(joined)
         d = level.todo[level.pos]
         level.pos += 1
         if d in done:
@@ -307,7 +313,7 @@ def _blob_lines(
             todo = [c for c in dict.fromkeys(covers) if c not in done]
             stack.append(_Level(todo, (d, digest, kind, raw)))
             continue
-        yield line(d, digest, kind, raw)
+        yield line(d, digest, kind, raw, level.clean)
 
 
 class _Scan:
@@ -317,12 +323,13 @@ class _Scan:
         self.what = what
         self.findings: list[Finding] = []
 
-    def blob(self, raw: bytes, path: str) -> None:
+    def blob(self, raw: bytes, path: str, *, clean: bool = False) -> None:
+        """Check one blob; ``clean``: its batch's prefilter found no possible secret."""
         if brackets(raw) > MAX_DEPTH and nesting_depth(json.loads(raw)) > MAX_DEPTH:
             raise CheckpointFileError(
                 f"{self.what}: {path} is nested deeper than {MAX_DEPTH} levels; not exported"
             )
-        if may_hold_secrets_canonical(raw):
+        if not clean and may_hold_secrets_canonical(raw):
             self.findings.extend(scan(json.loads(raw), path))
 
     def text(self, value: str | None, path: str) -> None:

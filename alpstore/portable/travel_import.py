@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from alpstore import fileio
 from alpstore.archive.base import summary_document
+from alpstore.archive.packing import FRAME_TARGET
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
@@ -46,8 +47,10 @@ if TYPE_CHECKING:
 KEEP_ID_BOUND: Final = 2**30
 """The highest checkpoint or backtrack id an import keeps (half the 32-bit range: whatever a file
 claims, this archive keeps a billion ids of its own)."""
-BATCH_ITEMS: Final = 256
-BATCH_BYTES: Final = 8 * 1024 * 1024
+BATCH_ITEMS: Final = 1024
+BATCH_BYTES: Final = FRAME_TARGET
+"""A batch of blobs is stored at this many blobs or bytes: about one frame of the small ones
+(issue 41: they are stored packed, a frame a batch)."""
 
 INSERT_CHECKPOINT: Final = (
     "INSERT INTO checkpoints ({id}session_id, seq, turn, segment_id, length, kernel_blob_id, "
@@ -196,6 +199,7 @@ class _Writer:
         self.origin: Any = None
         self.lg: Any = None
         """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
+        self.ahead = store.archive.frames_ahead(conn)  # one compressor for the import's frames
 
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
@@ -219,9 +223,15 @@ class _Writer:
             self.flush()
 
     def flush(self) -> None:
+        """Store the batch: its small blobs packed from the start, a frame of them
+        (``SqlArchive.store_packed``, issue 41: compressed once, never loose first), the rest
+        loose; then every blob's id.
+        """
         if not self.batch:
             return
-        ids, inserted = self.store.archive.store_encoded_counted(self.conn, self.batch)
+        archive = self.store.archive
+        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead)
+        ids, inserted = archive.store_encoded_counted(self.conn, self.batch)
         self.inserted += inserted
         for (digest, _, _), blob_id in zip(self.batch, ids, strict=True):
             self.ids[digest] = blob_id

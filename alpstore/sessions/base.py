@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from alpstore.archive.reading import encode
+from alpstore.archive.reading import Encoded, encode
 from alpstore.codec import Digest, digest_hex
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
@@ -109,6 +109,16 @@ class SessionHost(Protocol):
         cover: int | None = None,
     ) -> CheckpointInfo:
         """Insert a checkpoint row for ``info`` inside the caller's transaction."""
+
+    def insert_turn_checkpoints(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        turns: Sequence[tuple[View, int, int]],
+        *,
+        trigger: str | None,
+    ) -> list[CheckpointInfo]:
+        """Insert a default-labelled checkpoint per ``(view, turn, cover)``, in order."""
 
     def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
         """Mark the session's checkpoints after ``seq`` abandoned; how many were."""
@@ -389,6 +399,51 @@ class SessionBase:
             checkpoint[4].append(ck)
             self.store.emit_checkpoint(ck)
         return [d for d, _, _ in items]
+
+    def write_turns(
+        self,
+        conn: Connection,
+        pieces: Sequence[tuple[Sequence[Any], Sequence[Encoded], bool]],
+        *,
+        trigger: str | None = "every_turn",
+    ) -> None:
+        """Inside ``conn``'s transaction, which holds this session alone (an import, under
+        :meth:`deferring_head`): append each piece's messages (``(messages, their encoded
+        items, ends_turn)``) and checkpoint after each piece that ends a turn, as
+        :meth:`commit_turn` and :meth:`append` would one by one, but in a few statements for
+        all of them: one lookup and insert of the blobs, one extension of the segment, one
+        entries insert, multi-row checkpoint inserts. A session with a retention other than
+        ``all`` takes the one-by-one path (its pruning runs per checkpoint).
+        """
+        store = self.store
+        info = self._write(conn)
+        self._require_writable(info, "append")
+        if not pieces:
+            return
+        if info.retention.mode != "all":
+            for messages, _, ends in pieces:
+                if ends:
+                    self.commit_turn(messages, trigger=trigger)
+                else:
+                    self.append(messages)
+            return
+        items = [item for _, encoded, _ in pieces for item in encoded]
+        ids = store.archive.store_encoded(conn, items)
+        head, cover, turn = info.head, self._cover, info.turn
+        view = store.views.append(conn, head, info.id, ids)
+        length, ends_at = head.length, []
+        for messages, encoded, ends in pieces:
+            cover = cover_add(cover, length, [d for d, _, _ in encoded])
+            length += len(encoded)
+            turn += count_user_turns(messages)
+            if ends:
+                ends_at.append((View(view.segment_id, length), turn, cover))
+        status: Status | None = "active" if info.status == "created" else None
+        self._move_head(conn, info, view, turn=turn, cover=cover, status=status)
+        cks = store.insert_turn_checkpoints(conn, self._info, ends_at, trigger=trigger)
+        store.archive.after_commit()
+        for ck in cks:
+            store.emit_checkpoint(ck)
 
     def append_summary(self, text: str, covers: Sequence[Digest]) -> Digest:
         """Append a summary node covering ``covers`` (already in the archive)."""

@@ -55,6 +55,23 @@ def test_only_the_canonical_encoding_of_a_pointer_parses(data: bytes) -> None:
     assert pointer(frame, offset) == data
 
 
+@given(st.integers(0, 127), st.integers(0, 2**21 + 5))
+def test_the_common_pointers_round_trip(frame: int, offset: int) -> None:
+    """Frame ids below 128 and offsets of up to three bytes: ``parse_pointer``'s unrolled
+    shapes (issue 41)."""
+    assert parse_pointer(pointer(frame, offset)) == (frame, offset)
+
+
+@given(st.binary(min_size=2, max_size=4))
+def test_only_canonical_short_pointers_parse(data: bytes) -> None:
+    """The unrolled shapes refuse what the general parse refuses (overlong, cut short)."""
+    try:
+        frame, offset = parse_pointer(data)
+    except IntegrityError:
+        return
+    assert pointer(frame, offset) == data
+
+
 @pytest.mark.parametrize("bad", [b"", b"\x80", b"\x01", b"\x01\x02\x03", b"\x81\x00\x01"])
 def test_a_damaged_pointer_is_refused(bad: bytes) -> None:
     with pytest.raises(IntegrityError):

@@ -160,21 +160,21 @@ def test_an_interrupted_transcript_import_leaves_no_event(
     with Store.open(run_root) as st:
         st.create_session(name="other")
     before = _events(run_root)
-    real = alpstore.sessions.Session.commit_turn
+    real = alpstore.sessions.Session.write_turns
     calls = {"n": 0}
 
     def interrupted(self: object, *args: object, **kwargs: object) -> object:
         calls["n"] += 1
-        if calls["n"] > 20:
-            raise KeyboardInterrupt  # Ctrl-C at turn 21 of 30
-        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt  # Ctrl-C once the turns are written, before the commit
 
-    monkeypatch.setattr(alpstore.sessions.Session, "commit_turn", interrupted)
+    monkeypatch.setattr(alpstore.sessions.Session, "write_turns", interrupted)
     opts = GlobalOptions(root=run_root)
     result = CliRunner().invoke(app, ["import", str(source)], obj=opts)
     opts.close()
     monkeypatch.undo()
     assert result.exit_code == 130, result
+    assert calls["n"] == 1
     assert _events(run_root) == before
     res = run_cli("--root", str(run_root), "session", "import", str(source))  # then for real
     assert res.code == 0, res

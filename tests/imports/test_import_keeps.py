@@ -22,11 +22,11 @@ from tests.conftest import run_cli
 from tests.imports._files import fingerprint, mas_doc, write
 
 
-def _transcript(path: Path, turns: int) -> Path:
+def _transcript(path: Path, turns: int, pad: int = 0) -> Path:
     lines = []
     for i in range(turns):
         lines.append(json.dumps({"role": "user", "content": f"question {i}"}))
-        lines.append(json.dumps({"role": "assistant", "content": f"answer {i}"}))
+        lines.append(json.dumps({"role": "assistant", "content": f"answer {i} " + "x" * pad}))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -50,11 +50,12 @@ def test_item6_interrupted_transcript_import_leaves_nothing(
 ) -> None:
     from alpstore.cli.session import app
 
-    source = _transcript(tmp_path / "conv.jsonl", 40)
+    # answers of 12 KB: about 16 turns a frame, so the turns are written in several batches
+    source = _transcript(tmp_path / "conv.jsonl", 40, pad=12_000)
     with Store.open(run_root) as st:
         st.create_session(name="other")
         before = fingerprint(st)
-    _interrupt_after(monkeypatch, alpstore.sessions.Session, "commit_turn", 25)  # Ctrl-C
+    _interrupt_after(monkeypatch, alpstore.sessions.Session, "write_turns", 1)  # Ctrl-C
     opts = _opts(run_root)
     result = CliRunner().invoke(app, ["import", str(source)], obj=opts)
     opts.close()
@@ -204,20 +205,52 @@ def test_item9_session_import_name_twice_is_refused(run_root: Path, tmp_path: Pa
         assert sorted(i.name or "" for i in st.list_sessions()) == ["conv", "conv-2", "demo"]
 
 
-def test_dictionary_training_is_not_in_the_import_path(run_root: Path) -> None:
+def test_an_import_packs_with_a_dictionary_of_its_first_frame(run_root: Path) -> None:
+    """Issue 41: a deep import writes its small messages packed from the start, with a
+    dictionary trained from its first frame inside its own transaction; nothing is left loose
+    for a background training to recompress."""
+    from alpstore.archive.frames import CODEC_PACKED
     from alpstore.archive.sql import AUTO_TRAIN_SAMPLES
-    from alpstore.db.tables import zstd_dicts
+    from alpstore.db.names import BLOB_MESSAGE
+    from alpstore.db.tables import blobs, pack_frames, zstd_dicts
 
-    n = AUTO_TRAIN_SAMPLES + 100  # enough small blobs to trigger automatic training
+    n = AUTO_TRAIN_SAMPLES + 100  # enough small blobs to have triggered automatic training
     doc = mas_doc(messages=[{"role": "user", "content": f"message number {i}"} for i in range(n)])
     with Store.open(run_root) as st:
         import_document(st, doc, source_name="f.json")
         with st.db.read() as conn:
-            trained = conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one()
-        assert trained == 0  # left to the next ordinary write
-        st.get_session(mas_doc()["lineage"]["session_id"]).append(
-            [{"role": "user", "content": "x"}]
-        )
-        assert st.archive.wait_for_training(timeout=60)
+            assert conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one() == 1
+            (dict_id,) = conn.execute(select(zstd_dicts.c.id)).one()
+            frames = conn.execute(select(pack_frames.c.dict_id)).scalars().all()
+            loose = conn.execute(
+                select(func.count())
+                .select_from(blobs)
+                .where(blobs.c.codec != CODEC_PACKED, blobs.c.kind == BLOB_MESSAGE)
+            ).scalar_one()
+        assert frames and set(frames) == {dict_id}
+        assert loose == 0
+        assert st.archive.wait_for_training(timeout=0)  # no training was started
+
+
+def test_imports_one_after_another_share_the_first_ones_dictionary(
+    run_root: Path, tmp_path: Path
+) -> None:
+    """Issue 41: the second import of a process (a folder of transcripts) packs with the
+    dictionary the first one trained and committed, not one of its own each."""
+    from alpstore.db.tables import pack_frames, zstd_dicts
+    from alpstore.importers import import_history, parse_history
+
+    with Store.open(run_root) as st:
+        for i in range(3):
+            source = tmp_path / f"t{i}.jsonl"
+            lines = [
+                json.dumps({"role": "user" if k % 2 == 0 else "assistant", "content": f"{i} {k}"})
+                for k in range(200)
+            ]
+            source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+            import_history(st, parse_history(source), name=f"t{i}")
         with st.db.read() as conn:
             assert conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one() == 1
+            assert set(conn.execute(select(pack_frames.c.dict_id)).scalars().all()) == {
+                conn.execute(select(zstd_dicts.c.id)).scalar_one()
+            }

@@ -80,10 +80,12 @@ def test_pipelined_import_stores_exactly_what_batch_by_batch_stores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(importing, "BATCH_ITEMS", 16)
-    lines = [f"line {i} of a file that is read again after an edit" for i in range(60)]
+    # lines of ~300 characters: the large messages (18-30 KB) are past PACK_BLOB_MAX, stored
+    # loose (deltas); the short ones are packed (issue 41)
+    lines = [f"line {i} of a file that is read again after an edit " * 6 for i in range(100)]
     messages: list[Any] = []
     for i in range(300):
-        body = "\n".join(lines[: 20 + i % 40]) + f"\nedit {i}"  # large, similar: deltas
+        body = "\n".join(lines[: 60 + i % 40]) + f"\nedit {i}"  # large, similar: deltas
         messages.append({"role": "tool", "content": body if i % 3 == 0 else f"short {i % 50}"})
     path = _big_file(tmp_path, messages)
     old_rows, new_rows, old_msgs, new_msgs = _import_both_ways(monkeypatch, tmp_path, path)

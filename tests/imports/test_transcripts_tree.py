@@ -281,3 +281,24 @@ def test_a_codex_rollback_is_a_backtrack(backend: Backend, tmp_path: Path) -> No
     ]
     cut = [r for r in _log(backend, sid) if r["type"] == "checkpoint" and not r["retained"]]
     assert len(cut) == 2
+
+
+def test_a_projects_folder_imports_each_transcript_as_its_tree(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """`session import FOLDER` (issue 41's many files) takes Claude Code and Codex transcripts
+    through the tree importer: the subagent files beside a transcript become its children, not
+    sessions of their own; a second import of the folder writes nothing new."""
+    folder = tmp_path / "projects"
+    shutil.copytree(FIXTURES / "claude-subagents", folder / "p1")
+    shutil.copy(FIXTURES / "codex-rollout.jsonl", folder / "codex-rollout.jsonl")
+    res = backend.cli("session", "import", str(folder))
+    assert res.code == 0, res.err
+    assert res.out.startswith("imported 2 of 2 files ("), res.out
+    _check_subagents(backend, SUBAGENT_SESSION)
+    codex = _session_of(FIXTURES / "codex-rollout.jsonl")
+    assert _show(backend, codex)[1] == "[1] user: Now run it"
+    before = json.loads(backend.cli("session", "list", "--json").out)
+    again = backend.cli("session", "import", str(folder))
+    assert again.code == 0, again.err
+    assert json.loads(backend.cli("session", "list", "--json").out) == before

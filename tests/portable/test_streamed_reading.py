@@ -66,13 +66,13 @@ def _transcript(path: Path, turns: int, size: int = 3000) -> list[dict[str, Any]
 
 # ------------------------------------------------------------------ session import (JSONL)
 def test_transcript_parse_and_import_hold_one_turn_not_the_file(tmp_path: Path) -> None:
-    """On PostgreSQL an import holds a frame's worth of turns (``FRAME_TARGET`` of new small
-    messages, written packed before the turns that refer to them: about 1.3 MB at the peak
-    here), so the file there is three times longer: the bound is the frame, not the file."""
+    """An import holds a frame's worth of turns (``FRAME_TARGET`` of new small messages,
+    written packed before the turns that refer to them: about 1.3 MB at the peak here; on both
+    backends since issue 41), so the file is 6.5 MB: the bound is the frame, not the file."""
     path = tmp_path / "big.jsonl"
     with Store.open(tmp_path / "root") as st:
-        turns = 2100 if st.db.is_postgresql else 700
-        messages = _transcript(path, turns)  # ~2.2 MB (6.5 MB)
+        turns = 2100
+        messages = _transcript(path, turns)  # ~6.5 MB
         size = path.stat().st_size
         parsed, peak = _peak(lambda: parse_history(path))
         assert (parsed.messages, len(parsed.turns), parsed.format) == (2 * turns, turns, "openai")
