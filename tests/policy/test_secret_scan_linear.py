@@ -55,6 +55,8 @@ def _grows_linearly(unit: str) -> None:
 @given(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=4).map("".join))
 @example("Aa")
 @example("cookie:")
+@example("xcookie:a=")
+@example("xauthorization: a")
 @example("a.")
 @example("eyJ-")
 @example("-----BEGIN A ")
