@@ -28,7 +28,7 @@ from alpstore.cli._common import (
 from alpstore.cli._terminal import term
 from alpstore.cli.session_open import open_command
 from alpstore.cli.session_read import lineage, list_sessions, log, show
-from alpstore.cli.session_travel import digest_command, export_command, import_session
+from alpstore.cli.session_travel import digest_command, export_command
 from alpstore.codec import parse_json
 from alpstore.errors import InputError, UsageError
 from alpstore.rules.ids import is_number
@@ -572,59 +572,6 @@ def import_history(
     Several files or a folder: each file its own session and transaction (a refused one is
     named and the rest imported), a progress bar on a terminal, one summary line.
     """
-    from alpstore.cli.session_travel import is_session_file
+    from alpstore.cli.session_import import import_command
 
-    if fmt not in ("auto", "openai", "claude", "codex"):
-        raise UsageError(f"--format {fmt!r}: expected auto, openai, claude or codex")
-    if len(sources) > 1 or sources[0].is_dir():
-        if name is not None or session_id is not None:
-            raise UsageError("--name and --id name one session: give one file with them")
-        from alpstore.cli.session_import import import_many
-
-        if skip_bad_lines:
-            raise UsageError("--skip-bad-lines: one transcript at a time")
-        import_many(ctx, sources, fmt)
-        return
-    (source,) = sources
-
-    if fmt == "auto" and is_session_file(source):
-        import_session(ctx, source, name, session_id)
-        return
-    from alpstore.rules.ids import check_text, text_problem
-    from alpstore.transcripts.importing import detect
-
-    if name is not None:
-        check_text(name, "--name")
-    if fmt in ("claude", "codex") or (fmt == "auto" and detect(source).format is not None):
-        from alpstore.cli.session_transcript import import_transcript_command
-
-        import_transcript_command(
-            ctx,
-            source,
-            fmt="claude-code" if fmt == "claude" else "codex" if fmt == "codex" else None,
-            name=name,
-            session_id=session_id,
-            skip_bad_lines=skip_bad_lines,
-        )
-        return
-    from alpstore.importers import import_history, parse_history
-
-    if skip_bad_lines:
-        raise UsageError("--skip-bad-lines: for Claude Code and Codex transcripts only")
-    default = source.stem if text_problem(source.stem) is None else "imported"
-    parsed = parse_history(source, fmt)  # type: ignore[arg-type]
-    st = store(ctx)
-    s = import_history(st, parsed, name=name or default, session_id=session_id, suffix=name is None)
-    st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
-    info = s.info()
-    if info.name != (name or default):
-        warn(
-            f"the name {term(name or default)} is taken here; the session is named "
-            f"{term(info.name)}"
-        )
-    echo(
-        f"imported {parsed.messages} messages in {len(parsed.turns)} turns into session "
-        f"{term(info.uuid)} ({parsed.format} format, {len(parsed.turns)} checkpoints"
-        + (f", {parsed.skipped} non-message records skipped" if parsed.skipped else "")
-        + ")"
-    )
+    import_command(ctx, sources, name, session_id, fmt, skip_bad_lines)

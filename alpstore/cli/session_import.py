@@ -20,6 +20,7 @@ import typer
 
 from alpstore.cli._common import echo, store, warn
 from alpstore.cli._terminal import term
+from alpstore.cli.session_travel import import_session, is_session_file
 from alpstore.errors import AlpstoreError, InputError, UsageError
 from alpstore.rules.ids import text_problem
 
@@ -163,3 +164,68 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
     )
     if tally.failed:
         raise InputError(f"{tally.failed} of {tally.files} files were not imported")
+
+
+def import_command(
+    ctx: typer.Context,
+    sources: list[Path],
+    name: str | None,
+    session_id: str | None,
+    fmt: str,
+    skip_bad_lines: bool,
+) -> None:
+    """`session import SOURCE...`: one file (a session file, a Claude Code or Codex transcript,
+    OpenAI JSONL) or several / a folder (:func:`import_many`).
+    """
+    if fmt not in ("auto", "openai", "claude", "codex"):
+        raise UsageError(f"--format {fmt!r}: expected auto, openai, claude or codex")
+    if len(sources) > 1 or sources[0].is_dir():
+        if name is not None or session_id is not None:
+            raise UsageError("--name and --id name one session: give one file with them")
+        if skip_bad_lines:
+            raise UsageError("--skip-bad-lines: one transcript at a time")
+        import_many(ctx, sources, fmt)
+        return
+    (source,) = sources
+
+    if fmt == "auto" and is_session_file(source):
+        import_session(ctx, source, name, session_id)
+        return
+    from alpstore.rules.ids import check_text, text_problem
+    from alpstore.transcripts.importing import detect
+
+    if name is not None:
+        check_text(name, "--name")
+    if fmt in ("claude", "codex") or (fmt == "auto" and detect(source).format is not None):
+        from alpstore.cli.session_transcript import import_transcript_command
+
+        import_transcript_command(
+            ctx,
+            source,
+            fmt="claude-code" if fmt == "claude" else "codex" if fmt == "codex" else None,
+            name=name,
+            session_id=session_id,
+            skip_bad_lines=skip_bad_lines,
+        )
+        return
+    from alpstore.importers import import_history, parse_history
+
+    if skip_bad_lines:
+        raise UsageError("--skip-bad-lines: for Claude Code and Codex transcripts only")
+    default = source.stem if text_problem(source.stem) is None else "imported"
+    parsed = parse_history(source, fmt)  # type: ignore[arg-type]
+    st = store(ctx)
+    s = import_history(st, parsed, name=name or default, session_id=session_id, suffix=name is None)
+    st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
+    info = s.info()
+    if info.name != (name or default):
+        warn(
+            f"the name {term(name or default)} is taken here; the session is named "
+            f"{term(info.name)}"
+        )
+    echo(
+        f"imported {parsed.messages} messages in {len(parsed.turns)} turns into session "
+        f"{term(info.uuid)} ({parsed.format} format, {len(parsed.turns)} checkpoints"
+        + (f", {parsed.skipped} non-message records skipped" if parsed.skipped else "")
+        + ")"
+    )

@@ -43,10 +43,10 @@ from alpstore.portable.files import (
     ZST_LEVEL,
     check_for_secrets,
     is_compressed,
-    refuse_database_target,
     validate_document,
     write_checkpoint_file,
 )
+from alpstore.portable.targets import refuse_database_target
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
 from alpstore.sessions import Entry, Session
 

@@ -15,7 +15,8 @@ from alpstore.codec import MAX_DEPTH, brackets, digest_hex, nesting_depth
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import CheckpointFileError, NotFoundError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed, refuse_database_target
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, is_compressed
+from alpstore.portable.targets import refuse_database_target
 from alpstore.portable.travel_format import (
     FORMAT,
     KIND_NAMES,
