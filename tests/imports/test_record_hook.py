@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.backend_pass import database_url_for_roots
 from tests.conftest import Backend
 from tests.fixtures.transcripts.build import Claude, codex
 
@@ -91,7 +92,8 @@ def test_the_hook_detaches_and_the_import_still_happens(tmp_path: Path) -> None:
     path = cc.write(tmp_path / "s.jsonl")
     root = tmp_path / "run"
     root.mkdir()
-    r = _hook(root, _payload(cc, path))
+    url_for = database_url_for_roots()  # on the PostgreSQL pass: the root's schema
+    r = _hook(root, _payload(cc, path), url=url_for(root) if url_for else None)
     assert r.returncode == 0 and r.stdout == b"" and r.stderr == b""
     log = root / "traces" / "hooks" / "record.log"
     deadline = time.monotonic() + 60

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.backend_pass import database_env_for
 from tests.conftest import run_cli
 from tests.ui.conftest import UiServer, start_ui, stop
 
@@ -42,7 +43,8 @@ def transcripts_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServe
     root = tmp_path_factory.mktemp("ui-transcripts") / "run"
     root.mkdir()
     _import_all(root)
-    proc, url = start_ui(["--root", str(root), "ui", "--port", "0"])
+    # on the PostgreSQL pass the root's archive is a schema: the server is told so
+    proc, url = start_ui(["--root", str(root), "ui", "--port", "0"], env=database_env_for(root))
     try:
         yield UiServer(proc, url, root, None, {}, root)
     finally:
