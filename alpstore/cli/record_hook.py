@@ -41,19 +41,37 @@ def _hooks_dir(root: str) -> str:
 def _log(root: str, text: str) -> None:
     import time
 
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {text}\n"
     try:
         folder = _hooks_dir(root)
         os.makedirs(folder, exist_ok=True)
-        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {text}\n"
-        fd = os.open(
-            os.path.join(folder, "record.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
-        )
-        try:
-            os.write(fd, line.encode("utf-8", "replace")[:16384])
-        finally:
-            os.close(fd)
+    except OSError as err:  # the run root's log cannot be written: the user's temp log, and
+        # never a word to the agent (a hook's output reaches Claude Code's transcript)
+        _append(_fallback_log(), f"{line.rstrip()} [run root {root!r}: {err}]\n")
+        return
+    if not _append(os.path.join(folder, "record.log"), line):
+        _append(_fallback_log(), f"{line.rstrip()} [run root {root!r}: log not writable]\n")
+
+
+def _fallback_log() -> str:
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"alpstore-record-hook-{os.getuid()}.log")
+
+
+def _append(path: str, line: str) -> bool:
+    """Append ``line`` to ``path`` (never through a symlink): whether it was written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
     except OSError:
-        pass  # nowhere to log: still never fail the agent
+        return False
+    try:
+        os.write(fd, line.encode("utf-8", "replace")[:16384])
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _args(argv: list[str]) -> dict[str, Any]:
