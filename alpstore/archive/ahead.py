@@ -22,16 +22,14 @@ dictionary; the file compacted after the import (``settle(compact=True)``) ends 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import zstandard
 
-from alpstore.canonical import digest_bytes
 from alpstore.codec import (
     CODEC_ZSTD,
     CODEC_ZSTD_DICT,
     digest_dictionary,
-    pack_dictionary,
     train_dictionary,
 )
 from alpstore.db import raw as rsql
@@ -99,27 +97,4 @@ class FramesAhead:
         """The dictionary's row, in the import's transaction (the same bytes stored before:
         that row).
         """
-        import time
-
-        from sqlalchemy import select
-
-        from alpstore.db.tables import zstd_dicts
-
-        digest = digest_bytes(data)
-        codec, stored = pack_dictionary(data)
-        insert: Any = self._archive._insert(zstd_dicts)
-        self._conn.execute(
-            insert.values(
-                digest=digest,
-                size=len(data),
-                sample_count=samples,
-                created_at=time.time(),
-                data=stored,
-                codec=codec,
-            ).on_conflict_do_nothing(index_elements=["digest"])
-        )
-        return int(
-            self._conn.execute(
-                select(zstd_dicts.c.id).where(zstd_dicts.c.digest == digest)
-            ).scalar_one()
-        )
+        return int(self._archive._store_dictionary_row(self._conn, data, samples))

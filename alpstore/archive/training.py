@@ -228,6 +228,32 @@ class DictionaryTraining(ArchiveReader):
             time.sleep(TRAIN_PAUSE)
         return rows, raws
 
+    def _store_dictionary_row(self, conn: Any, data: bytes, sample_count: int) -> int:
+        """Insert dictionary ``data`` in the caller's transaction (the same bytes stored before:
+        that row); its id.
+        """
+        from sqlalchemy import select
+
+        from alpstore.db.tables import zstd_dicts
+
+        digest = digest_bytes(data)
+        codec, stored = pack_dictionary(data)
+        conn.execute(
+            self._insert(zstd_dicts)
+            .values(
+                digest=digest,
+                size=len(data),
+                sample_count=sample_count,
+                created_at=time.time(),
+                data=stored,
+                codec=codec,
+            )
+            .on_conflict_do_nothing(index_elements=["digest"])
+        )
+        return int(
+            conn.execute(select(zstd_dicts.c.id).where(zstd_dicts.c.digest == digest)).scalar_one()
+        )
+
     def _install_dictionary(
         self, data: bytes, sample_count: int, *, only_if_none: bool
     ) -> int | None:
@@ -240,31 +266,13 @@ class DictionaryTraining(ArchiveReader):
 
         from alpstore.db.tables import zstd_dicts
 
-        ddig = digest_bytes(data)
-        codec, stored = pack_dictionary(data)
         dict_id = None
         with self.db.atomic() as conn:
             taken = only_if_none and bool(
                 conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one()
             )
             if not taken:
-                conn.execute(
-                    self._insert(zstd_dicts)
-                    .values(
-                        digest=ddig,
-                        size=len(data),
-                        sample_count=sample_count,
-                        created_at=time.time(),
-                        data=stored,
-                        codec=codec,
-                    )
-                    .on_conflict_do_nothing(index_elements=["digest"])
-                )
-                dict_id = int(
-                    conn.execute(
-                        select(zstd_dicts.c.id).where(zstd_dicts.c.digest == ddig)
-                    ).scalar_one()
-                )
+                dict_id = self._store_dictionary_row(conn, data, sample_count)
         # committed (train_dictionary refuses to run inside a caller's transaction): blobs may
         # refer to it from now on
         if dict_id is None:
