@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,13 @@ def write_results(path: Path, text: str) -> None:
     """Write a benchmark's Markdown section (``benchmarks/results/…``), creating the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def best_of(fn: Callable[[], Any], rounds: int = 3) -> float:
+    """The fastest of ``rounds`` calls of ``fn``, in seconds (wall)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best

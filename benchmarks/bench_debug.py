@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from difflib import SequenceMatcher
 from typing import Any
 
@@ -23,6 +22,7 @@ import pytest
 from alpstore.debug.bisect import bisect, grep_predicate
 from alpstore.debug.diff import diff
 from alpstore.store import Store
+from benchmarks._util import best_of
 
 TURNS = 10_000
 BAD_TURN = 7_321
@@ -59,19 +59,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     st.close()
 
 
-def _best(fn: Callable[[], Any], rounds: int = 3) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def test_bisect_10k_turns(benchmark: Any, store: Store) -> None:
     s = store.get_session("long")
     latest = store.resolve_checkpoint("long@latest")
-    one = _best(lambda: store.hydrate(latest))
+    one = best_of(lambda: store.hydrate(latest))
     result: list[Any] = []
     benchmark.pedantic(
         lambda: result.append(bisect(store, s, grep_predicate("rm -rf"))), rounds=3, iterations=1
@@ -125,7 +116,7 @@ def test_diff_two_10k_heads(benchmark: Any, store: Store, a_ref: str, b_ref: str
     list_a = [e.value for e in store.hydrate(a)]
     list_b = [e.value for e in store.hydrate(b)]
     expected = _plain_diff(list_a, list_b)
-    base = _best(lambda: _plain_diff(list_a, list_b))
+    base = best_of(lambda: _plain_diff(list_a, list_b))
     result: list[Any] = []
     benchmark.pedantic(lambda: result.append(diff(store, a_ref, b_ref)), rounds=3, iterations=1)
     r = result[-1]

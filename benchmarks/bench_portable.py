@@ -18,7 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from alpstore.portable.deep import export_snapshot, snapshot_of_head
 from alpstore.portable.files import encode_document, load_checkpoint_file, write_checkpoint_file
 from alpstore.portable.importing import import_document
 from alpstore.store import Store
+from benchmarks._util import best_of
 
 MESSAGES = 10_000
 HERE = Path(__file__).parent
@@ -77,15 +78,6 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, An
     st.close()
 
 
-def _best(fn: Callable[[], Any], rounds: int = 3) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _report(benchmark: Any, name: str, nbytes: int, baseline_s: float) -> None:
     mean = benchmark.stats.stats.min
     mbps = nbytes / mean / 1e6
@@ -113,7 +105,7 @@ def test_deep_export_10k(benchmark: Any, source: tuple[Store, Any], tmp_path: Pa
     def baseline() -> None:
         base_path.write_bytes(json.dumps(doc, ensure_ascii=False).encode("utf-8"))
 
-    base = _best(baseline)
+    base = best_of(baseline)
 
     def run() -> None:
         write_checkpoint_file(export_snapshot(st, snapshot_of_head(st, s), scan=False), out)
@@ -138,7 +130,7 @@ def test_deep_import_10k(
     path = tmp_path_factory.mktemp("imp") / "bench.json"
     write_checkpoint_file(doc, path)
     size = path.stat().st_size
-    base = _best(lambda: json.loads(path.read_bytes()))
+    base = best_of(lambda: json.loads(path.read_bytes()))
     counter = itertools.count()
 
     def setup() -> tuple[tuple[Store], dict[str, Any]]:
@@ -431,7 +423,7 @@ def test_import_1000_turns_vs_baseline(
     def setup() -> tuple[tuple[Store], dict[str, Any]]:
         # the baseline runs just before each round, so both see the same load on the machine
         bases.append(
-            _best(
+            best_of(
                 lambda: _baseline_import(thousand_turns, tmp_path_factory.mktemp("b") / "b.db"), 1
             )
         )

@@ -15,14 +15,12 @@ timed beside it.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from alpstore.rules.secrets import may_hold_secrets_canonical, scan
 from alpstore.samples import generate
-from benchmarks._util import write_results
+from benchmarks._util import best_of, write_results
 
 SIZE = 1_048_576
 ADVERSARIAL = {
@@ -59,20 +57,13 @@ def _adversarial(unit: str) -> str:
     return (unit * (SIZE // len(unit) + 1))[:SIZE]
 
 
-def _best(fn: Callable[[], Any], rounds: int = 5) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def _rates(text: str) -> tuple[float, float]:
     doc = {"role": "user", "content": text}
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     mb = len(text) / 1e6
-    return mb / _best(lambda: scan(doc)), mb / _best(lambda: may_hold_secrets_canonical(raw))
+    return mb / best_of(lambda: scan(doc), 5), mb / best_of(
+        lambda: may_hold_secrets_canonical(raw), 5
+    )
 
 
 def test_secret_scan_throughput(benchmark: Any) -> None:
