@@ -33,6 +33,7 @@ from alpstore.archive.training import (
     DICT_SIZE,
     SAMPLE_WHERE,
     SMALL_BLOB_MAX,
+    TRAIN_SAMPLE_BYTES,
     Settled,
     joined,
 )
@@ -247,15 +248,17 @@ class SqlArchive(PackWriting, ArchiveWriter):
             return None
         self.wait_for_training()
         with self.db.read() as conn:
-            small, loose = rsql.fetchone(
+            small, small_bytes, loose = rsql.fetchone(
                 conn,
-                "SELECT count(*), coalesce(sum(CASE WHEN codec != "
+                "SELECT count(*), coalesce(sum(raw_size), 0), coalesce(sum(CASE WHEN codec != "
                 f"{CODEC_PACKED} THEN raw_size ELSE 0 END), 0) FROM blobs WHERE {SAMPLE_WHERE}",
             )
             newest = rsql.fetchone(
                 conn, "SELECT sample_count FROM zstd_dicts ORDER BY id DESC LIMIT 1"
             )
-        want = min(int(small), PACK_TRAIN_SAMPLES)
+        # as many as fit in the trainer's memory bound, at the small blobs' average size
+        fit = TRAIN_SAMPLE_BYTES * int(small) // max(1, int(small_bytes))
+        want = min(int(small), PACK_TRAIN_SAMPLES, max(AUTO_TRAIN_SAMPLES, fit))
         if not loose or want < AUTO_TRAIN_SAMPLES:
             return None  # nothing to pack, or too little to learn from
         if newest is not None and 2 * int(newest[0]) >= want:

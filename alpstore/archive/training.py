@@ -45,6 +45,12 @@ DICT_SAMPLE_RATIO = 8
 DICT_SIZE = 112 * 1024
 """Trained dictionary size: measured best on coding-agent conversations (3.4x vs 2.4x)."""
 
+TRAIN_SAMPLE_BYTES = 16 * 1024 * 1024
+"""The most bytes of samples a dictionary learns from (about 150x its size; zstd's guide is
+100x): the samples and the trainer's copy of them are held in memory at once. 8,000 samples of
+coding-agent messages (~500 B each) are 4 MB; of 11 KB messages they were 88 MB, and a 100 MB
+import peaked at 308 MB instead of 160 MB (``benchmarks/bench_portable.py``)."""
+
 
 SAMPLE_WHERE = f"raw_size <= {SMALL_BLOB_MAX} AND raw_size >= 16 AND codec != {CODEC_ZSTD_BASE}"
 """The blobs a dictionary learns from: small ones, not deltas (``_training_samples``, and the
@@ -190,8 +196,9 @@ class DictionaryTraining(ArchiveReader):
     def _training_samples(
         self, samples: int | None, *, after: int | None = None
     ) -> tuple[list[Any], list[tuple[int, bytes]]]:
-        """The newest ``samples`` small blobs (rows and decoded bytes); with ``after``, every
-        small blob without a dictionary whose id is larger.
+        """The newest ``samples`` small blobs (rows and decoded bytes), stopping once they hold
+        :data:`TRAIN_SAMPLE_BYTES`; with ``after``, every small blob without a dictionary whose
+        id is larger (to recompress them: not capped).
 
         Read and decoded in slices of ``TRAIN_SLICE`` rows, each its own short read, with a
         pause of ``TRAIN_PAUSE`` between them: this runs beside the writers' turns (in the
@@ -211,7 +218,8 @@ class DictionaryTraining(ArchiveReader):
         rows: list[BlobRow] = []
         raws: list[tuple[int, bytes]] = []
         below: int | None = None
-        while samples is None or len(rows) < samples:
+        held = 0
+        while samples is None or (len(rows) < samples and held < TRAIN_SAMPLE_BYTES):
             want = TRAIN_SLICE if samples is None else min(TRAIN_SLICE, samples - len(rows))
             query, bound = (
                 (sql, params) if below is None else (f"{sql} AND id < ?", [*params, below])
@@ -222,6 +230,7 @@ class DictionaryTraining(ArchiveReader):
                 decoded = self.decode_rows(conn, part, verify=False)
             rows += part
             raws += [(r.id, raw) for r, raw in zip(part, decoded, strict=True)]
+            held += sum(len(raw) for raw in decoded)
             if len(part) < want:
                 break
             below = part[-1].id

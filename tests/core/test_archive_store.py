@@ -194,3 +194,23 @@ def test_threads_share_one_archive(archive: SqlArchive) -> None:
         t.join()
     assert not failures, failures[0]
     assert archive.verify().ok
+
+
+def test_dictionary_samples_stop_at_their_memory_bound(
+    archive: SqlArchive, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer holds at most TRAIN_SAMPLE_BYTES of samples (plus the last slice): a 100 MB
+    import of 11 KB messages held 88 MB of them, twice, and peaked at 308 MB."""
+    import alpstore.archive.training as training
+
+    archive.auto_train = False
+    docs = [{"role": "tool", "content": f"{i} " + "x y z " * 300} for i in range(400)]
+    archive.put_many(docs)
+    _, unbounded = archive._training_samples(400)
+    assert len(unbounded) == 400
+    per = sum(len(raw) for _, raw in unbounded) // 400
+    monkeypatch.setattr(training, "TRAIN_SAMPLE_BYTES", 100 * per)
+    _, bounded = archive._training_samples(400)
+    assert 100 <= len(bounded) <= 100 + training.TRAIN_SLICE
+    dict_id, used, _ = archive.train_dictionary(samples=400, recompress=False)
+    assert dict_id and used == len(bounded)
