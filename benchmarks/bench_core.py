@@ -214,6 +214,10 @@ def test_hydrate_raw_alpstore(benchmark: Any, big_head: tuple[Store, Session]) -
 
 
 def _bare_fetch(store: Store, ids: list[int], parse: bool) -> int:
+    """The messages' bytes by id with the driver alone: a loose blob decompressed on its own, a
+    packed one (codec 4: two LEB128 varints, frame id and offset) cut from its frame, each
+    frame decompressed once (no digest checks: what alpstore adds is measured against this).
+    """
     con = sqlite3.connect(sqlite_path_for_root(store.root))
     plain = zstandard.ZstdDecompressor()
     dicts = {  # a dictionary's row holds it as a zstd frame (codec 1) or as is (codec 0)
@@ -222,18 +226,43 @@ def _bare_fetch(store: Store, ids: list[int], parse: bool) -> int:
         )
         for i, c, d in con.execute("SELECT id, codec, data FROM zstd_dicts")
     }
+
+    def unzstd(codec: int, dict_id: int | None, payload: bytes, size: int) -> bytes:
+        if codec == 0:
+            return payload
+        dec = dicts[dict_id] if codec == 2 and dict_id is not None else plain
+        return dec.decompress(payload, max_output_size=size)
+
+    frames: dict[int, bytes] = {}
+
+    def frame(frame_id: int) -> bytes:
+        if frame_id not in frames:
+            codec, dict_id, data, size = con.execute(
+                "SELECT codec, dict_id, data, raw_size FROM pack_frames WHERE id = ?", (frame_id,)
+            ).fetchone()
+            frames[frame_id] = unzstd(codec, dict_id, data, size)
+        return frames[frame_id]
+
     n = 0
     for start in range(0, len(ids), 500):
         part = ids[start : start + 500]
-        for codec, dict_id, payload in con.execute(
-            f"SELECT codec, dict_id, payload FROM blobs WHERE id IN ({','.join('?' * len(part))})",
+        for codec, dict_id, payload, size in con.execute(
+            "SELECT codec, dict_id, payload, raw_size FROM blobs "
+            f"WHERE id IN ({','.join('?' * len(part))})",
             part,
         ):
-            raw = (
-                payload
-                if codec == 0
-                else (dicts[dict_id] if codec == 2 else plain).decompress(payload)
-            )
+            if codec == 4:
+                values, value, shift = [], 0, 0
+                for byte in payload:
+                    value |= (byte & 0x7F) << shift
+                    shift += 7
+                    if not byte & 0x80:
+                        values.append(value)
+                        value = shift = 0
+                at = values[1]
+                raw = frame(values[0])[at : at + size]
+            else:
+                raw = unzstd(codec, dict_id, payload, size)
             if parse:
                 json.loads(raw)
             n += 1
