@@ -39,6 +39,8 @@ from alpstore.errors import (
     NotFoundError,
 )
 from alpstore.portable.targets import refuse_database_target
+from alpstore.portable.travel_header import ZST_SUFFIX as ZST_SUFFIX
+from alpstore.portable.travel_header import is_compressed as is_compressed
 from alpstore.rules.secrets import require_no_secrets, scan
 
 if TYPE_CHECKING:
@@ -55,7 +57,6 @@ MAX_MESSAGE_BYTES: Final = MAX_RAW_SIZE
 """Largest single message (canonical JSON bytes): the archive's bound on one blob."""
 MAX_INT: Final = 2**31 - 1
 """Largest ``turn``, ``backtrack_count`` and ``spec_revision`` (the archive's integer columns)."""
-ZST_SUFFIX: Final = ".zst"
 JSON_SUFFIX: Final = ".json"
 ZST_LEVEL: Final = 3
 
@@ -293,11 +294,6 @@ def validate_document(doc: Any, *, where: str, check_hash: bool = True) -> dict[
                 hint="the manifest was edited after the checkpoint was written",
             )
     return doc
-
-
-def is_compressed(path: Path) -> bool:
-    """True for a ``.zst`` file name."""
-    return path.name.endswith(ZST_SUFFIX)
 
 
 def read_document(path: Path, *, max_bytes: int = MAX_CHECKPOINT_BYTES) -> dict[str, Any]:

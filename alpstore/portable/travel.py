@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import json
 import math
-import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import blake3
 import zstandard
 
 from alpstore.codec import parse_json
 from alpstore.db.names import BLOB_SUMMARY
-from alpstore.errors import AlpstoreError, CanonicalJSONError, CheckpointFileError, NotFoundError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, canonical_bytes, is_compressed
+from alpstore.errors import AlpstoreError, CanonicalJSONError, CheckpointFileError
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, canonical_bytes
 from alpstore.portable.travel_format import (
     FORMAT,
     HEX,
@@ -35,27 +34,14 @@ from alpstore.portable.travel_format import (
     portable_dir,
     with_dir,
 )
+from alpstore.portable.travel_header import header_of as header_of
+from alpstore.portable.travel_header import open_lines
 from alpstore.portable.travel_lg import ThreadLines
 from alpstore.rules.ids import session_id_problem, text_problem
 from alpstore.rules.secrets import may_hold_secrets_canonical, scan, secret_error
 
 
 # ---------------------------------------------------------------------- reading
-def _open(path: Path) -> tuple[IO[bytes], Callable[[int], bytes]]:
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise CheckpointFileError(f"{path}: not a regular file")
-        handle: IO[bytes] = path.open("rb")
-    except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise CheckpointFileError(f"{path}: cannot read ({exc.strerror})") from exc
-    if is_compressed(path):
-        reader: Any = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
-        return handle, reader.read
-    return handle, handle.read
-
-
 def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, bytes]]:
     """``(line number, line)`` of a (``.zst``) JSON Lines file, bounded: a line longer than
     ``limit``, more than :data:`MAX_DOCUMENT_BYTES` in all, or a last line without its newline
@@ -64,7 +50,7 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
     Raises:
         NotFoundError, CheckpointFileError.
     """
-    handle, read = _open(path)
+    handle, read = open_lines(path)
     with handle:
         buf = b""
         total = 0
@@ -101,29 +87,6 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
             raise CheckpointFileError(
                 f"{path}: line {n + 1} ends without a newline: the file is cut short (truncated)"
             )
-
-
-def header_of(path: Path) -> dict[str, Any] | None:
-    """The first line of ``path`` when it is a session file's header (any version), else None
-    (the file is something else: a transcript, a history).
-    """
-    try:
-        handle, read = _open(path)
-    except CheckpointFileError:
-        return None
-    with handle:
-        try:
-            head = read(4096)
-        except (OSError, zstandard.ZstdError):
-            return None
-    first = head.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0]
-    try:
-        doc = json.loads(first)
-    except ValueError:
-        return None
-    if isinstance(doc, dict) and doc.get("format") == FORMAT:
-        return doc
-    return None
 
 
 @dataclass

@@ -30,10 +30,10 @@ import blake3
 from alpstore.codec import canonical_json, digest_hex
 from alpstore.db.names import BLOB_KINDS
 from alpstore.portable.files import MAX_INT, MAX_MESSAGE_BYTES
+from alpstore.portable.travel_header import FORMAT as FORMAT
 from alpstore.portable.travel_lg import LG_ORDER, LG_SCHEMAS, digest_doc
 from alpstore.views import cover_add, cover_bytes, cover_sub
 
-FORMAT: Final = "alpstore.session"
 VERSION: Final = 1
 KIND_NAMES: Final = dict(BLOB_KINDS)
 KIND_CODES: Final = {name: code for code, name in BLOB_KINDS.items()}
