@@ -17,7 +17,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import yaml
 import zstandard
 
 from alpstore import fileio
@@ -127,15 +126,21 @@ def iso_from_timestamp(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-_SAFE_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML was built with it (the schema loads in 5 ms, not 70)."""
+def _load_yaml(text: str) -> Any:
+    """``text`` parsed with libyaml's safe loader when PyYAML was built with it (the schema
+    loads in 5 ms, not 70). PyYAML is imported here, on first use: an export that validates
+    its document by hand (``deep_shape``) or a session file's import never loads it.
+    """
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @cache
 def checkpoint_schema() -> dict[str, Any]:
     """The upstream ``checkpoint.schema.yaml`` shipped with the package."""
     text = importlib.resources.files("alpstore").joinpath("schemas/checkpoint.schema.yaml")
-    data: dict[str, Any] = yaml.load(text.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+    data: dict[str, Any] = _load_yaml(text.read_text(encoding="utf-8"))
     return data
 
 
@@ -143,7 +148,7 @@ def checkpoint_schema() -> dict[str, Any]:
 def agent_schema() -> dict[str, Any]:
     """The shipped ``agent.schema.yaml`` (the Agent manifest's ``spec.checkpoint`` policy)."""
     text = importlib.resources.files("alpstore").joinpath("schemas/agent.schema.yaml")
-    data: dict[str, Any] = yaml.load(text.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+    data: dict[str, Any] = _load_yaml(text.read_text(encoding="utf-8"))
     return data
 
 
