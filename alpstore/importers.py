@@ -2,9 +2,10 @@
 
 A turn starts at each user message (for Claude Code, a ``user`` record that is not only tool
 results). Messages before the first user message belong to the first turn. The file is streamed:
-:func:`parse_history` checks every line (holding one at a time), and :func:`import_history` reads
-it again, one turn (or piece of a long turn) at a time, inside one transaction, so a bad line
-imports nothing and memory is bounded by the longest line, not the transcript.
+:func:`import_history_file` reads it once, one turn (or piece of a long turn) at a time, checking
+every line inside the import's one transaction, so a bad line imports nothing and memory is
+bounded by the longest line and a frame, not the transcript. (:func:`parse_history` checks a file
+without an archive; :func:`import_history` then reads it again.)
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from alpstore.archive.packing import FRAME_TARGET, PACK_BLOB_MAX
-from alpstore.archive.reading import Encoded, encode
+from alpstore.archive.reading import Encoded
 from alpstore.codec import (
     MAX_DEPTH,
     DuplicateKeyError,
     brackets,
-    canonical_json,
+    canonical_json_parsed,
+    digest_bytes,
     nesting_depth,
     strict_decoder,
 )
@@ -125,8 +127,8 @@ _DECODER = strict_decoder(constants=True)
 ``canonical_json`` after it, naming its key."""
 
 
-def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
-    """Each non-blank line parsed and checked: ``(where, object, line)``."""
+def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str, bytes]]:
+    """Each non-blank line parsed and checked: ``(where, object, line, canonical bytes)``."""
     first = True
     for number, line in _lines(path):
         if not line.strip():
@@ -153,11 +155,11 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any], str]]:
         if brackets(line) > MAX_DEPTH and nesting_depth(obj) > MAX_DEPTH:
             raise InputError(f"{where}: nested deeper than {MAX_DEPTH} levels; refused")
         try:
-            canonical_json(obj)
+            raw = canonical_json_parsed(obj)  # (parsed: its keys are strings)
         except AlpstoreError as err:
             raise InputError(f"{where}: {err.message}") from err
         first = False
-        yield where, obj, line
+        yield where, obj, line, raw
 
 
 class _Reader:
@@ -169,22 +171,25 @@ class _Reader:
         self.skipped = 0
         self.records = 0
 
-    def _messages(self) -> Iterator[tuple[dict[str, Any], int]]:
-        """The messages, with their line's length; records of another kind are counted."""
-        for where, obj, line in _records(self.path):
+    def _messages(self) -> Iterator[tuple[dict[str, Any], int, bytes]]:
+        """The messages, with their line's length and canonical bytes; records of another
+        kind are counted.
+        """
+        for where, obj, line, raw in _records(self.path):
             self.records += 1
             if self.format is None:  # auto: the first record's format
                 self.format = "openai" if "role" in obj else "claude" if "type" in obj else "openai"
             if self.format == "openai":
                 _check_openai(obj, where)
-                yield obj, len(line)
+                yield obj, len(line), raw
             elif _check_claude(obj, where):
-                yield obj, len(line)
+                yield obj, len(line), raw
             else:
                 self.skipped += 1
 
-    def pieces(self) -> Iterator[tuple[bool, list[dict[str, Any]], bool]]:
-        """``(starts_turn, messages, ends_turn)``: the turns in order, a turn longer than
+    def pieces(self) -> Iterator[tuple[bool, list[dict[str, Any]], list[bytes], bool]]:
+        """``(starts_turn, messages, their canonical bytes, ends_turn)``: the turns in order,
+        a turn longer than
         :data:`BATCH_MESSAGES` messages or :data:`BATCH_CHARS` characters in several pieces (so
         memory holds one piece, not one turn).
 
@@ -192,25 +197,27 @@ class _Reader:
             InputError: a bad line (naming the file and line), or no message at all.
         """
         piece: list[dict[str, Any]] = []
+        raws: list[bytes] = []
         chars = 0
         starts = True  # the current piece starts a turn
         has_user = False  # the current turn holds a user message
-        for message, size in self._messages():
+        for message, size, raw in self._messages():
             user = is_user_turn(message)
             if user and has_user:  # a new turn starts here
-                yield starts, piece, True
-                piece, chars, starts, has_user = [], 0, True, False
+                yield starts, piece, raws, True
+                piece, raws, chars, starts, has_user = [], [], 0, True, False
             elif len(piece) >= BATCH_MESSAGES or chars >= BATCH_CHARS:
-                yield starts, piece, False
-                piece, chars, starts = [], 0, False
+                yield starts, piece, raws, False
+                piece, raws, chars, starts = [], [], 0, False
             has_user = has_user or user
             piece.append(message)
+            raws.append(raw)
             chars += size
         if not piece:
             if not self.records:
                 raise InputError(f"{self.path}: no messages to import")
             raise InputError(f"{self.path}: no user or assistant messages to import")
-        yield starts, piece, True
+        yield starts, piece, raws, True
 
 
 class Turns:
@@ -228,7 +235,7 @@ class Turns:
 
     def __iter__(self) -> Iterator[list[dict[str, Any]]]:
         turn: list[dict[str, Any]] = []
-        for _, piece, ends in _Reader(self._path, self._fmt).pieces():
+        for _, piece, _, ends in _Reader(self._path, self._fmt).pieces():
             turn.extend(piece)
             if ends:
                 yield turn
@@ -271,7 +278,7 @@ def parse_history(path: Path, fmt: Format = "auto") -> ParsedHistory:
     """
     reader = _Reader(path, fmt)
     messages = turns = 0
-    for starts, piece, _ in reader.pieces():
+    for starts, piece, _, _ in reader.pieces():
         messages += len(piece)
         turns += starts
     assert reader.format is not None
@@ -288,7 +295,9 @@ def import_history(
 ) -> Session:
     """Write a parsed transcript as a new session, one checkpoint per turn, in ONE transaction:
     an interrupted import (Ctrl-C, a full disk) leaves no session at all, never a partial one
-    that looks complete.
+    that looks complete. The file is read again, every line checked again (a file changed
+    since it was parsed is refused, nothing written). :func:`import_history_file` reads it
+    once.
 
     Names are unique: a taken ``name`` is refused, or with ``suffix`` becomes ``name-2`` …
     (:attr:`Session.info` tells which). Dictionary training is not run inside the transaction:
@@ -303,6 +312,48 @@ def import_history(
 
     Raises:
         UsageError: the session id or name is taken.
+        InputError: the file changed since it was parsed.
+    """
+    reader = _Reader(parsed.path, parsed.format)
+    expect = (parsed.messages, parsed.turn_count)
+    return _write(store, reader, name, session_id, suffix, expect)[0]
+
+
+def import_history_file(
+    store: Store,
+    path: Path,
+    fmt: Format = "auto",
+    *,
+    name: str | None,
+    session_id: str | None = None,
+    suffix: bool = False,
+) -> tuple[Session, ParsedHistory]:
+    """:func:`parse_history` and :func:`import_history` in one read of the file: every line is
+    checked as ``parse_history`` checks it, inside the import's one transaction, so a bad line
+    (named with its file and number) rolls it back and nothing is written. Returns the session
+    and what the read found (format, messages, turns, records skipped).
+
+    Raises:
+        InputError: a bad line, or no message at all.
+        UsageError: the session id or name is taken.
+    """
+    reader = _Reader(path, fmt)
+    session, messages, turns = _write(store, reader, name, session_id, suffix)
+    assert reader.format is not None
+    return session, ParsedHistory(path, reader.format, messages, turns, reader.skipped)
+
+
+def _write(
+    store: Store,
+    reader: _Reader,
+    name: str | None,
+    session_id: str | None,
+    suffix: bool,
+    expect: tuple[int, int] | None = None,
+) -> tuple[Session, int, int]:
+    """The import's transaction: ``reader``'s turns as a new session (see
+    :func:`import_history`); ``(session, messages, turns)``. ``expect``: the counts the file
+    must give (else it changed: refused inside the transaction).
     """
     messages = turns = 0
     with store.db.atomic() as conn:
@@ -312,21 +363,21 @@ def import_history(
         frame = _Frame(store, conn)
         held: list[tuple[list[dict[str, Any]], list[Encoded], bool]] = []
         with session.deferring_head(conn):  # the session row written once, not per turn
-            for starts, piece, ends in _Reader(parsed.path, parsed.format).pieces():
+            for starts, piece, raws, ends in reader.pieces():
                 messages += len(piece)
                 turns += starts
-                items = [encode(message, BLOB_MESSAGE) for message in piece]
+                items = [(digest_bytes(raw), BLOB_MESSAGE, raw) for raw in raws]
                 held.append((piece, items, ends))
                 if frame.add(items):  # (a frame was written: its turns follow)
                     _commit(session, conn, held)
             frame.flush()
             _commit(session, conn, held)
-        if (messages, turns) != (parsed.messages, parsed.turn_count):
+        if expect is not None and (messages, turns) != expect:
             raise InputError(
-                f"{parsed.path}: changed while it was imported ({parsed.messages} messages "
+                f"{reader.path}: changed while it was imported ({expect[0]} messages "
                 f"when read, {messages} now); nothing imported"
             )
-    return session
+    return session, messages, turns
 
 
 def _commit(

@@ -114,7 +114,7 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
         InputError: some files were refused (each named on stderr as it was).
     """
     from alpstore.cli.session_travel import is_session_file
-    from alpstore.importers import import_history, parse_history
+    from alpstore.importers import import_history_file
     from alpstore.portable.travel import check_session_file
     from alpstore.portable.travel_import import import_session_file
     from alpstore.transcripts.importing import TranscriptFormat, detect, import_transcript
@@ -142,9 +142,14 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
                     result = import_transcript(st, path, fmt=tree)
                     tally.messages += result.messages
                 else:
-                    parsed = parse_history(path, fmt)  # type: ignore[arg-type]
                     stem = path.stem if text_problem(path.stem) is None else "imported"
-                    import_history(st, parsed, name=stem, suffix=True)
+                    _, parsed = import_history_file(
+                        st,
+                        path,
+                        fmt,  # type: ignore[arg-type]
+                        name=stem,
+                        suffix=True,
+                    )
                     tally.messages += parsed.messages
                 tally.sessions += 1
             except AlpstoreError as err:  # this file's transaction rolled back; go on
@@ -208,14 +213,20 @@ def import_command(
             skip_bad_lines=skip_bad_lines,
         )
         return
-    from alpstore.importers import import_history, parse_history
+    from alpstore.importers import import_history_file
 
     if skip_bad_lines:
         raise UsageError("--skip-bad-lines: for Claude Code and Codex transcripts only")
     default = source.stem if text_problem(source.stem) is None else "imported"
-    parsed = parse_history(source, fmt)  # type: ignore[arg-type]
     st = store(ctx)
-    s = import_history(st, parsed, name=name or default, session_id=session_id, suffix=name is None)
+    s, parsed = import_history_file(  # one read: a bad line rolls the transaction back
+        st,
+        source,
+        fmt,  # type: ignore[arg-type]
+        name=name or default,
+        session_id=session_id,
+        suffix=name is None,
+    )
     st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     info = s.info()
     if info.name != (name or default):

@@ -57,7 +57,7 @@ def digest_command(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = F
 
 def is_session_file(source: Path) -> bool:
     """The file starts with a session file's header (any version)."""
-    from alpstore.portable.travel import header_of
+    from alpstore.portable.travel_header import header_of  # (not the reader: issue 41)
 
     return header_of(source) is not None
 

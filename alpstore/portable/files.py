@@ -17,7 +17,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import yaml
 import zstandard
 
 from alpstore import fileio
@@ -38,7 +37,10 @@ from alpstore.errors import (
     NestedTooDeepError,
     NotFoundError,
 )
+from alpstore.portable.deep_shape import certainly_valid
 from alpstore.portable.targets import refuse_database_target
+from alpstore.portable.travel_header import ZST_SUFFIX as ZST_SUFFIX
+from alpstore.portable.travel_header import is_compressed as is_compressed
 from alpstore.rules.secrets import require_no_secrets, scan
 
 if TYPE_CHECKING:
@@ -55,7 +57,6 @@ MAX_MESSAGE_BYTES: Final = MAX_RAW_SIZE
 """Largest single message (canonical JSON bytes): the archive's bound on one blob."""
 MAX_INT: Final = 2**31 - 1
 """Largest ``turn``, ``backtrack_count`` and ``spec_revision`` (the archive's integer columns)."""
-ZST_SUFFIX: Final = ".zst"
 JSON_SUFFIX: Final = ".json"
 ZST_LEVEL: Final = 3
 
@@ -125,15 +126,21 @@ def iso_from_timestamp(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-_SAFE_LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML was built with it (the schema loads in 5 ms, not 70)."""
+def _load_yaml(text: str) -> Any:
+    """``text`` parsed with libyaml's safe loader when PyYAML was built with it (the schema
+    loads in 5 ms, not 70). PyYAML is imported here, on first use: an export that validates
+    its document by hand (``deep_shape``) or a session file's import never loads it.
+    """
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @cache
 def checkpoint_schema() -> dict[str, Any]:
     """The upstream ``checkpoint.schema.yaml`` shipped with the package."""
     text = importlib.resources.files("alpstore").joinpath("schemas/checkpoint.schema.yaml")
-    data: dict[str, Any] = yaml.load(text.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+    data: dict[str, Any] = _load_yaml(text.read_text(encoding="utf-8"))
     return data
 
 
@@ -141,7 +148,7 @@ def checkpoint_schema() -> dict[str, Any]:
 def agent_schema() -> dict[str, Any]:
     """The shipped ``agent.schema.yaml`` (the Agent manifest's ``spec.checkpoint`` policy)."""
     text = importlib.resources.files("alpstore").joinpath("schemas/agent.schema.yaml")
-    data: dict[str, Any] = yaml.load(text.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+    data: dict[str, Any] = _load_yaml(text.read_text(encoding="utf-8"))
     return data
 
 
@@ -224,6 +231,8 @@ def schema_errors(doc: Any) -> list[str]:
     document's ``version`` selects, so they name the real key.
     """
     doc, bulk_errors = _skeleton(doc)
+    if certainly_valid(doc, _is_datetime):  # the common case, without jsonschema (issue 41)
+        return bulk_errors
     validator = _validator()
     errors = list(validator.iter_errors(doc))
     if not errors:
@@ -293,11 +302,6 @@ def validate_document(doc: Any, *, where: str, check_hash: bool = True) -> dict[
                 hint="the manifest was edited after the checkpoint was written",
             )
     return doc
-
-
-def is_compressed(path: Path) -> bool:
-    """True for a ``.zst`` file name."""
-    return path.name.endswith(ZST_SUFFIX)
 
 
 def read_document(path: Path, *, max_bytes: int = MAX_CHECKPOINT_BYTES) -> dict[str, Any]:

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import json
 import math
-import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final
 
 import blake3
 import zstandard
 
 from alpstore.codec import parse_json
 from alpstore.db.names import BLOB_SUMMARY
-from alpstore.errors import CanonicalJSONError, CheckpointFileError, NotFoundError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, canonical_bytes, is_compressed
+from alpstore.errors import AlpstoreError, CanonicalJSONError, CheckpointFileError
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, canonical_bytes
 from alpstore.portable.travel_format import (
     FORMAT,
     HEX,
@@ -31,30 +30,18 @@ from alpstore.portable.travel_format import (
     VERSION,
     Digester,
     ListState,
+    certainly_valid,
     portable_dir,
     with_dir,
 )
+from alpstore.portable.travel_header import header_of as header_of
+from alpstore.portable.travel_header import open_lines
 from alpstore.portable.travel_lg import ThreadLines
 from alpstore.rules.ids import session_id_problem, text_problem
 from alpstore.rules.secrets import may_hold_secrets_canonical, scan, secret_error
 
 
 # ---------------------------------------------------------------------- reading
-def _open(path: Path) -> tuple[IO[bytes], Callable[[int], bytes]]:
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise CheckpointFileError(f"{path}: not a regular file")
-        handle: IO[bytes] = path.open("rb")
-    except FileNotFoundError:
-        raise NotFoundError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise CheckpointFileError(f"{path}: cannot read ({exc.strerror})") from exc
-    if is_compressed(path):
-        reader: Any = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
-        return handle, reader.read
-    return handle, handle.read
-
-
 def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, bytes]]:
     """``(line number, line)`` of a (``.zst``) JSON Lines file, bounded: a line longer than
     ``limit``, more than :data:`MAX_DOCUMENT_BYTES` in all, or a last line without its newline
@@ -63,7 +50,7 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
     Raises:
         NotFoundError, CheckpointFileError.
     """
-    handle, read = _open(path)
+    handle, read = open_lines(path)
     with handle:
         buf = b""
         total = 0
@@ -102,29 +89,6 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
             )
 
 
-def header_of(path: Path) -> dict[str, Any] | None:
-    """The first line of ``path`` when it is a session file's header (any version), else None
-    (the file is something else: a transcript, a history).
-    """
-    try:
-        handle, read = _open(path)
-    except CheckpointFileError:
-        return None
-    with handle:
-        try:
-            head = read(4096)
-        except (OSError, zstandard.ZstdError):
-            return None
-    first = head.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0]
-    try:
-        doc = json.loads(first)
-    except ValueError:
-        return None
-    if isinstance(doc, dict) and doc.get("format") == FORMAT:
-        return doc
-    return None
-
-
 @dataclass
 class Checked:
     """What reading a session file found (see :class:`SessionReader`)."""
@@ -142,6 +106,27 @@ class Checked:
     events: int = 0
     threads: list[tuple[str, str]] = field(default_factory=list)
     """The LangGraph thread namespaces the file carries (``(thread_id, ns)``)."""
+    seals: list[tuple[int, bytes]] | None = None
+    """The lines read, sealed: ``(number of a run's last line, BLAKE3 of the run's lines)``
+    for runs of about :data:`SEAL_BYTES` (None until the whole file was read)."""
+
+
+SEAL_BYTES: Final = 1 << 20
+"""Lines sealed together on the checking read; the import's read holds one run at a time. Also
+the most bytes of blobs whose secret scan waits for a batch."""
+SCAN_BATCH: Final = 256
+"""Blobs whose secret prefilter runs once, on their joined bytes (as the export's)."""
+
+
+def _schema_errors(schemas: dict[str, Any], kind: str, rec: dict[str, Any]) -> list[Any]:
+    """The line's schema errors, first by path (jsonschema, loaded by the first line that
+    needs it: the hot lines are checked by hand, ``certainly_valid``).
+    """
+    if kind not in schemas:
+        import jsonschema
+
+        schemas[kind] = jsonschema.Draft7Validator(LINE_SCHEMAS[kind])
+    return sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
 
 
 MAX_EVENTS_PER_CHECKPOINT: Final = 256
@@ -173,9 +158,15 @@ class SessionReader:
     digest. ``records()`` yields ``(line type, record, canonical bytes of a blob or None)``.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, sealed: Checked | None = None) -> None:
+        """``sealed``: what an earlier read of this file (:func:`check_session_file`) found. The
+        lines are then compared with its seals before they are used (a file changed since is
+        refused, whatever the change) and the checks that only repeat what that read proved
+        of these very bytes are skipped: the line schemas, blob digests, secret scan of blobs.
+        """
         self.path = path
         self.result = Checked()
+        self._seals = sealed.seals if sealed is not None else None
         self._digester = Digester()
         self._kinds: dict[str, int] = {}
         self._seqs: set[int] = set()
@@ -187,6 +178,9 @@ class SessionReader:
         self._steering: set[str] = set()
         """Digests of the message blobs a backtrack may name as its steering."""
         self._threads = ThreadLines()
+        self._unscanned: list[tuple[int, str, bytes, Any]] = []
+        """Blobs read whose secret scan waits for a batch (``_scan_blobs``)."""
+        self._unscanned_bytes = 0
 
     def _fail(self, n: int, reason: str, hint: str | None = None) -> CheckpointFileError:
         return CheckpointFileError(f"{self.path}: line {n}: {reason}", hint=hint)
@@ -197,70 +191,124 @@ class SessionReader:
         Raises:
             NotFoundError, CheckpointFileError, SecretError, PolicyError.
         """
-        import jsonschema  # loaded by a reader only (an export never needs it)
-
-        schemas = {k: jsonschema.Draft7Validator(v) for k, v in LINE_SCHEMAS.items()}
+        schemas: dict[str, Any] = {}
         ended = False
-        for n, line in raw_lines(self.path):
-            if n == 1:
-                self._header(line.removeprefix(b"\xef\xbb\xbf"))
-                continue
-            if ended:
-                if line.strip():
-                    raise self._fail(n, "a line after the end line")
-                continue
-            try:
-                rec = parse_json(line, where=f"{self.path}: line {n}")
-            except CanonicalJSONError as exc:
-                raise CheckpointFileError(exc.message) from exc
-            if not isinstance(rec, dict) or rec.get("type") not in LINE_SCHEMAS:
-                raise self._fail(n, 'not a session-file line (no known "type")')
-            kind = rec["type"]
-            errors = (
-                []
-                if kind == "blob"
-                else sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
-            )
-            if kind == "blob":
-                self._blob_shape(n, rec)
-            elif (
-                kind in ("checkpoint", "head")
-                and not errors
-                and not all(isinstance(d, str) and HEX.fullmatch(d) for d in rec["add"])
-            ):
-                raise self._fail(n, f"{kind} line: $.add: every entry must be a blob digest")
-            if errors:
-                where = "".join(
-                    f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in errors[0].path
+        trusted = self._seals is not None
+        lines = self._sealed_lines(self._seals) if self._seals is not None else self._sealing()
+        try:
+            for n, line in lines:
+                if n == 1:
+                    self._header(line.removeprefix(b"\xef\xbb\xbf"))
+                    continue
+                if ended:
+                    if line.strip():
+                        raise self._fail(n, "a line after the end line")
+                    continue
+                try:
+                    rec = parse_json(line, where=f"{self.path}: line {n}")
+                except CanonicalJSONError as exc:
+                    raise CheckpointFileError(exc.message) from exc
+                if not isinstance(rec, dict) or rec.get("type") not in LINE_SCHEMAS:
+                    raise self._fail(n, 'not a session-file line (no known "type")')
+                kind = rec["type"]
+                if kind != "blob" and self._unscanned:
+                    self._scan_blobs()
+                errors = (
+                    []
+                    if kind == "blob" or trusted or certainly_valid(rec)
+                    else _schema_errors(schemas, kind, rec)
                 )
-                raise self._fail(n, f"{kind} line: ${where}: {errors[0].message[:120]}")
-            stage = ORDER.index(kind)
-            if stage < self._stage or (kind in ("session", "head") and stage == self._stage):
-                raise self._fail(n, f"a {kind} line out of order")
-            if stage > ORDER.index("session") and self._stage < ORDER.index("session"):
-                raise self._fail(n, f"a {kind} line before the session line")
-            if stage > ORDER.index("head") and self._stage < ORDER.index("head"):
-                raise self._fail(n, f"a {kind} line before the head line")
-            self._stage = stage
-            raw = getattr(self, f"_{kind}")(n, rec)
-            if kind == "end":
-                if rec["lines"] != n:
-                    raise self._fail(n, f"the end line says {rec['lines']} lines, the file has {n}")
-                if rec["digest"] != self.result.digest:
-                    raise self._fail(
-                        n,
-                        f"session digest mismatch: the file says {rec['digest'][:16]}…, its "
-                        f"content gives {self.result.digest[:16]}…",
-                        hint="the file was changed after it was exported",
+                if kind == "blob":
+                    self._blob_shape(n, rec)
+                elif (
+                    kind in ("checkpoint", "head")
+                    and not errors
+                    and not all(isinstance(d, str) and HEX.fullmatch(d) for d in rec["add"])
+                ):
+                    raise self._fail(n, f"{kind} line: $.add: every entry must be a blob digest")
+                if errors:
+                    where = "".join(
+                        f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in errors[0].path
                     )
-                ended = True
-                self.result.lines = n
-            yield kind, rec, raw
+                    raise self._fail(n, f"{kind} line: ${where}: {errors[0].message[:120]}")
+                stage = ORDER.index(kind)
+                if stage < self._stage or (kind in ("session", "head") and stage == self._stage):
+                    raise self._fail(n, f"a {kind} line out of order")
+                if stage > ORDER.index("session") and self._stage < ORDER.index("session"):
+                    raise self._fail(n, f"a {kind} line before the session line")
+                if stage > ORDER.index("head") and self._stage < ORDER.index("head"):
+                    raise self._fail(n, f"a {kind} line before the head line")
+                self._stage = stage
+                raw = getattr(self, f"_{kind}")(n, rec)
+                if kind == "end":
+                    if rec["lines"] != n:
+                        raise self._fail(
+                            n, f"the end line says {rec['lines']} lines, the file has {n}"
+                        )
+                    if rec["digest"] != self.result.digest:
+                        raise self._fail(
+                            n,
+                            f"session digest mismatch: the file says {rec['digest'][:16]}…, its "
+                            f"content gives {self.result.digest[:16]}…",
+                            hint="the file was changed after it was exported",
+                        )
+                    ended = True
+                    self.result.lines = n
+                yield kind, rec, raw
+            self._scan_blobs()
+        except AlpstoreError:
+            self._scan_blobs()  # a blob read before holds a secret: that is the first finding
+            raise
         if not ended:
             raise CheckpointFileError(
                 f"{self.path}: no end line: the file is cut short (truncated)",
                 hint="export the session again",
             )
+
+    def _sealing(self) -> Iterator[tuple[int, bytes]]:
+        """:func:`raw_lines`, sealing them as they pass: ``result.seals`` gets the BLAKE3
+        digest of every :data:`SEAL_BYTES` or so of lines, with the number of the last.
+        """
+        seals: list[tuple[int, bytes]] = []
+        hasher, size, n = blake3.blake3(), 0, 0
+        for n, line in raw_lines(self.path):
+            hasher.update(line)
+            hasher.update(b"\n")
+            size += len(line) + 1
+            yield n, line
+            if size >= SEAL_BYTES:
+                seals.append((n, hasher.digest()))
+                hasher, size = blake3.blake3(), 0
+        if size:
+            seals.append((n, hasher.digest()))
+        self.result.seals = seals
+
+    def _sealed_lines(self, seals: list[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+        """:func:`raw_lines`, each sealed run of lines held until it matches its seal (memory:
+        one run, about :data:`SEAL_BYTES` and a line).
+
+        Raises:
+            CheckpointFileError: the file is not the one that was checked.
+        """
+        changed = CheckpointFileError(
+            f"{self.path}: changed since it was checked; nothing imported",
+            hint="import it again once nothing writes to it",
+        )
+        held: list[tuple[int, bytes]] = []
+        hasher, at = blake3.blake3(), 0
+        for n, line in raw_lines(self.path):
+            if at == len(seals):
+                raise changed
+            hasher.update(line)
+            hasher.update(b"\n")
+            held.append((n, line))
+            if n == seals[at][0]:
+                if hasher.digest() != seals[at][1]:
+                    raise changed
+                yield from held
+                held, hasher, at = [], blake3.blake3(), at + 1
+        if at != len(seals):
+            raise changed
 
     def _header(self, line: bytes) -> None:
         try:
@@ -301,6 +349,12 @@ class SessionReader:
         if digest in self._kinds:
             raise self._fail(n, f"blob {digest[:16]}… comes twice")
         raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
+        if self._seals is not None:  # these bytes were checked: digest, shape, secrets
+            self._kinds[digest] = KIND_CODES[rec["kind"]]
+            if self._kinds[digest] == KIND_CODES["message"] and is_steering(rec["value"]):
+                self._steering.add(digest)
+            self.result.blobs += 1
+            return raw
         actual = blake3.blake3(raw).hexdigest()
         if actual != digest:
             raise self._fail(
@@ -320,15 +374,32 @@ class SessionReader:
                 raise self._fail(n, f"summary {digest[:16]}… is not a summary document")
             for c in value["covers"]:
                 self._need(n, c if isinstance(c, str) else "?", "a summary", tuple(KIND_NAMES))
-        if may_hold_secrets_canonical(raw):
-            findings = scan(rec["value"], f"line {n} (blob {digest[:16]}…)")
-            if findings:
-                raise secret_error(findings, what=str(self.path))
+        self._unscanned.append((n, digest, raw, rec["value"]))
+        self._unscanned_bytes += len(raw)
+        if len(self._unscanned) >= SCAN_BATCH or self._unscanned_bytes >= SEAL_BYTES:
+            self._scan_blobs()
         self._kinds[digest] = kind
         if kind == KIND_CODES["message"] and is_steering(rec["value"]):
             self._steering.add(digest)
         self.result.blobs += 1
         return raw
+
+    def _scan_blobs(self) -> None:
+        """The secret scan of the blobs read since the last one: the prefilter once over
+        their joined canonical bytes (canonical JSON holds no raw newline, so a blob's
+        finding is a finding of the joined text), each blob on its own only when it fires.
+
+        Raises:
+            SecretError: a blob holds a credential (the first, in line order).
+        """
+        held, self._unscanned, self._unscanned_bytes = self._unscanned, [], 0
+        if not held or not may_hold_secrets_canonical(b"\n".join(h[2] for h in held)):
+            return
+        for n, digest, raw, value in held:
+            if may_hold_secrets_canonical(raw):
+                findings = scan(value, f"line {n} (blob {digest[:16]}…)")
+                if findings:
+                    raise secret_error(findings, what=str(self.path))
 
     def _session(self, n: int, rec: dict[str, Any]) -> None:
         problem = session_id_problem(rec["uuid"])

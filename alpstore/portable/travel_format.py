@@ -30,10 +30,10 @@ import blake3
 from alpstore.codec import canonical_json, digest_hex
 from alpstore.db.names import BLOB_KINDS
 from alpstore.portable.files import MAX_INT, MAX_MESSAGE_BYTES
+from alpstore.portable.travel_header import FORMAT as FORMAT
 from alpstore.portable.travel_lg import LG_ORDER, LG_SCHEMAS, digest_doc
 from alpstore.views import cover_add, cover_bytes, cover_sub
 
-FORMAT: Final = "alpstore.session"
 VERSION: Final = 1
 KIND_NAMES: Final = dict(BLOB_KINDS)
 KIND_CODES: Final = {name: code for code, name in BLOB_KINDS.items()}
@@ -148,6 +148,102 @@ LINE_SCHEMAS: Final[dict[str, dict[str, Any]]] = {
 }
 ORDER: Final = ("blob", "session", "checkpoint", "head", "backtrack", "event", *LG_ORDER, "end")
 """The order the line types come in (each type's lines together)."""
+
+
+# The hot lines' schemas checked by hand: True only when the line certainly passes its schema in
+# LINE_SCHEMAS (every check here is as strict or stricter: exact types, ``fullmatch`` for a
+# digest), so a line it does not vouch for goes through jsonschema, which names the problem.
+# tests/portable/test_travel_fast_schema.py holds the two to each other with hypothesis.
+def _count(v: Any, low: int = 0) -> bool:
+    return type(v) is int and low <= v <= MAX_INT
+
+
+def _time(v: Any) -> bool:
+    return type(v) in (int, float) and v >= 0
+
+
+def _opt_text(v: Any) -> bool:
+    return v is None or type(v) is str
+
+
+def _digest(v: Any) -> bool:
+    return type(v) is str and HEX.fullmatch(v) is not None
+
+
+def _opt_digest(v: Any) -> bool:
+    return v is None or _digest(v)
+
+
+def _delta(rec: dict[str, Any]) -> bool:
+    return _count(rec["keep"]) and type(rec["add"]) is list and _digest(rec["covering"])
+
+
+_KEYS: Final = {kind: frozenset(schema["required"]) for kind, schema in LINE_SCHEMAS.items()}
+_RETENTION_KEYS: Final = frozenset({"mode", "n"})
+_PARENT_KEYS: Final = frozenset({"session", "seq", "covering"})
+
+
+def _checkpoint_ok(rec: dict[str, Any]) -> bool:
+    return (
+        _count(rec["id"], 1)
+        and _count(rec["seq"], 1)
+        and _count(rec["turn"])
+        and _opt_text(rec["label"])
+        and _opt_text(rec["trigger"])
+        and type(rec["abandoned"]) is bool
+        and _time(rec["created_at"])
+        and _opt_digest(rec["kernel"])
+        and _opt_digest(rec["wm"])
+        and _delta(rec)
+    )
+
+
+def _session_ok(rec: dict[str, Any]) -> bool:
+    retention, parent = rec["retention"], rec["parent"]
+    return (
+        type(rec["uuid"]) is str
+        and _opt_text(rec["name"])
+        and rec["status"] in ("created", "active", "paused", "terminated")
+        and _count(rec["turn"])
+        and _count(rec["backtrack_count"])
+        and type(retention) is dict
+        and retention.keys() == _RETENTION_KEYS
+        and retention["mode"] in ("all", "single", "last_n")
+        and _count(retention["n"], 1)
+        and _opt_text(rec["origin"])
+        and _opt_digest(rec["manifest"])
+        and _time(rec["created_at"])
+        and _time(rec["updated_at"])
+        and (
+            parent is None
+            or (
+                type(parent) is dict
+                and parent.keys() == _PARENT_KEYS
+                and type(parent["session"]) is str
+                and _count(parent["seq"], 1)
+                and _opt_digest(parent["covering"])
+            )
+        )
+    )
+
+
+_FAST: Final[dict[str, Any]] = {
+    "checkpoint": _checkpoint_ok,
+    "head": _delta,
+    "session": _session_ok,
+    "end": lambda rec: _count(rec["lines"]) and _digest(rec["digest"]),
+}
+
+
+def certainly_valid(rec: dict[str, Any]) -> bool:
+    """True when the session-file line ``rec`` (its ``type`` one of ``LINE_SCHEMAS``) certainly
+    passes its line schema, checked by hand for the session, checkpoint, head and end lines;
+    False means "ask jsonschema" (the line may still be valid: another type, or a spelling
+    the hand check does not vouch for, such as ``1.0`` for an integer).
+    """
+    kind = rec["type"]
+    check = _FAST.get(kind)
+    return check is not None and rec.keys() == _KEYS[kind] and bool(check(rec))
 
 
 def portable_dir(origin: Any) -> str | None:

@@ -477,7 +477,7 @@ def import_session_file(
             store._require_free_id(conn, checked.session["uuid"])
             store._require_free_name(conn, name)
     keep = reserve_ids(store, checked)
-    reader = SessionReader(path)
+    reader = SessionReader(path, sealed=checked)  # the bytes checked, not checked again
     with store.db.atomic() as conn:
         w = _Writer(store, conn, name, keep)
         w.spans = (checked.checkpoint_ids, checked.backtrack_ids)

@@ -261,31 +261,35 @@ def may_hold_secrets(json_text: str) -> bool:
 
 
 _LITERALS_B: Final = tuple(lit.encode() for lit in _QUICK_LITERALS)
-_HEADERS_B: Final = tuple(lit.encode() for lit in (*_HEADER_LITERALS, "pi-Key"))
-_SPELLINGS_B: Final = tuple(f'{w}":'.encode() for w in _KEY_SPELLINGS)
-_ENDINGS_B: Final = tuple(f'{w}":'.encode() for w in _KEY_ENDINGS)
+_HEADERS_LOWER_B: Final = tuple(sorted({lit.lower().encode() for lit in _HEADER_LITERALS}))
+_KEYS_LOWER_B: Final = tuple(
+    f'{w}":'.encode() for w in (*(w for w in _KEY_ENDINGS if not w.endswith("key")), "key")
+)
+"""Every key spelling of :data:`_KEY_SPELLINGS` and ending of :data:`_KEY_ENDINGS`, lower case
+(``key":`` stands for ``api_key``, ``apikey``, ``access_key`` … ``Key`` and ``-key``)."""
 
 
 def may_hold_secrets_canonical(raw: bytes) -> bool:
-    """:func:`may_hold_secrets` for canonical JSON bytes (``"key":"value"``, no space), without
-    copying them: what a streamed export checks for every message.
+    """:func:`may_hold_secrets` for canonical JSON bytes (``"key":"value"``, no space): what a
+    streamed export or a session file's import checks for every batch of messages.
+
+    The key and header spellings are looked for once, in the lower-cased text (one C pass):
+    a superset of the spellings :func:`may_hold_secrets` looks for one by one (``PassWord``,
+    ``"key":`` also answer True: the walk then decides), in 11 searches instead of 57 (issue 41:
+    a 4 MB session file's prefilter 89 -> ~50 ms).
     """
     if any(literal in raw for literal in _LITERALS_B):
         return True
-    if any(spelling in raw for spelling in _SPELLINGS_B):
-        return True
     if b"://" in raw and _URL_PASSWORD_B.search(raw):
-        return True
-    if any(h in raw for h in _HEADERS_B):
         return True
     if b'"value":' in raw and any(
         _env_named(m.group(1).decode("utf-8", "replace")) for m in _ENV_NAME_B.finditer(raw)
     ):
         return True
-    if b'":' not in raw or raw.islower():
-        return False
     lower = raw.lower()
-    return any(e in lower for e in _ENDINGS_B)
+    if any(h in lower for h in _HEADERS_LOWER_B):
+        return True
+    return b'":' in raw and any(k in lower for k in _KEYS_LOWER_B)
 
 
 def _key_path(path: str, key: str) -> str:

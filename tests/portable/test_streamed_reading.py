@@ -23,7 +23,7 @@ import alpstore.importers as importers
 import alpstore.portable.jsonstream as jsonstream
 import alpstore.portable.reading as reading
 from alpstore.errors import CheckpointFileError, InputError
-from alpstore.importers import import_history, parse_history
+from alpstore.importers import import_history, import_history_file, parse_history
 from alpstore.portable.deep import build_export, snapshot_of_head
 from alpstore.portable.exporting import write_export
 from alpstore.portable.files import load_checkpoint_file, manifest_hash, read_document
@@ -81,6 +81,50 @@ def test_transcript_parse_and_import_hold_one_turn_not_the_file(tmp_path: Path) 
         assert peak < size / 4, f"import_history peaked at {peak} bytes for a {size}-byte file"
         assert [e.value for e in session.history()] == messages
         assert len(st.list_checkpoints(session.id)) == turns
+
+
+def test_one_read_import_holds_a_frame_not_the_file(tmp_path: Path) -> None:
+    """``import_history_file`` (what `session import` runs, issue 41): the file read once,
+    checked inside the transaction, with the same bound as the two reads."""
+    path = tmp_path / "big.jsonl"
+    with Store.open(tmp_path / "root") as st:
+        turns = 2100
+        messages = _transcript(path, turns)
+        size = path.stat().st_size
+        (session, parsed), peak = _peak(lambda: import_history_file(st, path, name="big"))
+        assert peak < size / 4, f"import_history_file peaked at {peak} bytes for {size} bytes"
+        assert (parsed.messages, parsed.turn_count, parsed.format) == (2 * turns, turns, "openai")
+        assert [e.value for e in session.history()] == messages
+        assert len(st.list_checkpoints(session.id)) == turns
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ("{not json", r"bad\.jsonl:4001: not valid JSON"),
+        ('{"role": "robot", "content": "x"}', r"bad\.jsonl:4001: 'role' must be one of"),
+        ('{"role": "user", "content": NaN}', r"bad\.jsonl:4001: \$\.content: nan is not allowed"),
+    ],
+)
+def test_one_read_import_of_a_bad_line_late_in_the_file_writes_nothing(
+    tmp_path: Path, bad: str, error: str
+) -> None:
+    """The line is found after frames and turns were written in the transaction: it rolls
+    back whole (no session, no blob, no frame, no dictionary)."""
+    path = tmp_path / "bad.jsonl"
+    _transcript(path, 2000, size=200)
+    with path.open("r+", encoding="utf-8") as fh:
+        lines = fh.readlines()
+        lines.insert(4000, bad + "\n")
+        fh.seek(0)
+        fh.writelines(lines)
+    with Store.open(tmp_path / "root") as st:
+        st.create_session(name="kept").commit_turn([{"role": "user", "content": "hi"}])
+        before = fingerprint(st)
+        with pytest.raises(InputError, match=error):
+            import_history_file(st, path, name="bad")
+        assert fingerprint(st) == before
+        assert [s.name for s in st.list_sessions()] == ["kept"]
 
 
 def test_a_long_turn_is_written_in_pieces_and_stays_one_turn(
