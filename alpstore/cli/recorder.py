@@ -446,6 +446,7 @@ def main(argv: list[str] | None = None) -> None:
                 hook.log(root, f"recorder: --idle-timeout {value[:40]!r} is not a number")
     signal.signal(signal.SIGTERM, stop_signal)
     recorder = Recorder(root, idle_timeout=idle, codex_folder=None)
+    os.chdir("/")  # (the root is absolute now) a resident process holds no folder busy
     try:
         recorder.acquire(wait=2.0)
     except Busy:

@@ -311,3 +311,59 @@ def test_watch_records_codex_rollouts_as_they_grow(
     shown = backend.cli("session", "show", thread).out
     assert "user: q4" in shown and "assistant: a4" in shown
     assert _checkpoints(backend, "0199a000-old") == 0
+
+
+def test_codex_notify_goes_through_the_recorder(tmp_path: Path, roots: list[Path]) -> None:
+    from alpstore.store import Store
+
+    home = tmp_path / "codex"
+    lines = codex()
+    thread = lines[0]["payload"]["id"]
+    rollout = home / "sessions" / "2025" / "10" / "01" / f"rollout-2025-10-01T11-00-{thread}.jsonl"
+    rollout.parent.mkdir(parents=True)
+    _write(rollout, lines)
+    root = tmp_path / "run"
+    root.mkdir()
+    roots.append(root)
+    url_for = database_url_for_roots()
+    notify = {"type": "agent-turn-complete", "thread-id": thread, "turn-id": "t1"}
+    args = ["--root", str(root), "--runtime", "codex", "--codex-home", str(home)]
+    r = subprocess.run(
+        [sys.executable, "-c", HOOK, *args, json.dumps(notify)],
+        capture_output=True,
+        timeout=60,
+        env=_env(url_for(root) if url_for else None),
+    )
+    assert r.returncode == 0 and r.stdout == b"" and r.stderr == b""
+    with Store.open(root) as st:  # committed when the hook exited
+        assert len(st.get_session(thread).checkpoints()) >= 1
+    assert f"recorder {_recorder_pid(root)}: started" in _log(root)
+
+
+@pytest.mark.sqlite_only("the second archive is a SQLite file named by its URL")
+def test_a_hook_naming_another_database_is_not_recorded_by_this_root_s_recorder(
+    tmp_path: Path, roots: list[Path]
+) -> None:
+    from alpstore.store import Store
+
+    root = tmp_path / "run"
+    root.mkdir()
+    roots.append(root)
+    first = Claude(seed="here")
+    first.turn("q", "a")
+    here = first.write(tmp_path / f"{first.session}.jsonl")
+    assert _hook(root, _payload(first, here), None).returncode == 0  # starts the recorder
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    second = Claude(seed="there")
+    second.turn("q", "a")
+    there = second.write(tmp_path / f"{second.session}.jsonl")
+    r = _hook(root, _payload(second, there), other)
+    assert r.returncode == 0 and r.stderr == b""
+    deadline = time.monotonic() + 60  # recorded by a one-shot import, into the other archive
+    while "into session " + second.session not in _log(root) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    with Store.open(root, url=other) as st:
+        assert len(st.get_session(second.session).checkpoints()) == 1
+    with Store.open(root) as st:
+        assert len(st.get_session(first.session).checkpoints()) == 1
+        assert [s.uuid for s in st.list_sessions()] == [first.session]
