@@ -89,8 +89,12 @@ def canonical_json(value: Any) -> bytes:
     """
     # when encoding fails, _find_problem below names where
     try:
-        if _keys_are_strings(value):
+        keys = _keys_are_strings(value)
+        if keys:
             with contextlib.suppress(TypeError, ValueError, UnicodeEncodeError):
+                raw = _large_utf8(value) if keys == _LARGE else None
+                if raw is not None:
+                    return _within_depth(raw, value)
                 return _within_depth(_encoder.encode(value).encode("utf-8"), value)
     except RecursionError:
         raise _too_deep() from None
@@ -132,26 +136,108 @@ def canonical_json_parsed(value: Any) -> bytes:
     return _within_depth(raw, value)
 
 
-def _keys_are_strings(value: Any) -> bool:
-    """True when every object key is a string (the one thing ``json`` would silently coerce)."""
+_LARGE = 2
+"""What :func:`_keys_are_strings` says of a document holding a string of at least
+:data:`LARGE_STRING` characters (every key a string)."""
+LARGE_STRING = 1 << 20
+"""A document holding a string this long is encoded piece by piece (:func:`_large_utf8`)."""
+
+
+def _keys_are_strings(value: Any) -> int:
+    """1 (true) when every object key is a string (the one thing ``json`` would silently
+    coerce), :data:`_LARGE` (true too) when a string of :data:`LARGE_STRING` characters or more
+    is inside as well; 0 when a key is not a string.
+    """
     kind = type(value)
+    large = False
     if kind is dict:
         for key, sub in value.items():
             if type(key) is not str:
-                return False
+                return 0
             sub_kind = type(sub)
-            if (sub_kind is dict or sub_kind is list) and not _keys_are_strings(sub):
-                return False
-        return True
+            if sub_kind is dict or sub_kind is list:
+                inner = _keys_are_strings(sub)
+                if not inner:
+                    return 0
+                large = large or inner == _LARGE
+            elif sub_kind is str and len(sub) >= LARGE_STRING:
+                large = True
+        return _LARGE if large else 1
     if kind is list or kind is tuple:
         for sub in value:
             sub_kind = type(sub)
-            if (sub_kind is dict or sub_kind is list) and not _keys_are_strings(sub):
-                return False
-        return True
+            if sub_kind is dict or sub_kind is list:
+                inner = _keys_are_strings(sub)
+                if not inner:
+                    return 0
+                large = large or inner == _LARGE
+            elif sub_kind is str and len(sub) >= LARGE_STRING:
+                large = True
+        return _LARGE if large else 1
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _keys_are_strings(v) for k, v in value.items())
-    return True
+        return int(all(isinstance(k, str) and _keys_are_strings(v) for k, v in value.items()))
+    if kind is str and len(value) >= LARGE_STRING:
+        return _LARGE
+    return 1
+
+
+_SLICE = 1 << 16
+
+
+def _large_utf8(value: Any) -> bytes | None:
+    """The canonical bytes of a document holding a long string, made piece by piece (a long
+    string escaped and made UTF-8 a slice at a time, the pieces joined once): its text is not
+    held several times over as the one-shot encoder holds it (its escaped copy, the joined
+    copy, and UTF-8 made at 3 bytes a character before it is cut to size; an 8 MB tool result
+    with non-ASCII text: 40 MB above the document, here 17 MB).
+    Iterative; None when the document holds a type other than the exact JSON ones (the caller
+    encodes it the usual way).
+
+    Raises:
+        ValueError: a NaN or infinite float.
+    """
+    escape = json.encoder.encode_basestring
+    out: list[bytes] = []
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is bytes:  # a literal token pushed below (a document holds no bytes)
+            out.append(item)
+        elif kind is str and len(item) > _SLICE:  # escaped and made UTF-8 a slice at a time
+            out.append(b'"')
+            for start in range(0, len(item), _SLICE):
+                out.append(escape(item[start : start + _SLICE])[1:-1].encode("utf-8"))
+            out.append(b'"')
+        elif kind is str:
+            out.append(escape(item).encode("utf-8"))
+        elif item is None or item is True or item is False:
+            out.append(b"null" if item is None else b"true" if item else b"false")
+        elif kind is int:
+            out.append(int.__repr__(item).encode())
+        elif kind is float:
+            if not math.isfinite(item):
+                raise ValueError(f"{item!r} is not allowed in canonical JSON")
+            out.append(float.__repr__(item).encode())
+        elif kind is dict:
+            keys = sorted(item)
+            stack.append(b"}")
+            for i in range(len(keys) - 1, -1, -1):
+                stack.append(item[keys[i]])
+                stack.append(escape(keys[i]).encode("utf-8") + b":")
+                if i:
+                    stack.append(b",")
+            stack.append(b"{")
+        elif kind is list or kind is tuple:
+            stack.append(b"]")
+            for i in range(len(item) - 1, -1, -1):
+                stack.append(item[i])
+                if i:
+                    stack.append(b",")
+            stack.append(b"[")
+        else:
+            return None
+    return b"".join(out)
 
 
 def _find_problem(value: Any, path: str) -> str | None:

@@ -35,7 +35,7 @@ GROUPS = (
 )
 """Command groups, each a module ``alpstore.cli.<name>`` exposing a Typer ``app``."""
 
-COMMANDS = ("sql", "samples", "ui")
+COMMANDS = ("sql", "samples", "ui", "watch")
 """Single commands, each a module ``alpstore.cli.<name>`` exposing a function ``command``."""
 
 SUMMARIES: dict[str, str] = {
@@ -53,6 +53,8 @@ SUMMARIES: dict[str, str] = {
     "sql": "Run a read-only SQL query and print a table (tab-separated when not on a terminal).",
     "samples": "Print a sample to stdout: conversation is a 300-turn coding-agent conversation "
     "(OpenAI chat format, JSON Lines), also at alpstore/samples/conversation.jsonl in the package.",
+    "watch": "Record Claude Code and Codex turns as they happen: the run root's resident "
+    "recorder, which the recording hooks hand each turn to (and Codex rollouts as they grow).",
     "ui": "Serve a read-only web inspector of the archive: sessions and their lineage, "
     "timelines, the conversation at any checkpoint, diffs, bisect, archive stats and continuity.",
 }
@@ -64,6 +66,7 @@ the modules themselves."""
 EXAMPLES: dict[tuple[str, str], str] = {
     ("", "sql"): 'alpstore sql "select session, name, depth from session_lineage" --max-rows 20',
     ("", "samples"): "alpstore samples conversation > conversation.jsonl",
+    ("", "watch"): "alpstore --root ~/runs/project watch --idle-timeout 3600",
     ("", "ui"): "alpstore --root run ui --port 8765   # prints the URL with its access token",
     ("archive", "put"): "alpstore archive put message.json   # prints the blob's digest",
     ("archive", "get"): "alpstore archive get 3f2a…(64 hex digits)",

@@ -1,20 +1,27 @@
 """The recording hook: Claude Code's Stop / SubagentStop / PreCompact hooks (payload on stdin)
 and Codex's ``notify`` program (payload as the last argument) run it after each turn, and it
-imports what the transcript gained since the last run.
+records what the transcript gained since the last run.
 
 It never fails or holds up the agent: it reads the payload, compares the transcript's size with
-what the last run recorded (unchanged: done, nothing opened), and hands the import to a
-detached child process; the agent's wait is that check and a fork. The child takes a lock per
-transcript (runs for one transcript queue instead of racing), reads only the bytes after the
-stored offset, writes them in one transaction, and logs any failure to
-``<root>/traces/hooks/record.log``; it is killed after :data:`TIME_LIMIT` seconds (the
-transaction then rolls back; the next run imports the same bytes). The exit code is always 0.
+what the last run recorded (unchanged: done, nothing opened), and hands the turn to the run
+root's **recorder** (:mod:`alpstore.cli.recorder`, ``alpstore watch``): a resident process
+listening on ``<root>/traces/hooks/recorder.sock`` that has SQLAlchemy and the archive open
+already, so a turn costs its own import (milliseconds), not a new interpreter's. The hook waits
+for the recorder's ``committed`` (at most :data:`WAIT` seconds after it started; past that it
+exits and the recorder still finishes), so when it exits the turn is in the archive. No recorder
+running (the first turn, or after its idle timeout): the hook starts one, detached, and hands
+the turn to it. The recorder cannot be reached, or it dies before answering: the hook forks a
+detached one-shot import instead (the previous way), so a turn is never dropped.
+
+An import takes a lock per transcript (runs for one transcript queue instead of racing), reads
+only the bytes after the stored offset, writes them in one transaction, and logs to
+``<root>/traces/hooks/record.log``. The exit code is always 0.
 
 Run as ``python -c 'from alpstore.cli.record_hook import main; main()' ARGS`` (what
 ``hook install --record`` writes; ``-m`` works too, at the cost of ``runpy``) so that a turn
-does not pay for the command line's imports (Typer, SQLAlchemy) unless there is something to
-write: until it has decided, it imports ``os``, ``sys`` and ``json`` only (paths are strings
-here, no ``pathlib``, no ``typing``).
+does not pay for the command line's imports (Typer, SQLAlchemy): it imports ``os``, ``sys``,
+``json``, ``hashlib``, ``socket`` and ``time`` only (paths are strings here, no ``pathlib``, no
+``typing``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,20 @@ if TYPE_CHECKING:
 
 TIME_LIMIT = 120
 """Seconds an import started by the hook may run before it is stopped."""
+WAIT = 1.5
+"""Seconds after its start the hook waits for the recorder's answer before it exits."""
+FIRST_WAIT = 3.0
+"""The same when the hook had to start the recorder (its imports and the archive's opening:
+once per recorder)."""
+START_WAIT = 1.0
+"""Seconds after its start the hook tries to reach a recorder it started."""
+IDLE_TIMEOUT = 1800
+"""Seconds without a turn after which a recorder the hook started exits (the environment's
+``ALPSTORE_RECORDER_IDLE_TIMEOUT`` says otherwise)."""
+SOCKET_NAME = "recorder.sock"
+LOCK_NAME = "recorder.lock"
+RECORDER_CODE = "from alpstore.cli.recorder import main; main()"
+"""What the hook runs to start a recorder (``alpstore watch`` without Typer's imports)."""
 CLOSING_EVENTS = frozenset({"Stop", "agent-turn-complete"})
 """Events after which the turn is over (checkpointed); others leave it open."""
 MAX_PAYLOAD = 8 * 1024 * 1024
@@ -38,7 +59,8 @@ def _hooks_dir(root: str) -> str:
     return os.path.join(root, "traces", "hooks")
 
 
-def _log(root: str, text: str) -> None:
+def log(root: str, text: str) -> None:
+    """Append a line to the run root's hook log (else the user's temp log)."""
     import time
 
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {text}\n"
@@ -137,14 +159,14 @@ def seen_file(root: str, path: str) -> str:
     return os.path.join(_hooks_dir(root), f"{key}.seen")
 
 
-def run_import(root: str, path: str, *, close_turn: bool) -> str:
-    """Import what ``path`` gained (one transaction, under a per-transcript lock); return
-    what was done, as a log line.
+def run_import(root: str, path: str, *, close_turn: bool, store: Any = None) -> str:
+    """Import what ``path`` gained (one transaction, under a per-transcript lock) into the
+    archive of ``root`` (or ``store``, open already: the recorder's); return what was done, as
+    a log line.
     """
     import fcntl
     from pathlib import Path
 
-    from alpstore.store import Store
     from alpstore.transcripts.importing import import_transcript
 
     seen = seen_file(root, path)
@@ -152,13 +174,18 @@ def run_import(root: str, path: str, *, close_turn: bool) -> str:
     with open(seen[: -len(".seen")] + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         signature = _signature(path)
-        store = Store.open(Path(root), url=os.environ.get("ALPSTORE_DATABASE_URL") or None)
+        own = store is None
+        if own:
+            from alpstore.store import Store
+
+            store = Store.open(Path(root), url=os.environ.get("ALPSTORE_DATABASE_URL") or None)
         try:
             result = import_transcript(
                 store, Path(path), skip_bad_lines=True, close_turn=close_turn
             )
         finally:
-            store.close()
+            if own:
+                store.close()
         # a turn left open is checkpointed by the next closing run, even with nothing new
         with open(seen, "w") as out:
             out.write(signature if close_turn else "")
@@ -166,7 +193,128 @@ def run_import(root: str, path: str, *, close_turn: bool) -> str:
     return result.describe() + bad
 
 
-def _unchanged(root: str, path: str) -> bool:
+def database_key() -> str:
+    """Which archive a process writes to, besides its run root (the database URL, hashed: a
+    recorder serves only hooks that would write where it writes).
+    """
+    import hashlib
+
+    url = os.environ.get("ALPSTORE_DATABASE_URL") or ""
+    return hashlib.blake2b(url.encode(), digest_size=8).hexdigest()
+
+
+def socket_path(root: str) -> str:
+    """The recorder's socket for run root ``root``."""
+    return os.path.join(_hooks_dir(root), SOCKET_NAME)
+
+
+def connect(root: str, timeout: float) -> Any:
+    """A connection to ``root``'s recorder, or None (none listening, or the socket is not this
+    user's). A path too long for a socket address is reached through ``/proc/self/fd``.
+    """
+    import socket
+    import stat
+
+    path = socket_path(root)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        return None
+    folder = -1
+    address = path
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if len(os.fsencode(path)) > 100:
+            folder = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+            address = f"/proc/self/fd/{folder}/{SOCKET_NAME}"
+        sock.settimeout(max(timeout, 0.01))
+        sock.connect(address)
+        return sock
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        if folder >= 0:
+            os.close(folder)
+
+
+def ask(sock: Any, request: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """Send one request line, read the one answer line: None when the recorder closed the
+    connection without an answer; raises ``TimeoutError`` past ``timeout``.
+    """
+    sock.settimeout(max(timeout, 0.01))
+    sock.sendall(json.dumps(request).encode() + b"\n")
+    data = b""
+    while not data.endswith(b"\n") and len(data) < 1 << 20:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    if not data.endswith(b"\n"):
+        return None
+    doc = json.loads(data)
+    return doc if isinstance(doc, dict) else None
+
+
+def start_recorder(root: str, *extra: str) -> None:
+    """Start a recorder for ``root``: a detached process (own session, no terminal, stdio on
+    /dev/null so that the runtime waiting on the hook's output does not wait on it).
+    """
+    argv = [sys.executable, "-c", RECORDER_CODE, "--root", root, *extra]
+    pid = os.fork()
+    if pid != 0:
+        os.waitpid(pid, 0)
+        return
+    try:  # the child: a new session, then a grandchild that init adopts
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.execv(sys.executable, argv)
+    except BaseException as exc:  # logged; the hook falls back to a one-shot import
+        log(root, f"record: the recorder could not be started: {type(exc).__name__}: {exc}")
+    finally:
+        os._exit(0)
+
+
+def _hand_over(root: str, path: str, event: str, close_turn: bool, started: float) -> bool:
+    """Give the turn to the run root's recorder (starting one if none runs) and wait for its
+    answer until :data:`WAIT` seconds after ``started`` (:data:`FIRST_WAIT` when it started
+    it): True when the recorder has it (the turn committed, its failure logged, or still being
+    recorded past the wait).
+    """
+    import time
+
+    wait = WAIT
+    sock = connect(root, START_WAIT)
+    if sock is None:
+        wait = FIRST_WAIT
+        idle = os.environ.get("ALPSTORE_RECORDER_IDLE_TIMEOUT") or str(IDLE_TIMEOUT)
+        start_recorder(root, "--idle-timeout", idle)
+        while sock is None and time.monotonic() < started + START_WAIT:
+            time.sleep(0.005)
+            sock = connect(root, started + START_WAIT - time.monotonic())
+        if sock is None:
+            return False
+    request = {"op": "record", "path": path, "event": event, "close": close_turn}
+    request["db"] = database_key()
+    try:
+        answer = ask(sock, request, started + wait - time.monotonic())
+    except TimeoutError:
+        return True  # the recorder has the turn and finishes it on its own
+    except (OSError, ValueError):
+        return False
+    finally:
+        sock.close()
+    return answer is not None and answer.get("status") in ("committed", "failed")
+
+
+def unchanged(root: str, path: str) -> bool:
+    """The transcript (and its subagent files) have the size the last run recorded."""
     try:
         with open(seen_file(root, path)) as handle:
             return handle.read() == _signature(path)
@@ -176,6 +324,9 @@ def _unchanged(root: str, path: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the hook; always 0."""
+    import time
+
+    started = time.monotonic()
     opts = _args(sys.argv[1:] if argv is None else argv)
     root: str = opts["root"]
     try:
@@ -188,19 +339,21 @@ def main(argv: list[str] | None = None) -> int:
             path = transcript if isinstance(transcript, str) and transcript else None
             event = str(doc.get("hook_event_name") or "")
         if path is None or not os.path.isfile(path):
-            _log(root, f"record {event}: no transcript to read ({doc.get('transcript_path')})")
+            log(root, f"record {event}: no transcript to read ({doc.get('transcript_path')})")
             return 0
-        if _unchanged(root, path):
+        if unchanged(root, path):
             return 0  # nothing new: not even the archive is opened
         close_turn = event in CLOSING_EVENTS
         if opts["foreground"]:
-            _log(root, f"record {event}: {run_import(root, path, close_turn=close_turn)}")
+            log(root, f"record {event}: {run_import(root, path, close_turn=close_turn)}")
             return 0
-        if os.fork() != 0:
+        if _hand_over(root, os.path.abspath(path), event, close_turn, started):
+            return 0
+        if os.fork() != 0:  # no recorder: a detached one-shot import (a turn is never dropped)
             return 0  # the agent goes on; the child imports
         _detached(root, path, event, close_turn)
     except Exception as exc:  # the hook never fails the agent
-        _log(root, f"record: {type(exc).__name__}: {exc}")
+        log(root, f"record: {type(exc).__name__}: {exc}")
     return 0
 
 
@@ -214,9 +367,9 @@ def _detached(root: str, path: str, event: str, close_turn: bool) -> None:
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
         signal.alarm(TIME_LIMIT)
-        _log(root, f"record {event}: {run_import(root, path, close_turn=close_turn)}")
+        log(root, f"record {event}: {run_import(root, path, close_turn=close_turn)}")
     except BaseException as exc:  # logged, never raised to anyone
-        _log(root, f"record {event}: {type(exc).__name__}: {exc}")
+        log(root, f"record {event}: {type(exc).__name__}: {exc}")
     finally:
         os._exit(0)
 

@@ -152,10 +152,14 @@ def log(
                 subgraphs=step.subgraphs,
             )
         rows.append((ck.created_at, doc))
+    made = {ck.id: ck.created_at for ck in every}
     for e in events:
+        # a subagent goes under the turn that called it (an import of a whole transcript
+        # writes the events after every turn of the main session)
+        at = made.get(e["checkpoint"], e["at"]) if e["kind"] == "subagent" else e["at"]
         rows.append(
             (
-                e["at"],
+                at,
                 {
                     "type": e["kind"],
                     "checkpoint": e["checkpoint"],

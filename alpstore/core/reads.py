@@ -111,6 +111,8 @@ class StoreReads(StoreParts):
                     rows = self._sessions(
                         conn, "WHERE uuid LIKE ? ESCAPE '/'", (_like_prefix(ref),)
                     )
+                if len(rows) > 1:  # a session and the children named after it: the session
+                    rows = [r for r in rows if _names_the_rest(str(r.uuid), rows)] or rows
                 if len(rows) > 1:
                     raise NotFoundError(
                         f"session {ref!r} is ambiguous ({len(rows)} match)",
@@ -415,3 +417,10 @@ class StoreReads(StoreParts):
         if found is None:
             raise NotFoundError(missing)
         return self.get_checkpoint(int(found[0]))
+
+
+def _names_the_rest(uuid: str, rows: list[Any]) -> bool:
+    """Every other row's id is ``uuid`` and a dotted suffix (a transcript's subagent sessions
+    are ``<session>.agent-<id>``): a prefix of ``uuid`` means the session, not its children.
+    """
+    return all(str(r.uuid) == uuid or str(r.uuid).startswith(uuid + ".") for r in rows)

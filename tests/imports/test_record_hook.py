@@ -15,6 +15,7 @@ from typing import Any
 from tests.backend_pass import database_url_for_roots
 from tests.conftest import Backend
 from tests.fixtures.transcripts.build import Claude, codex
+from tests.imports.test_recorder import stop_recorders
 
 REPO = Path(__file__).parents[2]
 
@@ -22,7 +23,7 @@ REPO = Path(__file__).parents[2]
 def _hook(
     root: Path, payload: Any, *more: str, url: str | None = None, stdin: bool = True
 ) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "ALPSTORE_RECORDER_IDLE_TIMEOUT": "60"}
     env.pop("ALPSTORE_DATABASE_URL", None)
     if url:
         env["ALPSTORE_DATABASE_URL"] = url
@@ -86,20 +87,26 @@ def test_a_transcript_grown_turn_by_turn_gets_one_checkpoint_per_turn(
     assert text.count("appended") >= 4 and "error" not in text.lower()
 
 
-def test_the_hook_detaches_and_the_import_still_happens(tmp_path: Path) -> None:
+def test_with_no_recorder_the_hook_imports_in_a_detached_child(tmp_path: Path) -> None:
+    """A recorder that cannot listen (a folder where its socket goes): the turn is not
+    dropped, a detached one-shot import records it."""
     cc = Claude(seed="detach")
     cc.turn("q", "a")
     path = cc.write(tmp_path / "s.jsonl")
     root = tmp_path / "run"
-    root.mkdir()
+    (root / "traces" / "hooks" / "recorder.sock").mkdir(parents=True)
     url_for = database_url_for_roots()  # on the PostgreSQL pass: the root's schema
-    r = _hook(root, _payload(cc, path), url=url_for(root) if url_for else None)
+    try:
+        r = _hook(root, _payload(cc, path), url=url_for(root) if url_for else None)
+    finally:
+        stop_recorders(root)
     assert r.returncode == 0 and r.stdout == b"" and r.stderr == b""
     log = root / "traces" / "hooks" / "record.log"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and "imported" in log.read_text()):
         time.sleep(0.1)
     assert "imported 2 messages, 1 checkpoints" in log.read_text()
+    assert "recorder: cannot listen: IsADirectoryError" in log.read_text()
     from alpstore.store import Store
 
     with Store.open(root) as st:

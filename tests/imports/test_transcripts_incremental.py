@@ -189,3 +189,27 @@ def test_skip_bad_lines_imports_around_them_and_names_them(
     sid = json.loads(lines[1])["sessionId"]
     shown = backend.cli("session", "show", sid).out
     assert "Rewound after compaction" in shown
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [('"\\ud800"', "lone surrogate"), ("1e400", "is not allowed"), ("NaN", "is not allowed")],
+)
+def test_a_record_json_holds_but_the_archive_cannot_is_named(
+    tmp_path: Path, value: str, says: str
+) -> None:
+    """Each record is checked as the archive will hold it (walked, not encoded: no copy of a
+    long record): a lone surrogate or a non-finite number names its line."""
+    from tests.conftest import run_cli
+
+    lines = _lines(FIXTURES / "claude-rewind.jsonl")
+    odd = (
+        b'{"type": "user", "uuid": "u-odd", "message": {"content": [1, ' + value.encode() + b"]}}\n"
+    )
+    path = tmp_path / "odd.jsonl"
+    path.write_bytes(b"".join([*lines[:6], odd, *lines[6:]]))
+    root = tmp_path / "run"
+    refused = run_cli("--root", str(root), "session", "import", str(path))
+    assert refused.code == 3 and f"{path}:7: " in refused.err and says in refused.err
+    r = run_cli("--root", str(root), "session", "import", str(path), "--skip-bad-lines")
+    assert r.code == 0 and "skipped 1 malformed line(s)" in r.err and ": 7" in r.err

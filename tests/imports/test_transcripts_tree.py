@@ -302,3 +302,42 @@ def test_a_projects_folder_imports_each_transcript_as_its_tree(
     again = backend.cli("session", "import", str(folder))
     assert again.code == 0, again.err
     assert json.loads(backend.cli("session", "list", "--json").out) == before
+
+
+def test_a_prefix_shared_with_the_subagent_sessions_names_the_session(tmp_path: Path) -> None:
+    """`<session>.agent-<id>` children share the session's prefix: the prefix a user reads in
+    `session lineage` names the session (it was ambiguous), a longer one the child."""
+    from tests.conftest import run_cli
+
+    root = tmp_path / "run"
+    r = run_cli(
+        "--root", str(root), "session", "import", str(FIXTURES / "claude-subagents-inline.jsonl")
+    )
+    assert r.code == 0, r.err
+    shown = run_cli("--root", str(root), "session", "show", "fce399cf")
+    assert shown.code == 0 and "[8] assistant: You're welcome" in shown.out
+    child = run_cli(
+        "--root", str(root), "session", "show", "fce399cf-435a-57a2-9c2c-629e20147bab.agent-0f9"
+    )
+    assert child.code == 0 and "You're welcome" not in child.out
+    logged = run_cli("--root", str(root), "debug", "log", "fce399cf")
+    assert logged.code == 0, logged.err
+
+
+def test_session_log_shows_a_subagent_under_the_turn_that_called_it(tmp_path: Path) -> None:
+    """One import writes the subagent events after every main turn; the log still puts each
+    under the checkpoint it is anchored at."""
+    from tests.conftest import run_cli
+
+    root = tmp_path / "run"
+    r = run_cli(
+        "--root", str(root), "session", "import", str(FIXTURES / "claude-subagents-inline.jsonl")
+    )
+    assert r.code == 0, r.err
+    rows = json.loads(run_cli("--root", str(root), "session", "log", "fce399cf", "--json").out)
+    subagents = [i for i, row in enumerate(rows) if row["type"] == "subagent"]
+    assert len(subagents) == 2
+    for i in subagents:
+        before = [row for row in rows[:i] if row["type"] == "checkpoint"]
+        assert before[-1]["checkpoint"] == rows[i]["checkpoint"]
+    assert rows[-1]["type"] == "checkpoint"  # the last turn comes after them
