@@ -367,3 +367,43 @@ def test_a_hook_naming_another_database_is_not_recorded_by_this_root_s_recorder(
     with Store.open(root) as st:
         assert len(st.get_session(first.session).checkpoints()) == 1
         assert [s.uuid for s in st.list_sessions()] == [first.session]
+
+
+def test_a_stopping_recorder_packs_what_its_turns_left_loose(
+    tmp_path: Path, roots: list[Path]
+) -> None:
+    """A recorder rarely lives to the background packer's threshold: at its exit it settles
+    the archive as `session import` does (SQLite: its turns' blobs end packed in frames)."""
+    import sqlite3
+
+    from alpstore.db.names import sqlite_path_for_root
+    from tests.conftest import run_cli
+
+    root = tmp_path / "run"
+    root.mkdir()
+    roots.append(root)
+    url_for = database_url_for_roots()
+    if url_for is not None:
+        pytest.skip("SQLite: on PostgreSQL a settle trains the dictionary and packs nothing")
+    cc = Claude(seed="settle")
+    path = tmp_path / "project" / f"{cc.session}.jsonl"
+    for turn in range(1, 31):
+        real_turn(cc, turn)
+        cc.write(path)
+        assert _hook(root, _payload(cc, path), None).returncode == 0
+
+    def codecs() -> dict[int, int]:
+        with sqlite3.connect(sqlite_path_for_root(root)) as con:
+            return dict(con.execute("SELECT codec, count(*) FROM blobs GROUP BY codec"))
+
+    assert 4 not in codecs()  # loose while the recorder runs
+    assert run_cli("--root", str(root), "watch", "--stop").code == 0
+    pid = _recorder_pid(root)
+    deadline = time.monotonic() + 30
+    while pid is not None and _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = codecs()
+    assert after.get(4, 0) >= 100 and sum(after.values()) == after[4], after
+    assert run_cli("--root", str(root), "archive", "verify").code == 0
+    shown = run_cli("--root", str(root), "session", "show", cc.session).out.splitlines()
+    assert len(shown) == 30 * 4
