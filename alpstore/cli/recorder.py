@@ -256,6 +256,22 @@ class Recorder:
         self.listener.setblocking(False)
         selector = selectors.DefaultSelector()
         selector.register(self.listener, selectors.EVENT_READ)
+        # Ctrl-C and SIGTERM set ``stopping`` and wake the select through a pipe: the turn
+        # being imported finishes first (an exception raised mid-import dropped it, and could
+        # land between a lock's acquisition and its release); a second one interrupts.
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        selector.register(wake_r, selectors.EVENT_READ)
+
+        def stop(signum: int, frame: Any) -> None:
+            if self.stopping:
+                raise KeyboardInterrupt
+            self.stopping = True
+            with contextlib.suppress(OSError):
+                os.write(wake_w, b"x")
+
+        handlers = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         self._log(f"recorder {os.getpid()}: started" + self._watching())
         if self.codex_folder is not None:
             self._first_scan()
@@ -269,7 +285,10 @@ class Recorder:
                 if self.idle_timeout > 0:
                     left = max(0.0, self.last + self.idle_timeout - now)
                     timeout = left if timeout is None else min(timeout, left)
-                if selector.select(timeout):
+                events = selector.select(timeout)
+                if self.stopping:
+                    break
+                if any(key.fileobj is self.listener for key, _ in events):
                     try:
                         conn, _ = self.listener.accept()
                     except BlockingIOError:
@@ -284,9 +303,15 @@ class Recorder:
                     break
         finally:
             selector.close()
-            for path in sorted(self.open_rollouts):  # their last turn is over by now
-                self._record(path, "exit", close=True)
-            self.release()
+            try:
+                for path in sorted(self.open_rollouts):  # their last turn is over by now
+                    self._record(path, "exit", close=True)
+                self.release()
+            finally:
+                for sig, previous in handlers.items():
+                    signal.signal(sig, previous)
+                os.close(wake_r)
+                os.close(wake_w)
             self._log(f"recorder {os.getpid()}: stopped ({self.recorded} imports)")
 
     def _watching(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -126,7 +127,6 @@ def command(
         f"recorder {os.getpid()} for {root}: listening on {hook.socket_path(root)}{watching}{ends}"
     )
     signal.signal(signal.SIGTERM, rec.stop_signal)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C: stopped mid-import
         recorder.run()
-    except KeyboardInterrupt:
-        warn("recorder stopped")
+    warn("recorder stopped")

@@ -407,3 +407,44 @@ def test_a_stopping_recorder_packs_what_its_turns_left_loose(
     assert run_cli("--root", str(root), "archive", "verify").code == 0
     shown = run_cli("--root", str(root), "session", "show", cc.session).out.splitlines()
     assert len(shown) == 30 * 4
+
+
+def test_ctrl_c_mid_import_finishes_the_turn_then_stops(
+    backend: Backend, tmp_path: Path, roots: list[Path]
+) -> None:
+    """Ctrl-C (SIGINT) while `watch` imports a rollout lets that import finish, then stops:
+    an exception raised mid-import dropped the whole import (0 checkpoints)."""
+    roots.append(backend.root)
+    home = tmp_path / "codex"
+    day = home / "sessions" / "2025" / "10" / "01"
+    day.mkdir(parents=True)
+    meta = codex()[0]
+    thread = meta["payload"]["id"]
+    cmd = [sys.executable, "-m", "alpstore.cli.main", *backend.db_args(), "watch"]
+    watch = subprocess.Popen(
+        [*cmd, "--codex-home", str(home), "--poll", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+    )
+    try:
+        sock = backend.root / "traces" / "hooks" / "recorder.sock"
+        deadline = time.monotonic() + 30
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines: list[dict[str, Any]] = [meta]
+        for n in range(1, 2001):
+            _rollout_turn(lines, n)
+        _write(day / f"rollout-2025-10-01T11-00-00-{thread}.jsonl", lines)  # ~1.3 MB
+        deadline = time.monotonic() + 30
+        while "reading" not in _log(backend.root) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "reading" in _log(backend.root)  # the import has started
+    finally:
+        watch.send_signal(signal.SIGINT)
+        _, err = watch.communicate(timeout=60)
+    assert watch.returncode == 0, err
+    assert _checkpoints(backend, thread) == 2000
+    log = _log(backend.root)
+    assert "KeyboardInterrupt" not in log and "stopped (1 imports)" in log
