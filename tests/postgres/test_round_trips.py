@@ -19,7 +19,7 @@ from tests.postgres.netproxy import proxied
 
 pytestmark = pytest.mark.postgres
 
-MAX_COMMIT_TURN_ROUND_TRIPS = 6
+MAX_COMMIT_TURN_ROUND_TRIPS = 2
 """A native commit_turn, however many messages: BEGIN with the session row, the blobs looked up,
 the new ones inserted, the segment grown, the checkpoint (with the entries and the head's move),
 COMMIT. It was 9 before the batching (BEGIN, entries and the head's move each one of their own)."""
