@@ -38,6 +38,22 @@ INSERT_BLOBS = (
 )
 """One multi-row insert that hands back the ids it assigned (a digest another transaction
 stored first is not returned: it is looked up)."""
+INSERT_MISSING = (
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "SELECT v.* FROM (VALUES {rows}) AS v (digest, kind, raw_size, codec, dict_id, payload, "
+    "base_id) WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = v.digest) "
+    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
+)
+"""PostgreSQL, no lookup first (:meth:`ArchiveWriter.store_encoded_later`): the rows not stored
+yet, in one statement. ``NOT EXISTS`` leaves the stored ones out before they take an id from
+the sequence (``ON CONFLICT`` alone would, and the ids would have gaps); ``ON CONFLICT`` covers
+a row another writer is inserting at the same time."""
+
+INSERT_MISSING_ROW = (
+    "(CAST(? AS BYTEA), CAST(? AS SMALLINT), CAST(? AS INTEGER), CAST(? AS SMALLINT), "
+    "CAST(? AS INTEGER), CAST(? AS BYTEA), CAST(? AS INTEGER))"
+)
+
 INSERT_BLOBS_PLAIN = (
     "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
 )
@@ -262,8 +278,8 @@ class ArchiveWriter(DictionaryTraining):
 
         for part in chunks(rows, INSERT_ROWS):
             values = [v for r in part for v in r]
-            group = ", ".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(part))
-            rsql.execute(conn, INSERT_BLOBS.format(rows=group), values, defer=True, then=landed)
+            group = ", ".join([INSERT_MISSING_ROW] * len(part))
+            rsql.execute(conn, INSERT_MISSING.format(rows=group), values, defer=True, then=landed)
         for base_digest, base_raw, lines in new_bases:
             self._remember_base(base_digest, base_raw, lines)
 

@@ -160,11 +160,15 @@ class StoreWrites(StoreNaming):
         kernel_digest: bytes | None,
         wm_digest: bytes | None,
         cover: int,
+        wrap: Callable[[str, list[Any]], tuple[str, list[Any]]] | None = None,
     ) -> Callable[[], CheckpointInfo]:
         """:meth:`insert_checkpoint` whose row rides the transaction's next round trip on
         PostgreSQL (its COMMIT's, for a turn), the state blobs named by digest (stored earlier
         in the transaction); returns what gives the checkpoint once the transaction (or its
         savepoint) ended — its id and sequence number come back with that round trip.
+
+        ``wrap``: makes the statement (and its parameters) one that does more with the new
+        row — ``WITH ck AS (insert) …`` — and still returns its id and sequence number first.
         """
         stored_label = _stored_label(label, turn)
         now = time.time()
@@ -177,6 +181,8 @@ class StoreWrites(StoreNaming):
                 params.append(blob)
         sql = INSERT_CHECKPOINT_STATE.format(kernel=state[0], wm=state[1])
         params.extend((stored_label, trigger, False, now, digest))
+        if wrap is not None:
+            sql, params = wrap(sql, params)
         box: list[tuple[Any, ...]] = []
         rsql.execute(conn, sql, params, defer=True, then=box.extend)
 
@@ -187,7 +193,7 @@ class StoreWrites(StoreNaming):
                 if found is None:
                     raise IntegrityError(f"checkpoint of session {info.uuid}: no row came back")
                 box.append(tuple(found))
-            ck_id, seq = box[0]
+            ck_id, seq = box[0][:2]
             return CheckpointInfo(
                 int(ck_id),
                 info.uuid,

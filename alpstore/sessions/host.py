@@ -100,6 +100,7 @@ class SessionHost(Protocol):
         kernel_digest: bytes | None,
         wm_digest: bytes | None,
         cover: int,
+        wrap: Callable[[str, list[Any]], tuple[str, list[Any]]] | None = None,
     ) -> Callable[[], CheckpointInfo]:
         """PostgreSQL: the checkpoint row rides the transaction's next round trip; what is
         returned gives the checkpoint once the transaction ended.
