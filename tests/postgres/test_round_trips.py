@@ -1,7 +1,7 @@
-"""Round trips per call on PostgreSQL (issue 45), counted by the loopback proxy: a write
-transaction's BEGIN rides its first statement, statements whose results no one reads ride the
-next one (or the COMMIT), and a statement of that queue that fails still fails its transaction
-whole.
+"""Round trips per call on PostgreSQL (issue 45), counted by the loopback proxy: a write in two
+(the BEGIN with the rows it locks, then everything else with the COMMIT), a statement of the
+queue that fails still fails its transaction whole, and a put_writes that finds its task taken
+at the COMMIT merges instead.
 """
 
 from __future__ import annotations
@@ -159,3 +159,40 @@ def test_alpstore_saver_round_trips_per_call(tmp_path: Path, kind: str) -> None:
     steady = {name: max(counts[2:]) for name, counts in seen.items()}  # the thread exists
     for name, bound in SAVER_MAX_ROUND_TRIPS.items():
         assert steady[name] <= bound, (name, seen[name])
+
+
+def test_put_writes_racing_another_writer_of_its_task_merges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task was free when put_writes looked, and another process stored writes for it
+    before the COMMIT: the insert is a duplicate, rolled back whole, and the plain path merges
+    (LangGraph's rule: the writes stored first are kept)."""
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from alpstore.integrations import _lgfast as lgfast
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    with postgres_schema() as url:
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+        try:
+            config: object = {"configurable": {"thread_id": "race", "checkpoint_ns": ""}}
+            ck = empty_checkpoint()
+            ck["channel_values"] = {"count": 1}
+            ck["channel_versions"] = {"count": 1}
+            config = saver.put(config, ck, {"source": "loop", "step": 0}, {"count": 1})
+            saver.put_writes(config, [("count", 2)], "task")  # the other process's, first
+            # this process looks before the other's COMMIT: the task seems free
+            free = "SELECT t.id, false FROM lg_threads t WHERE ? IS NOT NULL AND ? IS NOT NULL"
+            monkeypatch.setattr(
+                lgfast, "_TASK_FREE", free + " AND t.thread_id = ? AND t.checkpoint_ns = ?"
+            )
+            saver.put_writes(config, [("count", 3), ("other", 4)], "task")
+            tup = saver.get_tuple(config)
+        finally:
+            saver.close()
+    assert tup is not None
+    assert [(task, channel, value) for task, channel, value in tup.pending_writes] == [
+        ("task", "count", 2),
+        ("task", "other", 4),
+    ]
