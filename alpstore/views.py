@@ -67,6 +67,12 @@ OWN_TIP = (
 it, its row locked until commit (so neither another writer nor `gc` changes it before the
 transaction grows it: :meth:`ViewStore.grow_later`). Run after the session's row is locked."""
 
+BLOBS_FIRST = "LOCK TABLE blobs IN ROW EXCLUSIVE MODE"
+"""PostgreSQL, before :data:`OWN_TIP` in a write that stores blobs later: the lock its blob
+insert would take, taken first. `gc` locks ``blobs`` then ``segments`` (``exclude_writers``);
+a writer holding a segment's row (``segments`` share-locked) and then inserting blobs would
+take them the other way round, and the two would deadlock."""
+
 MAX_CHAIN_DEPTH = 48
 """A new segment whose chain would be deeper than this is flattened (one O(length) copy),
 so reading a view never needs more than this many range scans."""

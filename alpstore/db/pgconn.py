@@ -120,13 +120,15 @@ class BoundedConnection(psycopg.Connection[Any]):
             return (yield from super()._commit_gen())
         try:
             yield from self._alp_run(pending + b"; COMMIT")
-        except pg_errors.OperationalError:
-            raise  # the connection broke: the caller reads back whether it landed
         except psycopg.Error:
-            # a queued statement failed, so the COMMIT after it never ran: end the transaction
-            # as a refused COMMIT does (rolled back), then report the failure
-            with contextlib.suppress(psycopg.Error):
-                yield from self._exec_command(b"ROLLBACK")
+            if self.pgconn.status != pq.ConnStatus.OK:
+                raise  # the connection broke: the caller reads back whether it landed
+            # a queued statement failed (a constraint, a deadlock the server broke), so the
+            # COMMIT after it never ran: end the transaction as a refused COMMIT does (rolled
+            # back) — the connection goes back to the pool clean — then report the failure
+            if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    yield from self._exec_command(b"ROLLBACK")
             raise
         return None
 

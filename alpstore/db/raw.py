@@ -114,9 +114,11 @@ def fetch_together(
             first = [_bound(dbapi, sql, params) for sql, params in bound[:-1]]
             batched = _pg_batched(cur, *bound[-1], False, before=first, found=found)
             assert batched is not _NOT_BATCHED
-            return [*found, list(batched.fetchall())]
+            last = list(batched.fetchall()) if batched.description is not None else []
+            return [*found, last]
     for sql, params in statements:
-        found.append(fetchall(conn, sql, params))
+        cur = execute(conn, sql, params)
+        found.append(list(cur.fetchall()) if cur.description is not None else [])
     return found
 
 
@@ -214,7 +216,7 @@ def _pg_batched(
         dbapi.alp_deliver(results)
     for _ in before:
         assert found is not None
-        found.append(list(cur.fetchall()))
+        found.append(list(cur.fetchall()) if cur.description is not None else [])
         cur.nextset()
     return cur
 

@@ -17,6 +17,7 @@ from alpstore.errors import DatabaseError, IntegrityError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.integrations._lgthread import SaverState
+from alpstore.views import BLOBS_FIRST
 
 WritesFound = list[tuple[int, str, tuple[int, int | None, int, bytes], list[int]]]
 """``_lgdb.find_writes``' answer: ``(write id, task id, packed doc, item blob ids)``."""
@@ -190,9 +191,10 @@ def lock_thread_at_tip(
     whether the thread holds ``checkpoint_id`` already — in the BEGIN's round trip. Under the
     session's lock no other put of the thread can change either before the commit.
     """
-    locked, tip, stored = rsql.fetch_together(
+    _, locked, tip, stored = rsql.fetch_together(
         conn,
         [
+            (BLOBS_FIRST, ()),
             (lgdb.LOCK_THREAD, (thread_id, ns)),
             (_TIP_OF_THREAD, (thread_id, ns)),
             (_CHECKPOINT_STORED, (thread_id, ns, id_bytes(checkpoint_id))),

@@ -25,7 +25,7 @@ from alpstore.sessions.records import (
     count_user_turns,
     evolve,
 )
-from alpstore.views import OWN_TIP, View, cover_add, cover_bytes, cover_int, cover_sub
+from alpstore.views import BLOBS_FIRST, OWN_TIP, View, cover_add, cover_bytes, cover_int, cover_sub
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -140,8 +140,8 @@ class SessionBase:
         """
         if self._unwritten is not None:
             return self._info, False
-        rows, tip = rsql.fetch_together(
-            conn, [(SESSION_ROW, (self.id,)), (OWN_TIP, (self.id, self.id))]
+        _, rows, tip = rsql.fetch_together(
+            conn, [(BLOBS_FIRST, ()), (SESSION_ROW, (self.id,)), (OWN_TIP, (self.id, self.id))]
         )
         info = self._take_row(conn, rows[0] if rows else None)
         at_tip = bool(tip) and int(tip[0][0]) == info.head.length and not tip[0][1]
