@@ -78,6 +78,7 @@ def put_checkpoint(
         if branch is not None:  # time travel: the head moves back to the parent first
             th.forget()  # what it kept describes the old head, not the parent's view
             row = row._replace(view=branch.view, turn=branch.turn, cover=branch.cover)
+            at_tip = False  # the tip locked was the old head's: the plain path appends
         cover = cover_int(row.cover)
         if cover is None:  # not recorded (an archive not upgraded to revision 0004)
             cover = store.views.cover(conn, row.view)

@@ -7,6 +7,7 @@ at the COMMIT merges instead.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -196,3 +197,39 @@ def test_put_writes_racing_another_writer_of_its_task_merges(
         ("task", "count", 2),
         ("task", "other", 4),
     ]
+
+
+def test_a_put_that_travels_back_in_time_appends_on_the_plain_path(tmp_path: Path) -> None:
+    """A put whose parent is an older checkpoint moves the head back first: the tip locked in
+    the first round trip was the old head's, so its messages are appended as a branch, not
+    grown in place (the in-place statement would refuse it: a NULL segment)."""
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    def checkpoint(texts: list[str], version: int) -> Any:
+        ck = empty_checkpoint()
+        ck["channel_values"] = {"messages": [HumanMessage(content=t, id=f"id-{t}") for t in texts]}
+        ck["channel_versions"] = {"messages": version}
+        return ck
+
+    with postgres_schema() as url:
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+        try:
+            base: Any = {"configurable": {"thread_id": "tt", "checkpoint_ns": ""}}
+            configs = [base]
+            texts: list[str] = []
+            for i in range(3):
+                texts = [*texts, f"m{i}"]
+                md: Any = {"source": "loop", "step": i}
+                configs.append(saver.put(configs[-1], checkpoint(texts, i + 1), md, {}))
+            # back to the first checkpoint (one message), then a different second message
+            md = {"source": "loop", "step": 1}
+            back = saver.put(configs[1], checkpoint(["m0", "other"], 9), md, {"messages": 9})
+            tup = saver.get_tuple(back)
+        finally:
+            saver.close()
+    assert tup is not None
+    assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == ["m0", "other"]
