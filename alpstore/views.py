@@ -49,6 +49,30 @@ GROW = "UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT seale
 """Extend a segment in place: only at its tip, and never one `gc` trimmed (sealed), so a
 position once written is never written again and ``(segment, length)`` names fixed entries."""
 
+GROW_WITH_ENTRIES = (
+    "WITH g AS (UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed "
+    "RETURNING id) INSERT INTO segment_entries (segment_id, position, blob_id) "
+    "SELECT (SELECT id FROM g), v.p, (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    "FROM (VALUES {rows}) AS v (p, d)"
+)
+"""PostgreSQL: :data:`GROW` and the entries in one statement, the blobs named by digest (so
+the statement that stores them need not answer first). Not grown, or a blob missing: a NULL
+in a NOT NULL column, and the transaction fails whole instead of writing a short view."""
+
+OWN_TIP = (
+    "SELECT length, sealed FROM segments WHERE id = "
+    "(SELECT head_segment_id FROM sessions WHERE id = ?) AND session_id = ? FOR NO KEY UPDATE"
+)
+"""PostgreSQL: the length and seal of the segment a session's head names when the session owns
+it, its row locked until commit (so neither another writer nor `gc` changes it before the
+transaction grows it: :meth:`ViewStore.grow_later`). Run after the session's row is locked."""
+
+BLOBS_FIRST = "LOCK TABLE blobs IN ROW EXCLUSIVE MODE"
+"""PostgreSQL, before :data:`OWN_TIP` in a write that stores blobs later: the lock its blob
+insert would take, taken first. `gc` locks ``blobs`` then ``segments`` (``exclude_writers``);
+a writer holding a segment's row (``segments`` share-locked) and then inserting blobs would
+take them the other way round, and the two would deadlock."""
+
 MAX_CHAIN_DEPTH = 48
 """A new segment whose chain would be deeper than this is flattened (one O(length) copy),
 so reading a view never needs more than this many range scans."""
@@ -317,6 +341,23 @@ class ViewStore:
                     self._insert_entries(conn, seg.id, view.length, blob_ids)
                     return View(seg.id, new_length)
         return self._branch(conn, view, session_id, blob_ids)
+
+    def grow_later(self, conn: Connection, view: View, digests: Sequence[bytes]) -> View:
+        """PostgreSQL: the view with the blobs ``digests`` (stored earlier in the same
+        transaction) appended in place, in one statement that rides the transaction's next
+        round trip. The caller holds the segment's row (:data:`OWN_TIP`) and saw that the view
+        is at its unsealed tip, so it grows.
+        """
+        if not digests:
+            return view
+        assert view.segment_id is not None
+        new_length = view.length + len(digests)
+        params: list[Any] = [new_length, view.segment_id, view.length]
+        for i, digest in enumerate(digests):
+            params.extend((view.length + i, digest))
+        rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(digests))
+        rsql.execute(conn, GROW_WITH_ENTRIES.format(rows=rows), params, defer=True)
+        return View(view.segment_id, new_length)
 
     def _branch(
         self, conn: Connection, view: View, session_id: int, blob_ids: Sequence[int]

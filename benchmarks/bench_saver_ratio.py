@@ -94,7 +94,7 @@ def side_by_side(url: str | None, turns: int, data: Any) -> dict[str, Any]:
 def run_all(turns: int, pg_turns: int) -> str:
     load = os.getloadavg()[0]
     data = conversation(max(turns, pg_turns))
-    results = {"SQLite": side_by_side(None, turns, data)}
+    results = {"SQLite": side_by_side(None, turns, data)} if turns else {}
     url = postgres_url()
     skipped = None
     if url and pg_turns:
@@ -137,12 +137,13 @@ def run_all(turns: int, pg_turns: int) -> str:
             f"{name} at {r['turns']:,} turns ratio ≤ {GOAL_RATIO} — {r['ratio']:.2f}, "
             f"{verdict(r['ratio'] <= GOAL_RATIO)}"
         )
-    sq = results["SQLite"]
-    goals.append(
-        f"SQLite bytes ≤ {GOAL_BYTES}× raw — {sq['bytes'] / sq['raw']:.2f}× "
-        f"({sq['bytes'] / 1e6:.2f} MB for {sq['raw'] / 1e6:.2f} MB), "
-        f"{verdict(sq['bytes'] <= GOAL_BYTES * sq['raw'])}"
-    )
+    sq = results.get("SQLite")  # --turns 0: the PostgreSQL row alone
+    if sq is not None:
+        goals.append(
+            f"SQLite bytes ≤ {GOAL_BYTES}× raw — {sq['bytes'] / sq['raw']:.2f}× "
+            f"({sq['bytes'] / 1e6:.2f} MB for {sq['raw'] / 1e6:.2f} MB), "
+            f"{verdict(sq['bytes'] <= GOAL_BYTES * sq['raw'])}"
+        )
     lines += ["", "Goals (issue 32): " + "; ".join(goals) + "."]
     if skipped:
         lines += ["", skipped]

@@ -38,6 +38,22 @@ INSERT_BLOBS = (
 )
 """One multi-row insert that hands back the ids it assigned (a digest another transaction
 stored first is not returned: it is looked up)."""
+INSERT_MISSING = (
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "SELECT v.* FROM (VALUES {rows}) AS v (digest, kind, raw_size, codec, dict_id, payload, "
+    "base_id) WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = v.digest) "
+    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
+)
+"""PostgreSQL, no lookup first (:meth:`ArchiveWriter.store_encoded_later`): the rows not stored
+yet, in one statement. ``NOT EXISTS`` leaves the stored ones out before they take an id from
+the sequence (``ON CONFLICT`` alone would, and the ids would have gaps); ``ON CONFLICT`` covers
+a row another writer is inserting at the same time."""
+
+INSERT_MISSING_ROW = (
+    "(CAST(? AS BYTEA), CAST(? AS SMALLINT), CAST(? AS INTEGER), CAST(? AS SMALLINT), "
+    "CAST(? AS INTEGER), CAST(? AS BYTEA), CAST(? AS INTEGER))"
+)
+
 INSERT_BLOBS_PLAIN = (
     "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
 )
@@ -187,34 +203,7 @@ class ArchiveWriter(DictionaryTraining):
             if item[0] not in ids and item[0] not in fresh:
                 fresh[item[0]] = item
         if fresh:
-            rows: list[tuple[Any, ...]] = []
-            new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
-            deltas: list[tuple[int, bytes, bytes, frozenset[bytes]]] = []
-            coded = packed or {}
-            todo = [item for digest, item in fresh.items() if digest not in coded]
-            if todo:  # all of them, unless an import packed them ahead
-                coded = {**coded, **self.pack(todo)} if coded else self.pack(todo)
-            for digest, kind, raw_bytes in fresh.values():
-                codec, dict_id, payload = coded[digest]
-                if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
-                    lines = line_hashes(raw_bytes)
-                    delta = self._delta(raw_bytes, lines, len(payload))
-                    if delta is not None:
-                        deltas.append((len(rows), delta[0], delta[1], lines))
-                    else:
-                        new_bases.append((digest, raw_bytes, lines))
-                rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, None))
-            if deltas:
-                bases = self._base_ids(conn, list(dict.fromkeys(d for _, d, _, _ in deltas)))
-                for i, base_digest, payload, lines in deltas:
-                    row = rows[i]
-                    if base_digest in bases:
-                        rows[i] = (*row[:3], CODEC_ZSTD_BASE, None, payload, bases[base_digest])
-                    else:  # its base is gone: stored plain, and a base itself from now on
-                        new_bases.append((row[0], fresh[row[0]][2], lines))
-            # One global insert order (by digest): writers racing on the same digests queue
-            # behind each other instead of deadlocking.
-            rows.sort()
+            rows, new_bases = self._blob_rows(conn, fresh, packed)
             for part in chunks(rows, INSERT_ROWS):
                 inserted += self._insert_blobs(conn, part, ids)
             raced = [d for d in fresh if d not in ids]  # stored meanwhile, or before unprobed
@@ -229,6 +218,70 @@ class ArchiveWriter(DictionaryTraining):
         if known is not None:
             known.update(ids)
         return [ids[d] for d, _, _ in items], inserted
+
+    def _blob_rows(
+        self, conn: Connection, fresh: dict[bytes, Encoded], packed: Packed | None
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[bytes, bytes, frozenset[bytes]]]]:
+        """The blob rows to insert for ``fresh`` (compressed, or deltas against a recent base
+        whose id is looked up and locked here), sorted by digest, and the new delta bases
+        among them.
+        """
+        rows: list[tuple[Any, ...]] = []
+        new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
+        deltas: list[tuple[int, bytes, bytes, frozenset[bytes]]] = []
+        coded = packed or {}
+        todo = [item for digest, item in fresh.items() if digest not in coded]
+        if todo:  # all of them, unless an import packed them ahead
+            coded = {**coded, **self.pack(todo)} if coded else self.pack(todo)
+        for digest, kind, raw_bytes in fresh.values():
+            codec, dict_id, payload = coded[digest]
+            if DELTA_MIN_SIZE <= len(raw_bytes) <= DELTA_MAX_SIZE:
+                lines = line_hashes(raw_bytes)
+                delta = self._delta(raw_bytes, lines, len(payload))
+                if delta is not None:
+                    deltas.append((len(rows), delta[0], delta[1], lines))
+                else:
+                    new_bases.append((digest, raw_bytes, lines))
+            rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, None))
+        if deltas:
+            bases = self._base_ids(conn, list(dict.fromkeys(d for _, d, _, _ in deltas)))
+            for i, base_digest, payload, lines in deltas:
+                row = rows[i]
+                if base_digest in bases:
+                    rows[i] = (*row[:3], CODEC_ZSTD_BASE, None, payload, bases[base_digest])
+                else:  # its base is gone: stored plain, and a base itself from now on
+                    new_bases.append((row[0], fresh[row[0]][2], lines))
+        # One global insert order (by digest): writers racing on the same digests queue
+        # behind each other instead of deadlocking.
+        rows.sort()
+        return rows, new_bases
+
+    def store_encoded_later(self, conn: Connection, items: Sequence[Encoded]) -> None:
+        """PostgreSQL: store ``items`` (idempotent) in statements that ride the transaction's
+        next round trip — one ``INSERT … ON CONFLICT DO NOTHING`` per :data:`INSERT_ROWS`,
+        no lookup first — for a caller that names the blobs by digest in its later statements
+        of the same transaction (:meth:`ViewStore.grow_later`). Every item is compressed,
+        stored already or not. The insert takes ``blobs``' row-exclusive lock, which `gc`'s
+        exclusive one waits for: a blob found stored stays until the transaction ends.
+        """
+        fresh: dict[bytes, Encoded] = {}
+        for item in items:
+            fresh.setdefault(item[0], item)
+        if not fresh:
+            return
+        rows, new_bases = self._blob_rows(conn, fresh, None)
+        small = {d for d, (_, _, raw) in fresh.items() if len(raw) <= SMALL_BLOB_MAX}
+
+        def landed(returned: list[tuple[Any, ...]]) -> None:  # the rows this insert added
+            self._pending_new += len(returned)
+            self._pending_small += sum(1 for digest, _ in returned if bytes(digest) in small)
+
+        for part in chunks(rows, INSERT_ROWS):
+            values = [v for r in part for v in r]
+            group = ", ".join([INSERT_MISSING_ROW] * len(part))
+            rsql.execute(conn, INSERT_MISSING.format(rows=group), values, defer=True, then=landed)
+        for base_digest, base_raw, lines in new_bases:
+            self._remember_base(base_digest, base_raw, lines)
 
     def _insert_blobs(
         self, conn: Connection, part: Sequence[tuple[Any, ...]], ids: dict[bytes, int]

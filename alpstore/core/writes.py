@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alpstore.core.naming import StoreNaming, acceptable_id
 from alpstore.db import raw as rsql
-from alpstore.errors import NotFoundError, UsageError
+from alpstore.errors import IntegrityError, NotFoundError, UsageError
 from alpstore.rules.ids import text_problem
 from alpstore.rules.limits import check_event_kind
 from alpstore.rules.names import normal_name
@@ -36,6 +36,27 @@ INSERT_CHECKPOINT = (
     "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checkpoints WHERE session_id = ?), "
     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, seq"
 )
+
+
+INSERT_CHECKPOINT_STATE = (
+    "INSERT INTO checkpoints (session_id, seq, turn, segment_id, length, kernel_blob_id, "
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES (?, "
+    "(SELECT COALESCE(MAX(seq), 0) + 1 FROM checkpoints WHERE session_id = ?), "
+    "?, ?, ?, {kernel}, {wm}, ?, ?, ?, ?, ?) RETURNING id, seq"
+)
+""":data:`INSERT_CHECKPOINT` with the state blobs as ``NULL`` or :data:`STATE_BY_DIGEST`."""
+
+CHECKPOINT_READ_BACK = (
+    "SELECT id, seq FROM checkpoints WHERE session_id = ? AND created_at = ? "
+    "AND covering_digest = ? ORDER BY id DESC"
+)
+"""A checkpoint whose row's reply was lost with its COMMIT's, found by what it was written
+with."""
+
+STATE_BY_DIGEST = "COALESCE((SELECT id FROM blobs WHERE digest = ?), -1)"
+"""A checkpoint's kernel or working-memory blob named by digest, stored earlier in the same
+transaction: its id, or -1 (no blob has it: the foreign key refuses the row, the turn is
+rolled back) should it somehow be missing."""
 
 
 CHECKPOINT_ROWS = 100
@@ -91,14 +112,7 @@ class StoreWrites(StoreNaming):
         ``cover``: the view's covering digest when the caller keeps it (a session's head);
         otherwise it is computed from the view's entries (O(length)).
         """
-        stored_label = None if label in (None, default_label(turn)) else label
-        if stored_label is not None:
-            problem = text_problem(stored_label)
-            if problem is not None:  # what an export of it would refuse: refused now
-                raise UsageError(
-                    f"checkpoint label {problem}",
-                    hint="labels are printable text, at most 200 characters",
-                )
+        stored_label = _stored_label(label, turn)
         now = time.time()
         if cover is None:
             cover = self.views.cover(conn, view)
@@ -133,6 +147,67 @@ class StoreWrites(StoreNaming):
             now,
             covering_digest=digest,
         )
+
+    def insert_checkpoint_later(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        view: View,
+        *,
+        turn: int,
+        label: str | None,
+        trigger: str | None,
+        kernel_digest: bytes | None,
+        wm_digest: bytes | None,
+        cover: int,
+        wrap: Callable[[str, list[Any]], tuple[str, list[Any]]] | None = None,
+    ) -> Callable[[], CheckpointInfo]:
+        """:meth:`insert_checkpoint` whose row rides the transaction's next round trip on
+        PostgreSQL (its COMMIT's, for a turn), the state blobs named by digest (stored earlier
+        in the transaction); returns what gives the checkpoint once the transaction (or its
+        savepoint) ended — its id and sequence number come back with that round trip.
+
+        ``wrap``: makes the statement (and its parameters) one that does more with the new
+        row — ``WITH ck AS (insert) …`` — and still returns its id and sequence number first.
+        """
+        stored_label = _stored_label(label, turn)
+        now = time.time()
+        digest = cover_bytes(cover)
+        params: list[Any] = [info.id, info.id, turn, view.segment_id, view.length]
+        state = []
+        for blob in (kernel_digest, wm_digest):
+            state.append("NULL" if blob is None else STATE_BY_DIGEST)
+            if blob is not None:
+                params.append(blob)
+        sql = INSERT_CHECKPOINT_STATE.format(kernel=state[0], wm=state[1])
+        params.extend((stored_label, trigger, False, now, digest))
+        if wrap is not None:
+            sql, params = wrap(sql, params)
+        box: list[tuple[Any, ...]] = []
+        rsql.execute(conn, sql, params, defer=True, then=box.extend)
+
+        def checkpoint() -> CheckpointInfo:
+            if not box:  # the COMMIT's reply was lost and its transaction read back: stored
+                with self.db.read() as again:
+                    found = rsql.fetchone(again, CHECKPOINT_READ_BACK, (info.id, now, digest))
+                if found is None:
+                    raise IntegrityError(f"checkpoint of session {info.uuid}: no row came back")
+                box.append(tuple(found))
+            ck_id, seq = box[0][:2]
+            return CheckpointInfo(
+                int(ck_id),
+                info.uuid,
+                int(seq),
+                turn,
+                label or default_label(turn),
+                trigger,
+                view,
+                False,
+                now,
+                covering_digest=digest,
+            )
+
+        return checkpoint
 
     def insert_turn_checkpoints(
         self,
@@ -336,3 +411,20 @@ class StoreWrites(StoreNaming):
                 created_at=time.time(),
             )
         )
+
+
+def _stored_label(label: str | None, turn: int) -> str | None:
+    """The label a checkpoint row keeps (None for the default one).
+
+    Raises:
+        UsageError: a label an export would refuse.
+    """
+    stored = None if label in (None, default_label(turn)) else label
+    if stored is not None:
+        problem = text_problem(stored)
+        if problem is not None:  # what an export of it would refuse: refused now
+            raise UsageError(
+                f"checkpoint label {problem}",
+                hint="labels are printable text, at most 200 characters",
+            )
+    return stored

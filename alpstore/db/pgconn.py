@@ -26,11 +26,15 @@ Imported only when a PostgreSQL archive is opened (psycopg is an optional depend
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import generators, pq
+
+Sink = Callable[[Any], None]
+"""Handed a deferred statement's result (a ``pq.PGresult``) when it came."""
 
 _WAIT_TIMEOUT: type[BaseException] = getattr(pg_errors, "_WaitTimeout", psycopg.OperationalError)
 
@@ -49,34 +53,56 @@ class BoundedConnection(psycopg.Connection[Any]):
     """The id of the current write transaction (when ``alp_want_xid`` was set at its start)."""
     alp_deferred: list[bytes] | None = None
     """Statements bound client-side, to be sent in front of the next one (``defer``)."""
+    alp_sinks: list[Sink | None] | None = None
+    """For each queued statement, what is handed its result once it came (or None)."""
 
-    def alp_defer(self, statement: bytes) -> None:
-        """Queue ``statement`` (bound SQL) for the next round trip of this transaction."""
-        if self.alp_deferred is None:
-            self.alp_deferred = []
+    def alp_defer(self, statement: bytes, sink: Sink | None = None) -> None:
+        """Queue ``statement`` (one bound SQL statement) for the next round trip of this
+        transaction; ``sink``, if given, is handed its result (a ``pq.PGresult``) when that
+        round trip's reply came, before the call that sent it returns (a COMMIT's too).
+        """
+        if self.alp_deferred is None or self.alp_sinks is None:
+            self.alp_deferred, self.alp_sinks = [], []
         self.alp_deferred.append(statement)
+        self.alp_sinks.append(sink)
 
     def alp_take(self) -> bytes | None:
         """The queued statements as one query text (``a; b``), the queue emptied; None when
-        nothing waits.
+        nothing waits. Their sinks wait in ``alp_taken`` for :meth:`alp_deliver`.
         """
         queue, self.alp_deferred = self.alp_deferred, None
+        self.alp_taken, self.alp_sinks = tuple(self.alp_sinks or ()), None
         return b"; ".join(queue) if queue else None
+
+    alp_taken: tuple[Sink | None, ...] = ()
+    """The sinks of the statements :meth:`alp_take` took last, in order."""
+
+    def alp_deliver(self, results: Sequence[Any]) -> None:
+        """Hand the results of the statements taken last (the first ``len(alp_taken)`` of
+        ``results``) to their sinks.
+        """
+        sinks, self.alp_taken = self.alp_taken, ()
+        for sink, result in zip(sinks, results, strict=False):
+            if sink is not None:
+                sink(result)
 
     def alp_waiting(self) -> int:
         """How many statements wait in the queue."""
         return len(self.alp_deferred) if self.alp_deferred else 0
 
     def _alp_run(self, query: bytes) -> Any:
-        """Send ``query`` (several statements, simple protocol) and wait for all its results;
-        the first failed one raises.
+        """Send ``query`` (several statements, simple protocol, the queue taken last in front)
+        and wait for all its results; the first failed one raises, else the queue's sinks are
+        handed theirs.
         """
         self._check_connection_ok()
         self.pgconn.send_query(query)
         results = yield from generators.execute(self.pgconn)
         for result in results:
             if result.status == pq.ExecStatus.FATAL_ERROR:
+                self.alp_taken = ()
                 raise pg_errors.error_from_result(result, encoding=self.pgconn._encoding)
+        self.alp_deliver(results)
         return results
 
     def _commit_gen(self) -> Any:
@@ -90,21 +116,25 @@ class BoundedConnection(psycopg.Connection[Any]):
         ):
             if pending is not None and self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                 yield from self._alp_run(pending)
+            self.alp_taken = ()
             return (yield from super()._commit_gen())
         try:
             yield from self._alp_run(pending + b"; COMMIT")
-        except pg_errors.OperationalError:
-            raise  # the connection broke: the caller reads back whether it landed
         except psycopg.Error:
-            # a queued statement failed, so the COMMIT after it never ran: end the transaction
-            # as a refused COMMIT does (rolled back), then report the failure
-            with contextlib.suppress(psycopg.Error):
-                yield from self._exec_command(b"ROLLBACK")
+            if self.pgconn.status != pq.ConnStatus.OK:
+                raise  # the connection broke: the caller reads back whether it landed
+            # a queued statement failed (a constraint, a deadlock the server broke), so the
+            # COMMIT after it never ran: end the transaction as a refused COMMIT does (rolled
+            # back) — the connection goes back to the pool clean — then report the failure
+            if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    yield from self._exec_command(b"ROLLBACK")
             raise
         return None
 
     def _rollback_gen(self) -> Any:
-        self.alp_deferred = None  # never sent: nothing to undo
+        self.alp_deferred = self.alp_sinks = None  # never sent: nothing to undo
+        self.alp_taken = ()
         return (yield from super()._rollback_gen())
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:

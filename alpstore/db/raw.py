@@ -14,7 +14,7 @@ imported only for type checking, so a reader on a LiteDatabase never loads it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -65,23 +65,72 @@ def _cursor(conn: AnyConnection) -> tuple[Any, str]:
     return conn.connection.dbapi_connection.cursor(), dialect_of(conn)  # type: ignore[union-attr]
 
 
+Rows = Callable[[list[tuple[Any, ...]]], None]
+"""Handed the rows of a deferred statement (``execute``'s ``then``) once they came."""
+
+
 def execute(
-    conn: AnyConnection, sql: str, params: Sequence[Any] = (), *, defer: bool = False
+    conn: AnyConnection,
+    sql: str,
+    params: Sequence[Any] = (),
+    *,
+    defer: bool = False,
+    then: Rows | None = None,
 ) -> Any:
     """Run one statement on the connection's DBAPI cursor; returns the cursor.
 
-    ``defer`` (PostgreSQL; ignored elsewhere): the caller reads nothing of the result, so the
-    statement may wait for the next round trip of the transaction (``db/pgconn.py``); it then
-    returns None. On PostgreSQL a statement also carries the deferred ones before it, and the
-    first of a write transaction its ``BEGIN``, in one round trip.
+    ``defer`` (PostgreSQL; ignored elsewhere): the caller needs nothing of the result before
+    its next statement, so this one may wait for the next round trip of the transaction
+    (``db/pgconn.py``); it then returns None, and ``then``, if given, is handed the rows it
+    returned when they came — at the latest when the COMMIT's reply came, before the commit
+    returns. A statement that does not wait (SQLite, or too large to bind client-side) hands
+    them over at once. On PostgreSQL a statement also carries the deferred ones before it,
+    and the first of a write transaction its ``BEGIN``, in one round trip.
     """
     cur, dialect = _cursor(conn)
     if dialect == "postgresql":
-        batched = _pg_batched(cur, _translate(sql, dialect), tuple(params), defer)
+        batched = _pg_batched(cur, _translate(sql, dialect), tuple(params), defer, then)
         if batched is not _NOT_BATCHED:
             return batched
     cur.execute(_translate(sql, dialect), tuple(params))
+    if then is not None:
+        then(list(cur.fetchall()) if cur.description is not None else [])
     return cur
+
+
+def fetch_together(
+    conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]
+) -> list[list[Any]]:
+    """The rows of each statement, run in order; on PostgreSQL in one round trip (with the
+    queue and the transaction's ``BEGIN`` in front), when each is small enough to bind
+    client-side. For reads whose next step needs all of them.
+    """
+    cur, dialect = _cursor(conn)
+    found: list[list[Any]] = []
+    if dialect == "postgresql" and len(statements) > 1:
+        dbapi = cur.connection
+        bound = [(_translate(sql, dialect), tuple(params)) for sql, params in statements]
+        if _batchable(dbapi) and all(_small(params) for _, params in bound):
+            first = [_bound(dbapi, sql, params) for sql, params in bound[:-1]]
+            batched = _pg_batched(cur, *bound[-1], False, before=first, found=found)
+            assert batched is not _NOT_BATCHED
+            last = list(batched.fetchall()) if batched.description is not None else []
+            return [*found, last]
+    for sql, params in statements:
+        cur = execute(conn, sql, params)
+        found.append(list(cur.fetchall()) if cur.description is not None else [])
+    return found
+
+
+def _rows_of(dbapi: Any, result: Any) -> list[tuple[Any, ...]]:
+    """The rows of a ``pq.PGresult`` (a deferred statement's), loaded as the driver would."""
+    from psycopg.adapt import Transformer
+
+    if not result.ntuples:
+        return []
+    tx = Transformer(dbapi)
+    tx.set_pgresult(result)
+    return list(tx.load_rows(0, result.ntuples, tuple))
 
 
 _NOT_BATCHED = object()
@@ -103,7 +152,21 @@ def _small(params: tuple[Any, ...]) -> bool:
     return size <= BATCH_MAX_BYTES
 
 
-def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any:
+def _batchable(dbapi: Any) -> bool:
+    """A ``pgconn.BoundedConnection`` inside (or about to begin) a transaction."""
+    return hasattr(dbapi, "alp_defer") and not dbapi.autocommit and not dbapi._pipeline
+
+
+def _pg_batched(
+    cur: Any,
+    sql: str,
+    params: tuple[Any, ...],
+    defer: bool,
+    then: Rows | None = None,
+    *,
+    before: Sequence[bytes] = (),
+    found: list[list[Any]] | None = None,
+) -> Any:
     """``execute`` on PostgreSQL through ``pgconn.BoundedConnection``'s round-trip saving:
     deferred (``defer``, inside a begun transaction), or sent with what waits before it (the
     transaction's ``BEGIN``, deferred statements) in one simple-protocol query. Returns the
@@ -111,16 +174,17 @@ def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any
     (the caller runs the statement as usual: prepared, extended protocol).
     """
     dbapi = cur.connection
-    if not hasattr(dbapi, "alp_defer") or dbapi.autocommit or dbapi._pipeline:
+    if not _batchable(dbapi):
         return _NOT_BATCHED
     if not _small(params):
         return _NOT_BATCHED  # the driver flushes the queue before it (pgconn._start_query)
     idle = dbapi.pgconn.transaction_status == 0  # pq.TransactionStatus.IDLE
     if defer and not idle:
-        dbapi.alp_defer(_bound(dbapi, sql, params))
+        sink = None if then is None else (lambda result: then(_rows_of(dbapi, result)))
+        dbapi.alp_defer(_bound(dbapi, sql, params), sink)
         return None
     waiting = 0 if idle else dbapi.alp_waiting()
-    if not idle and not waiting:
+    if not idle and not waiting and not before:
         return _NOT_BATCHED
     parts: list[bytes] = []
     skip = waiting
@@ -129,8 +193,9 @@ def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any
         if dbapi.alp_want_xid:
             parts.append(b"SELECT txid_current()")
         skip = len(parts)
-    else:
+    elif waiting:
         parts.append(dbapi.alp_take())
+    parts.extend(before)
     parts.append(_bound(dbapi, sql, params))
     want_xid = idle and dbapi.alp_want_xid
     if idle:
@@ -140,11 +205,19 @@ def _pg_batched(cur: Any, sql: str, params: tuple[Any, ...], defer: bool) -> Any
         cur.execute(b"; ".join(parts))
     finally:
         dbapi._autocommit = False
+    results = []
     for i in range(skip):
-        cur.nextset()
-        if want_xid and i == 0:
+        if want_xid and i == 1:
             row = cur.fetchone()
             dbapi.alp_xid = int(row[0]) if row and row[0] is not None else None
+        results.append(cur.pgresult)
+        cur.nextset()
+    if not idle and waiting:
+        dbapi.alp_deliver(results)
+    for _ in before:
+        assert found is not None
+        found.append(list(cur.fetchall()) if cur.description is not None else [])
+        cur.nextset()
     return cur
 
 

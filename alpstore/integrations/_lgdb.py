@@ -113,23 +113,34 @@ def _head_row(r: Any) -> HeadRow:
     )
 
 
+LOCK_THREAD = (
+    f"SELECT {_HEAD_COLUMNS} FROM lg_threads t JOIN sessions s ON s.id = t.session_id "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? FOR NO KEY UPDATE OF s"
+)
+
+
 def lock_thread(conn: Connection, thread_id: str, ns: str) -> HeadRow | None:
     """A thread namespace and its session head, the session row locked until commit (on
     PostgreSQL; SQLite's write transaction holds the whole database).
     """
-    row = rsql.fetchone(
-        conn,
-        f"SELECT {_HEAD_COLUMNS} FROM lg_threads t JOIN sessions s ON s.id = t.session_id "
-        "WHERE t.thread_id = ? AND t.checkpoint_ns = ? FOR NO KEY UPDATE OF s",
-        (thread_id, ns),
-    )
+    row = rsql.fetchone(conn, LOCK_THREAD, (thread_id, ns))
     return None if row is None else _head_row(row)
+
+
+def head_row(row: Any) -> HeadRow:
+    """A :class:`HeadRow` from a row of :data:`LOCK_THREAD`."""
+    return _head_row(row)
 
 
 def find_latest(
     conn: Connection, thread_id: str, ns: str, checkpoint_id: str | None
 ) -> tuple[HeadRow, CheckpointRow] | None:
     """A checkpoint (the newest without an id) with its thread's head, in one statement."""
+    return latest_row(rsql.fetchone(conn, *latest_query(thread_id, ns, checkpoint_id)))
+
+
+def latest_query(thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, list[Any]]:
+    """:func:`find_latest`'s statement and parameters."""
     sql = (
         f"SELECT {_HEAD_COLUMNS}, {_CK_COLUMNS} {CK_FROM} "
         "JOIN lg_threads t ON t.id = lc.thread_ref JOIN sessions s ON s.id = t.session_id "
@@ -141,7 +152,11 @@ def find_latest(
     else:
         sql += " AND lc.checkpoint_id = ?"
         params.append(id_bytes(str(checkpoint_id)))
-    row = rsql.fetchone(conn, sql, params)
+    return sql, params
+
+
+def latest_row(row: Any) -> tuple[HeadRow, CheckpointRow] | None:
+    """:func:`find_latest`'s answer from its row."""
     if row is None:
         return None
     return _head_row(row[:10]), _ck_row(row[10:])

@@ -29,14 +29,18 @@ def checkpoint_tuple(
     row: lgdb.CheckpointRow,
     *,
     filter: dict[str, Any] | None = None,
+    writes_read: tuple[Any, Any] | None = None,
 ) -> CheckpointTuple | None:
+    """The tuple of checkpoint ``row``; ``writes_read``: its pending writes and their blobs,
+    read already (``_lgfast.find_latest_with_writes``).
+    """
     state = saver._packer.unpack(conn, row.packed)
     md = unwrap(saver.serde, state["m"])
     if filter and not all(md.get(k) == v for k, v in filter.items()):
         return None
     skeleton = {"id": row.checkpoint_id, **unwrap(saver.serde, state["c"])}
     values = channel_values(saver, conn, th, head, row, state, None)
-    writes = pending_writes(saver, conn, head.ref, row.checkpoint_id)
+    writes = pending_writes(saver, conn, head.ref, row.checkpoint_id, read=writes_read)
     base = {"thread_id": thread_id, "checkpoint_ns": ns}
     return CheckpointTuple(
         config={"configurable": {**base, "checkpoint_id": row.checkpoint_id}},
@@ -111,11 +115,17 @@ def pending_writes(
     thread_ref: int,
     checkpoint_id: str,
     channels: set[str] | None = None,
+    *,
+    read: tuple[Any, Any] | None = None,
 ) -> list[PendingWrite]:
-    found = lgdb.find_writes(conn, thread_ref, checkpoint_id)
+    if read is not None:
+        found, docs = read
+    else:
+        found = lgdb.find_writes(conn, thread_ref, checkpoint_id)
     if not found:
         return []
-    docs = saver.store.archive.load_by_ids(conn, [b for *_, items in found for b in items])
+    if read is None:
+        docs = saver.store.archive.load_by_ids(conn, [b for *_, items in found for b in items])
     out = []
     for _, task_id, packed, items in found:
         doc = saver._packer.unpack(conn, packed)

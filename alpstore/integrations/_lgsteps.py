@@ -88,6 +88,9 @@ def note_writes(
             late = th.unnamed.get(str(checkpoint_id))
         if late is not None:  # the step was put first: its trigger names the node now
             name_step(store, late[0], late[1], step_trigger("loop", nodes))
+    else:  # a task of no node: the next step's put need not read the writes back for one
+        with th.lock:
+            th.note_writer(str(checkpoint_id), None)
     marked = [
         (MARKED_WRITES[c], v)
         for c, v in writes

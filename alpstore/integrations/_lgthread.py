@@ -63,10 +63,12 @@ class ThreadState:
         before the writes on its parent were (LangGraph saves both in the background): the
         writes, once stored, name its node."""
 
-    def note_writer(self, checkpoint_id: str, node: str) -> list[str]:
-        """Remember that ``node`` wrote on ``checkpoint_id``; the nodes noted there so far."""
+    def note_writer(self, checkpoint_id: str, node: str | None) -> list[str]:
+        """Remember that ``node`` wrote on ``checkpoint_id`` (None: a task of no node, so
+        nothing to read back for it); the nodes noted there so far.
+        """
         nodes = self.writers.setdefault(checkpoint_id, [])
-        if node not in nodes:
+        if node is not None and node not in nodes:
             nodes.append(node)
         self.writers.move_to_end(checkpoint_id)
         while len(self.writers) > WRITERS_KEPT:

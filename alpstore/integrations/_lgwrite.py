@@ -17,6 +17,7 @@ from alpstore.archive.sql import Encoded
 from alpstore.db.names import BLOB_MESSAGE
 from alpstore.errors import SessionStateError
 from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations._lgbuild import doc_state
 from alpstore.integrations._lgcodec import (
@@ -27,6 +28,7 @@ from alpstore.integrations._lgcodec import (
     unwrap,
     wrap,
 )
+from alpstore.integrations._lgfast import Planned, pack_writes
 from alpstore.integrations._lgpack import value_ref
 from alpstore.integrations._lgsteps import TRIGGER_PREFIX as TRIGGER_PREFIX
 from alpstore.integrations._lgsteps import branch_point, record_branch, step_nodes, step_trigger
@@ -52,12 +54,18 @@ def put_checkpoint(
     versions = checkpoint["channel_versions"]
     key = saver.messages_key
     store = saver.store
+    cid = str(checkpoint["id"])
+    later: Callable[[], CheckpointInfo] | None = None
     with store.db.atomic() as conn:
-        row = lgdb.lock_thread(conn, thread_id, ns)
+        if store.db.is_postgresql:  # PostgreSQL: what decides the two-round-trip path, too
+            row, at_tip, stored = lgfast.lock_thread_at_tip(conn, thread_id, ns, cid)
+        else:
+            row, at_tip, stored = lgdb.lock_thread(conn, thread_id, ns), False, True
         if row is None:
             lgdb.create_thread(store, conn, thread_id, ns)
             row = lgdb.lock_thread(conn, thread_id, ns)
             assert row is not None
+            at_tip, stored = False, True
         th.validate(row)
         if row.status in ("terminated", "paused"):
             raise SessionStateError(
@@ -70,12 +78,14 @@ def put_checkpoint(
         if branch is not None:  # time travel: the head moves back to the parent first
             th.forget()  # what it kept describes the old head, not the parent's view
             row = row._replace(view=branch.view, turn=branch.turn, cover=branch.cover)
+            at_tip = False  # the tip locked was the old head's: the plain path appends
         cover = cover_int(row.cover)
         if cover is None:  # not recorded (an archive not upgraded to revision 0004)
             cover = store.views.cover(conn, row.view)
         head = None
         if key in versions and type(values.get(key)) is list:
-            head = sync_messages(saver, conn, th, row, cover, values[key], key in new_versions)
+            changed = key in new_versions
+            head = sync_messages(saver, conn, th, row, cover, values[key], changed, at_tip)
         if head is not None:
             view, turn, cover = head[0], head[1], head[2]
         else:
@@ -117,32 +127,53 @@ def put_checkpoint(
         info = session_info(saver, conn, row, view, turn, status)
         if branch is not None:
             record_branch(saver, conn, row, branch)
-        ck = store.insert_checkpoint(
-            conn,
-            info,
-            view,
-            turn=turn,
-            label=None,
-            trigger=step_trigger(source, nodes),
-            kernel_id=None,
-            wm_id=None,
-            cover=cover,
-        )
-        if row.retention[0] != "all":
-            store.apply_retention(conn, info)
         run_id = md.get("run_id")
-        if run_id is not None and str(run_id) not in saver._runs:
-            lgdb.intern_run(conn, str(run_id))
-        packed = saver._packer.pack(state)
-        cid = str(checkpoint["id"])
         parent_id = None if parent is None else str(parent)
         run = None if run_id is None else str(run_id)
-        new = lgdb.insert_checkpoint_row(conn, row.ref, cid, parent_id, ck.id, run, packed)
-        if new is None:  # the same checkpoint id again: it replaces the stored one
-            lgmaint.drop_checkpoints(conn, row.ref, row.session_id, [cid], writes=False)
+        blob_ids = [r[2] for r in refs.values() if r[0] == "b"]
+        if not stored and branch is None and row.retention[0] == "all":
+            # PostgreSQL: the checkpoint's rows ride the COMMIT (their ids come back with it)
+            if run is not None and run not in saver._runs:
+                lgdb.intern_run(conn, run)
+            later = store.insert_checkpoint_later(
+                conn,
+                info,
+                view,
+                turn=turn,
+                label=None,
+                trigger=step_trigger(source, nodes),
+                kernel_digest=None,
+                wm_digest=None,
+                cover=cover,
+                wrap=lgfast.checkpoint_pair(
+                    row.ref, cid, parent_id, run, saver._packer.pack(state), blob_ids
+                ),
+            )
+        else:
+            ck = store.insert_checkpoint(
+                conn,
+                info,
+                view,
+                turn=turn,
+                label=None,
+                trigger=step_trigger(source, nodes),
+                kernel_id=None,
+                wm_id=None,
+                cover=cover,
+            )
+            if row.retention[0] != "all":
+                store.apply_retention(conn, info)
+            if run is not None and run not in saver._runs:
+                lgdb.intern_run(conn, run)
+            packed = saver._packer.pack(state)
             new = lgdb.insert_checkpoint_row(conn, row.ref, cid, parent_id, ck.id, run, packed)
-            assert new is not None
-        lgdb.insert_checkpoint_blobs(conn, new, [r[2] for r in refs.values() if r[0] == "b"])
+            if new is None:  # the same checkpoint id again: it replaces the stored one
+                lgmaint.drop_checkpoints(conn, row.ref, row.session_id, [cid], writes=False)
+                new = lgdb.insert_checkpoint_row(conn, row.ref, cid, parent_id, ck.id, run, packed)
+                assert new is not None
+            lgdb.insert_checkpoint_blobs(conn, new, blob_ids)
+    if later is not None:
+        ck = later()  # its ids came back with the COMMIT
     # committed: only now does this process's picture of the thread change
     if source == "loop" and not nodes and parent is not None:
         th.note_unnamed(str(parent), ck.id, str(ck.trigger))
@@ -165,6 +196,7 @@ def sync_messages(
     cover: int,
     messages: list[Any],
     changed: bool,
+    at_tip: bool = False,
 ) -> tuple[View, int, int, Callable[[], bool]] | None:
     """Append what is new in ``messages`` to the session head (or cut it back to the
     common prefix first: edits, removals). Returns the new view, the new turn count, its
@@ -236,10 +268,14 @@ def sync_messages(
         items = [encode(d, BLOB_MESSAGE) for d in docs]
         kept_digests = th.digests
         prefix = th.private
-    ids = store.archive.store_encoded(conn, items)
-    if k == n_old:
+    if k == n_old and at_tip:  # PostgreSQL: blobs and entries ride the COMMIT, by digest
+        store.archive.store_encoded_later(conn, items)
+        view = store.views.grow_later(conn, row.view, [d for d, _, _ in items])
+    elif k == n_old:
+        ids = store.archive.store_encoded(conn, items)
         view = store.views.append(conn, row.view, row.session_id, ids)
     else:
+        ids = store.archive.store_encoded(conn, items)
         base = store.views.cut(conn, row.view, k)
         view = store.views.append(conn, base, row.session_id, ids) if ids else base
     turn = row.turn + count_user_turns(docs)
@@ -343,20 +379,32 @@ def plan_write(saver: SaverState, channel: str, value: Any) -> tuple[str, list[A
     return channel, ref, [] if item is None else [item]
 
 
-def pack_writes(
-    saver: SaverState, task_path: str, entries: Mapping[int, WriteEntry]
-) -> tuple[tuple[int, int | None, int, bytes], list[int]]:
-    refs: list[list[Any]] = []
-    items: list[int] = []
-    for idx in sorted(entries):
-        channel, ref, blob_ids = entries[idx]
-        if ref[0] == "b":
-            ref = [*ref[:2], len(items)]
-        elif ref[0] == "l":
-            ref = ["l", len(items), len(blob_ids)]
-        refs.append([idx, channel, ref])
-        items.extend(blob_ids)
-    return saver._packer.pack({"p": task_path, "w": refs}), items
+def store_writes(
+    saver: SaverState,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    planned: Planned,
+    replace_all: bool,
+) -> None:
+    """One transaction of ``put_writes``: the items' blobs, then the task's writes inserted (or
+    merged by LangGraph's rule with those it has already).
+    """
+    store = saver.store
+    with store.db.atomic() as conn:
+        entries: dict[int, WriteEntry] = {}
+        every = [item for _, _, items in planned.values() for item in items]
+        ids = iter(store.archive.store_encoded(conn, every))
+        for widx, (channel, ref, items) in planned.items():
+            entries[widx] = (channel, ref, [next(ids) for _ in items])
+        packed, blob_ids = pack_writes(saver, task_path, entries)
+        if lgdb.insert_new_writes(conn, thread_id, ns, checkpoint_id, task_id, packed, blob_ids):
+            return
+        merge_writes(
+            saver, conn, thread_id, ns, checkpoint_id, task_id, task_path, entries, replace_all
+        )
 
 
 def merge_writes(

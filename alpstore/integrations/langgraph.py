@@ -55,13 +55,14 @@ except ImportError as err:
 from alpstore.archive.sql import Encoded
 from alpstore.db.engine import pool_per_worker
 from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
 from alpstore.integrations import _lgread as lgread
 from alpstore.integrations import _lgwrite as lgwrite
 from alpstore.integrations._lgpolicy import step_events
 from alpstore.integrations._lgthread import SaverState, thread_key
-from alpstore.integrations._lgwrite import TRIGGER_PREFIX, WriteEntry
+from alpstore.integrations._lgwrite import TRIGGER_PREFIX
 from alpstore.store import Store
 
 T = TypeVar("T")
@@ -300,33 +301,11 @@ class AlpstoreSaver(SaverState):
                 continue
             planned[widx] = lgwrite.plan_write(self, channel, value)
         store = self.store
-
-        def attempt() -> None:
-            with store.db.atomic() as conn:
-                entries: dict[int, WriteEntry] = {}
-                every = [item for _, _, items in planned.values() for item in items]
-                ids = iter(store.archive.store_encoded(conn, every))
-                for widx, (channel, ref, items) in planned.items():
-                    entries[widx] = (channel, ref, [next(ids) for _ in items])
-                packed, blob_ids = lgwrite.pack_writes(self, task_path, entries)
-                if lgdb.insert_new_writes(
-                    conn, thread_id, ns, checkpoint_id, task_id, packed, blob_ids
-                ):
-                    return
-                lgwrite.merge_writes(
-                    self,
-                    conn,
-                    thread_id,
-                    ns,
-                    checkpoint_id,
-                    task_id,
-                    task_path,
-                    entries,
-                    replace_all,
-                )
-
+        args = (self, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all)
         with self._state(thread_id, ns).lock:
-            store.db.retrying(attempt, what=f"pending writes of LangGraph thread {thread_id!r}")
+            if not (store.db.is_postgresql and lgfast.put_writes_later(*args)):
+                what = f"pending writes of LangGraph thread {thread_id!r}"
+                store.db.retrying(lambda: lgwrite.store_writes(*args), what=what)
         store.archive.after_commit()
         lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes)
 
@@ -341,13 +320,22 @@ class AlpstoreSaver(SaverState):
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns") or "")
         th = self._state(thread_id, ns)
+        checkpoint_id = conf.get("checkpoint_id")
         with th.lock, self.store.db.read() as conn:
-            found = lgdb.find_latest(conn, thread_id, ns, conf.get("checkpoint_id"))
+            writes = None
+            if self.store.db.is_postgresql:  # one round trip for both, not three
+                found, writes = lgfast.find_latest_with_writes(
+                    self, conn, thread_id, ns, checkpoint_id
+                )
+            else:
+                found = lgdb.find_latest(conn, thread_id, ns, checkpoint_id)
             if found is None:
                 return None
             head, row = found
             th.validate(head)
-            return lgread.checkpoint_tuple(self, conn, th, head, thread_id, ns, row)
+            return lgread.checkpoint_tuple(
+                self, conn, th, head, thread_id, ns, row, writes_read=writes
+            )
 
     def list(
         self,

@@ -8,10 +8,9 @@ backtrack never copies messages (AR-5).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.reading import Encoded, encode
 from alpstore.codec import Digest, digest_hex
@@ -26,14 +25,12 @@ from alpstore.sessions.records import (
     count_user_turns,
     evolve,
 )
-from alpstore.views import View, cover_add, cover_bytes, cover_int, cover_sub
+from alpstore.views import BLOBS_FIRST, OWN_TIP, View, cover_add, cover_bytes, cover_int, cover_sub
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from alpstore.archive.sql import SqlArchive
-    from alpstore.db.database import Database
-    from alpstore.views import ViewStore
+    from alpstore.sessions.host import SessionHost
 
 
 MOVE_HEAD = (
@@ -42,104 +39,11 @@ MOVE_HEAD = (
 )
 
 
-class SessionHost(Protocol):
-    """What a session handle needs of the store it belongs to: a structural type that the
-    store (``alpstore.core``) satisfies without this package importing it, so the session
-    handles stay a layer below the store.
-    """
-
-    db: Database
-    root: Path
-    archive: SqlArchive
-    views: ViewStore
-
-    def emit(self, kind: str, **fields: Any) -> None:
-        """Append an event to the run root's event log (held until a write commits)."""
-
-    def emit_checkpoint(self, ck: CheckpointInfo) -> None:
-        """Append the ``checkpoint`` event of a committed checkpoint."""
-
-    def session_info(self, session_id: int, *, conn: Connection | None = None) -> SessionInfo:
-        """The session's row as a :class:`SessionInfo` (``conn``: in that transaction)."""
-
-    def session_manifest(self, session_id: int) -> Any | None:
-        """The manifest embedded in a session, or None."""
-
-    def session_events(self, session_id: int) -> list[dict[str, Any]]:
-        """The session's events, oldest first."""
-
-    def list_checkpoints(
-        self, session_id: int, *, include_abandoned: bool = False, conn: Connection | None = None
-    ) -> list[CheckpointInfo]:
-        """The session's checkpoints in ``seq`` order."""
-
-    def recent_checkpoints(
-        self, conn: Connection, info: SessionInfo, limit: int
-    ) -> list[CheckpointInfo]:
-        """The session's newest ``limit`` retained checkpoints, newest first."""
-
-    def count_retained(self, conn: Connection, session_id: int) -> int:
-        """How many checkpoints of the session are retained (not abandoned)."""
-
-    def checkpoint_in(
-        self, conn: Connection, checkpoint_id: int, info: SessionInfo
-    ) -> CheckpointInfo:
-        """One checkpoint of ``info``'s session, re-read in ``conn``."""
-
-    def hydrate_view(self, view: View, *, verify: bool = False) -> list[Entry]:
-        """The entries of a view, in order."""
-
-    def entries_of(self, raws: list[tuple[Digest, int, bytes]]) -> list[Entry]:
-        """Entries from ``(digest, kind, canonical JSON bytes)`` triples."""
-
-    def digests_for_ids(self, conn: Connection, ids: Sequence[int]) -> list[Digest]:
-        """The digests of blob ids, in the order given."""
-
-    def insert_checkpoint(
-        self,
-        conn: Connection,
-        info: SessionInfo,
-        view: View,
-        *,
-        turn: int,
-        label: str | None,
-        trigger: str | None,
-        kernel_id: int | None,
-        wm_id: int | None,
-        cover: int | None = None,
-    ) -> CheckpointInfo:
-        """Insert a checkpoint row for ``info`` inside the caller's transaction."""
-
-    def insert_turn_checkpoints(
-        self,
-        conn: Connection,
-        info: SessionInfo,
-        turns: Sequence[tuple[View, int, int]],
-        *,
-        trigger: str | None,
-    ) -> list[CheckpointInfo]:
-        """Insert a default-labelled checkpoint per ``(view, turn, cover)``, in order."""
-
-    def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
-        """Mark the session's checkpoints after ``seq`` abandoned; how many were."""
-
-    def apply_retention(self, conn: Connection, info: SessionInfo) -> list[int]:
-        """Prune the session's checkpoints past its retention; the pruned ids."""
-
-    def fork_checkpoint(
-        self, checkpoint: CheckpointInfo, *, session_id: str | None = None, name: str | None = None
-    ) -> SessionBase:
-        """A new session whose head is ``checkpoint``'s list."""
-
-    def record_event(
-        self,
-        conn: Connection,
-        session_id: int,
-        kind: str,
-        checkpoint_id: int | None,
-        detail: dict[str, Any],
-    ) -> None:
-        """Insert a row into ``session_events`` inside the caller's transaction."""
+SESSION_ROW = (
+    "SELECT status, head_segment_id, head_length, turn, "
+    "backtrack_count, head_digest FROM sessions WHERE id = ? FOR NO KEY UPDATE"
+)
+"""The mutable part of a session's row, locked until the transaction ends."""
 
 
 class SessionBase:
@@ -227,12 +131,24 @@ class SessionBase:
         """
         if self._unwritten is not None:
             return self._info
-        row = rsql.fetchone(
-            conn,
-            "SELECT status, head_segment_id, head_length, turn, "
-            "backtrack_count, head_digest FROM sessions WHERE id = ? FOR NO KEY UPDATE",
-            (self.id,),
+        return self._take_row(conn, rsql.fetchone(conn, SESSION_ROW, (self.id,)))
+
+    def _write_at_tip(self, conn: Connection) -> tuple[SessionInfo, bool]:
+        """PostgreSQL: :meth:`_write`, and whether the head is at the unsealed tip of a
+        segment this session owns, that segment's row locked too (``OWN_TIP``): the head
+        then grows in place by :meth:`ViewStore.grow_later`. Both in one round trip.
+        """
+        if self._unwritten is not None:
+            return self._info, False
+        _, rows, tip = rsql.fetch_together(
+            conn, [(BLOBS_FIRST, ()), (SESSION_ROW, (self.id,)), (OWN_TIP, (self.id, self.id))]
         )
+        info = self._take_row(conn, rows[0] if rows else None)
+        at_tip = bool(tip) and int(tip[0][0]) == info.head.length and not tip[0][1]
+        return info, at_tip and info.head.segment_id is not None
+
+    def _take_row(self, conn: Connection, row: Any) -> SessionInfo:
+        """The handle brought up to the session row ``row`` (:data:`SESSION_ROW`'s)."""
         if row is None:
             raise NotFoundError(f"session {self.uuid} no longer exists")
         info = evolve(
@@ -367,8 +283,12 @@ class SessionBase:
         store = self.store
 
         def attempt() -> CheckpointInfo | None:
+            later: Callable[[], CheckpointInfo] | None = None
             with store.db.atomic() as conn:
-                info = self._write(conn)
+                if store.db.is_postgresql and keep is None and items:
+                    info, at_tip = self._write_at_tip(conn)
+                else:
+                    info, at_tip = self._write(conn), False
                 self._require_writable(info, "append")
                 head, cover = info.head, self._cover
                 if keep is not None:
@@ -377,8 +297,12 @@ class SessionBase:
                     if keep < head.length:  # O(dropped): the cut entries leave the digest
                         cover = cover_sub(cover, keep, store.views.read_digests(conn, head, keep))
                     head = store.views.cut(conn, head, keep)
-                ids = store.archive.store_encoded(conn, items)
-                view = store.views.append(conn, head, info.id, ids)
+                if at_tip:  # PostgreSQL: all of it rides the COMMIT's round trip
+                    store.archive.store_encoded_later(conn, items)
+                    view = store.views.grow_later(conn, head, [d for d, _, _ in items])
+                else:
+                    ids = store.archive.store_encoded(conn, items)
+                    view = store.views.append(conn, head, info.id, ids)
                 self._move_head(
                     conn,
                     info,
@@ -390,7 +314,10 @@ class SessionBase:
                 if checkpoint is None:
                     return None
                 kernel, wm, label, trigger, _ = checkpoint
-                return self._checkpoint_in(conn, self._info, kernel, wm, label, trigger, None)
+                if not at_tip or info.retention.mode != "all":
+                    return self._checkpoint_in(conn, self._info, kernel, wm, label, trigger, None)
+                later = self._checkpoint_later(conn, self._info, kernel, wm, label, trigger)
+            return later()  # its row came back with the COMMIT (or the savepoint's release)
 
         # a busy, deadlocked or serialization-failed transaction is re-run whole (bounded)
         ck = store.db.retrying(attempt, what=f"append to session {self.uuid}")
@@ -516,6 +443,34 @@ class SessionBase:
         ck = self.store.db.retrying(attempt, what=f"checkpoint of session {self.uuid}")
         self.store.emit_checkpoint(ck)
         return ck
+
+    def _checkpoint_later(
+        self,
+        conn: Connection,
+        info: SessionInfo,
+        kernel: Any | None,
+        working_memory: Any | None,
+        label: str | None,
+        trigger: str | None,
+    ) -> Callable[[], CheckpointInfo]:
+        """PostgreSQL, a session whose retention keeps every checkpoint: :meth:`_checkpoint_in`
+        as statements that ride the transaction's next round trip (the state blobs stored
+        and named by digest); returns what gives the checkpoint once it ended.
+        """
+        store = self.store
+        state = [encode(v, BLOB_STATE) if v is not None else None for v in (kernel, working_memory)]
+        store.archive.store_encoded_later(conn, [item for item in state if item is not None])
+        return store.insert_checkpoint_later(
+            conn,
+            info,
+            info.head,
+            turn=info.turn,
+            label=label,
+            trigger=trigger,
+            kernel_digest=None if state[0] is None else state[0][0],
+            wm_digest=None if state[1] is None else state[1][0],
+            cover=self._cover,
+        )
 
     def _checkpoint_in(
         self,

@@ -35,9 +35,10 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-COMMIT_QUERY = b"Q\x00\x00\x00\x0bCOMMIT\x00"
-"""The bytes of a ``COMMIT`` as psycopg sends it (a simple query): ``cut_reply_after``'s marker
-for "the COMMIT's reply" (``b"COMMIT"`` alone also matches ``READ COMMITTED``)."""
+COMMIT_QUERY = b"COMMIT\x00"
+"""The end of a simple query that ends with ``COMMIT`` (alone, or after a turn's statements):
+``cut_reply_after``'s marker for "the COMMIT's reply" (``b"COMMIT"`` alone also matches
+``READ COMMITTED``)."""
 
 
 @dataclass(eq=False)

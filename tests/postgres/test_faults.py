@@ -144,9 +144,50 @@ def test_a_commit_whose_reply_is_cut_is_read_back_and_stored_once(tmp_path: Path
         for _ in range(3):
             proxy.cut_reply_after(COMMIT_QUERY)
             connections = proxy.connections
-            session.commit_turn(turn(2))  # committed: the read-back says so, no error
+            ck = session.commit_turn(turn(2))  # committed: the read-back says so, no error
             assert proxy.connections > connections  # the reply was cut: a fresh connection
+            # its id and number came with the reply that was cut: read back, the stored ones
+            assert session.checkpoints()[-1] == ck
         assert contents(store, "cut") == ["turn 1", "a1", "turn 2", "a2"] + ["turn 2", "a2"] * 2
+
+
+def test_a_saver_put_whose_commit_reply_is_cut_is_read_back_and_stored_once(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+        try:
+            config: Any = {"configurable": {"thread_id": "cut", "checkpoint_ns": ""}}
+            messages: list[Any] = []
+            for i in range(4):
+                messages = [*messages, HumanMessage(content=f"q{i}", id=f"u{i}")]
+                ck = empty_checkpoint()
+                ck["channel_values"] = {"messages": list(messages)}
+                ck["channel_versions"] = {"messages": i + 1}
+                if i >= 2:  # a steady thread: the put's rows ride its COMMIT
+                    proxy.cut_reply_after(COMMIT_QUERY)
+                connections = proxy.connections
+                config = saver.put(config, ck, {"source": "loop", "step": i}, {"messages": i + 1})
+                if i >= 2:
+                    assert proxy.connections > connections
+            stored = list(saver.list({"configurable": {"thread_id": "cut"}}))
+            assert len(stored) == 4  # each once
+            latest = saver.get_tuple(config)
+            assert latest is not None
+            assert [m.content for m in latest.checkpoint["channel_values"]["messages"]] == [
+                "q0",
+                "q1",
+                "q2",
+                "q3",
+            ]
+        finally:
+            saver.close()
 
 
 def test_a_cut_commit_that_cannot_be_read_back_is_outcome_unknown_never_nothing_written(

@@ -1,0 +1,276 @@
+"""``AlpstoreSaver`` on PostgreSQL in fewer round trips (issue 45): statements that name what
+the previous one would have answered (a blob by digest, a row by a subquery) so they ride one
+round trip together, and the reads a call needs fetched together.
+
+SQLite keeps the plain path (``_lgdb``, ``_lgread``, ``_lgwrite``): each statement there is a
+function call, not a round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from alpstore.archive.reading import Encoded, parse_documents
+from alpstore.db import raw as rsql
+from alpstore.errors import DatabaseError, IntegrityError
+from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations._lgpack import id_bytes, id_text
+from alpstore.integrations._lgthread import SaverState
+from alpstore.views import BLOBS_FIRST
+
+WritesFound = list[tuple[int, str, tuple[int, int | None, int, bytes], list[int]]]
+"""``_lgdb.find_writes``' answer: ``(write id, task id, packed doc, item blob ids)``."""
+
+Docs = dict[int, tuple[bytes, int, Any]]
+"""``{blob id: (digest, kind, document)}``, as ``load_by_ids`` gives them."""
+
+_WRITES_WITH_BLOBS = (
+    "SELECT w.id, w.task_id, w.codec, w.dict_id, w.raw_size, w.state, i.blob_id, "
+    "b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM lg_writes w LEFT JOIN lg_write_items i ON i.write_id = w.id "
+    "LEFT JOIN blobs b ON b.id = i.blob_id "
+    "WHERE w.thread_ref = (SELECT id FROM lg_threads WHERE thread_id = ? AND checkpoint_ns = ?) "
+    "AND w.checkpoint_id = {checkpoint} ORDER BY w.id, i.position"
+)
+"""A checkpoint's pending writes with their item blobs, the checkpoint named by id or as the
+thread's newest (:data:`_NEWEST`)."""
+
+_NEWEST = (
+    "(SELECT lc.checkpoint_id FROM lg_checkpoints lc "
+    "JOIN checkpoints c ON c.id = lc.alp_checkpoint_id "
+    "JOIN lg_threads t ON t.id = lc.thread_ref "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? ORDER BY lc.checkpoint_id DESC LIMIT 1)"
+)
+"""The newest checkpoint id of a thread namespace, as ``_lgdb.find_latest`` picks it."""
+
+
+def find_latest_with_writes(
+    saver: SaverState, conn: Any, thread_id: str, ns: str, checkpoint_id: str | None
+) -> tuple[tuple[lgdb.HeadRow, lgdb.CheckpointRow] | None, tuple[WritesFound, Docs]]:
+    """``_lgdb.find_latest`` and that checkpoint's pending writes with their blobs decoded,
+    read in one round trip (one snapshot: the read transaction's first statements).
+    """
+    latest_sql, latest_params = lgdb.latest_query(thread_id, ns, checkpoint_id)
+    params: list[Any] = [thread_id, ns]
+    if checkpoint_id is None:
+        params.extend((thread_id, ns))
+        writes_sql = _WRITES_WITH_BLOBS.format(checkpoint=_NEWEST)
+    else:
+        params.append(id_bytes(str(checkpoint_id)))
+        writes_sql = _WRITES_WITH_BLOBS.format(checkpoint="?")
+    latest, rows = rsql.fetch_together(conn, [(latest_sql, latest_params), (writes_sql, params)])
+    found = lgdb.latest_row(latest[0] if latest else None)
+    writes: dict[int, tuple[int, str, tuple[int, int | None, int, bytes], list[int]]] = {}
+    blob_rows: dict[int, Any] = {}
+    for r in rows:
+        write_id = int(r[0])
+        entry = writes.get(write_id)
+        if entry is None:
+            entry = (write_id, id_text(bytes(r[1])), (int(r[2]), r[3], int(r[4]), bytes(r[5])), [])
+            writes[write_id] = entry
+        if r[6] is not None:
+            entry[3].append(int(r[6]))
+            if r[7] is not None:
+                blob_rows.setdefault(int(r[7]), r[7:])
+    docs: Docs = {}
+    if blob_rows:
+        unique = list(blob_rows.values())
+        raws = saver.store.archive.decode_rows(conn, unique, verify=False)
+        parsed = parse_documents([(bytes(r[1]), raw) for r, raw in zip(unique, raws, strict=True)])
+        docs = {
+            int(r[0]): (bytes(r[1]), int(r[2]), doc) for r, doc in zip(unique, parsed, strict=True)
+        }
+    for write in writes.values():
+        for blob_id in write[3]:
+            if blob_id not in docs:
+                raise IntegrityError(
+                    f"blob id {blob_id} is referenced but missing from the archive",
+                    hint="`alpstore archive verify` names the rows that refer to it",
+                )
+    return found, (list(writes.values()), docs)
+
+
+_TASK_FREE = (
+    "SELECT t.id, EXISTS (SELECT 1 FROM lg_writes w WHERE w.thread_ref = t.id "
+    "AND w.checkpoint_id = ? AND w.task_id = ?) FROM lg_threads t "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ?"
+)
+"""A thread namespace's row, and whether a task of a checkpoint has writes already."""
+
+_INSERT_WRITES = (
+    "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
+    "state) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+_INSERT_WRITES_WITH_ITEMS = (
+    f"WITH w AS ({_INSERT_WRITES} RETURNING id) "
+    "INSERT INTO lg_write_items (write_id, position, blob_id) "
+    "SELECT (SELECT id FROM w), v.p, (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    "FROM (VALUES {rows}) AS v (p, d)"
+)
+"""A task's writes and their item blobs (named by digest, stored earlier in the transaction)
+in one statement; a blob missing would be a NULL in a NOT NULL column: the transaction fails
+whole."""
+
+
+def put_writes_later(
+    saver: SaverState,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    planned: dict[int, tuple[str, list[Any], list[Any]]],
+    replace_all: bool,
+) -> bool:
+    """``put_writes`` in two round trips when the thread exists and the task has no writes
+    at that checkpoint yet (the common case): whether so, then the blobs, the writes and
+    their items riding the COMMIT. False (nothing written): the caller takes the plain path,
+    which merges. Another process storing the same task meanwhile makes the insert a
+    duplicate: rolled back whole, and False too.
+    """
+    store = saver.store
+    cid, tid = id_bytes(checkpoint_id), id_bytes(task_id)
+    try:
+        with store.db.atomic() as conn:
+            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
+            if found is None or found[1]:
+                return False
+            every = [item for _, _, items in planned.values() for item in items]
+            store.archive.store_encoded_later(conn, every)
+            digests = iter([digest for digest, _, _ in every])
+            entries = {
+                widx: (channel, ref, [next(digests) for _ in items])
+                for widx, (channel, ref, items) in planned.items()
+            }
+            packed, items = pack_writes(saver, task_path, entries)
+            params: list[Any] = [int(found[0]), cid, tid, *packed]
+            if not items:
+                rsql.execute(conn, _INSERT_WRITES, params, defer=True)
+                return True
+            for position, digest in enumerate(items):
+                params.extend((position, digest))
+            rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(items))
+            rsql.execute(conn, _INSERT_WRITES_WITH_ITEMS.format(rows=rows), params, defer=True)
+    except DatabaseError as err:
+        if not _duplicate(err):
+            raise
+        return False
+    return True
+
+
+def _duplicate(err: BaseException) -> bool:
+    """``err`` (or what caused it) is a unique violation (SQLSTATE 23505)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if getattr(seen, "sqlstate", None) == "23505":
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+_TIP_OF_THREAD = (
+    "SELECT g.length, g.sealed FROM lg_threads t JOIN sessions s ON s.id = t.session_id "
+    "JOIN segments g ON g.id = s.head_segment_id AND g.session_id = s.id "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? FOR NO KEY UPDATE OF g"
+)
+"""``views.OWN_TIP`` for a thread namespace's session (run after its row is locked)."""
+
+_CHECKPOINT_STORED = (
+    "SELECT 1 FROM lg_checkpoints lc JOIN lg_threads t ON t.id = lc.thread_ref "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND lc.checkpoint_id = ?"
+)
+
+
+def lock_thread_at_tip(
+    conn: Any, thread_id: str, ns: str, checkpoint_id: str
+) -> tuple[lgdb.HeadRow | None, bool, bool]:
+    """``_lgdb.lock_thread``, whether the head is at the unsealed tip of a segment its session
+    owns (that row locked too: the head grows in place by ``ViewStore.grow_later``), and
+    whether the thread holds ``checkpoint_id`` already — in the BEGIN's round trip. Under the
+    session's lock no other put of the thread can change either before the commit.
+    """
+    _, locked, tip, stored = rsql.fetch_together(
+        conn,
+        [
+            (BLOBS_FIRST, ()),
+            (lgdb.LOCK_THREAD, (thread_id, ns)),
+            (_TIP_OF_THREAD, (thread_id, ns)),
+            (_CHECKPOINT_STORED, (thread_id, ns, id_bytes(checkpoint_id))),
+        ],
+    )
+    row = lgdb.head_row(locked[0]) if locked else None
+    at_tip = (
+        row is not None
+        and row.view.segment_id is not None
+        and bool(tip)
+        and int(tip[0][0]) == row.view.length
+        and not tip[0][1]
+    )
+    return row, at_tip, bool(stored)
+
+
+_CHECKPOINT_PAIR = (
+    "WITH ck AS ({insert}), lc AS (INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, "
+    "parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "
+    "SELECT ?, ?, ?, ck.id, (SELECT id FROM lg_runs WHERE run_id = ?), ?, ?, ?, ? FROM ck "
+    "RETURNING id){blobs} SELECT ck.id, ck.seq FROM ck"
+)
+"""An alpstore checkpoint row, its LangGraph row and the blobs its values refer to, in one
+statement (no ``ON CONFLICT``: the caller saw the id is new; a duplicate fails the
+transaction whole)."""
+
+_CHECKPOINT_BLOBS = (
+    ", cb AS (INSERT INTO lg_checkpoint_blobs (checkpoint_ref, blob_id) "
+    "SELECT lc.id, v.b FROM lc, (VALUES {rows}) AS v (b))"
+)
+
+
+def checkpoint_pair(
+    ref: int,
+    checkpoint_id: str,
+    parent: str | None,
+    run_id: str | None,
+    packed: tuple[int, int | None, int, bytes],
+    blob_ids: list[int],
+) -> Any:
+    """The ``wrap`` of ``insert_checkpoint_later`` that inserts the LangGraph checkpoint row
+    (and its blobs) with the alpstore one (``_lgdb.insert_checkpoint_row`` and
+    ``insert_checkpoint_blobs`` in the same statement).
+    """
+    unique = list(dict.fromkeys(blob_ids))
+
+    def wrap(sql: str, params: list[Any]) -> tuple[str, list[Any]]:
+        blobs = ""
+        if unique:
+            rows = ", ".join(["(CAST(? AS INTEGER))"] * len(unique))
+            blobs = _CHECKPOINT_BLOBS.format(rows=rows)
+        parent_id = None if parent is None else id_bytes(parent)
+        more = [ref, id_bytes(checkpoint_id), parent_id, run_id, *packed, *unique]
+        return _CHECKPOINT_PAIR.format(insert=sql, blobs=blobs), [*params, *more]
+
+    return wrap
+
+
+def pack_writes(
+    saver: SaverState, task_path: str, entries: Mapping[int, tuple[str, list[Any], list[Any]]]
+) -> tuple[tuple[int, int | None, int, bytes], list[Any]]:
+    """A task's writes as one packed document, and the blobs its refs point into, in order
+    (ids, or digests for ``_lgfast``).
+    """
+    refs: list[list[Any]] = []
+    items: list[Any] = []
+    for idx in sorted(entries):
+        channel, ref, blob_ids = entries[idx]
+        if ref[0] == "b":
+            ref = [*ref[:2], len(items)]
+        elif ref[0] == "l":
+            ref = ["l", len(items), len(blob_ids)]
+        refs.append([idx, channel, ref])
+        items.extend(blob_ids)
+    return saver._packer.pack({"p": task_path, "w": refs}), items
+
+
+Planned = dict[int, tuple[str, list[Any], list[Encoded]]]
+"""What each write of a ``put_writes`` stores, by index: ``(channel, ref, items)``."""
