@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,7 +22,9 @@ def fresh_schema(admin: Engine, base: str, prefix: str) -> Iterator[str]:
 
     ``admin`` is an engine on ``base`` allowed to create and drop schemas.
     """
-    schema = f"{prefix}{uuid.uuid4().hex[:16]}"
+    # os.urandom, not uuid.uuid4: a suite that patches uuid4 for its own ids (LangGraph's
+    # test_large_cases) would see one drawn by this fixture
+    schema = f"{prefix}{os.urandom(8).hex()}"
     with admin.begin() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
     try:
