@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
     from alpstore.archive.sql import SqlArchive
     from alpstore.db.database import Database
-    from alpstore.sessions.base import SessionBase
     from alpstore.views import View, ViewStore
 
 
@@ -124,8 +123,10 @@ class SessionHost(Protocol):
 
     def fork_checkpoint(
         self, checkpoint: CheckpointInfo, *, session_id: str | None = None, name: str | None = None
-    ) -> SessionBase:
-        """A new session whose head is ``checkpoint``'s list."""
+    ) -> object:
+        """A new session whose head is ``checkpoint``'s list: the store's ``Session`` handle
+        (typed ``object`` here, so this protocol imports no handle: the caller checks it).
+        """
 
     def record_event(
         self,
