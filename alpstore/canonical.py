@@ -148,37 +148,33 @@ def _keys_are_strings(value: Any) -> int:
     coerce), :data:`_LARGE` (true too) when a string of :data:`LARGE_STRING` characters or more
     is inside as well; 0 when a key is not a string.
     """
-    kind = type(value)
     large = False
-    if kind is dict:
-        for key, sub in value.items():
-            if type(key) is not str:
-                return 0
+    stack = [value]  # iterative: the data decides the depth
+    if isinstance(value, dict) and type(value) is not dict:  # a subclass: keys, then values
+        if not all(isinstance(k, str) for k in value):
+            return 0
+        stack = list(value.values())
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is dict:
+            for key in node:
+                if type(key) is not str:
+                    return 0
+            subs = node.values()
+        elif kind is list or kind is tuple:
+            subs = node
+        else:  # the top-level value itself, when it is neither
+            if kind is str and len(node) >= LARGE_STRING:
+                large = True
+            continue
+        for sub in subs:
             sub_kind = type(sub)
             if sub_kind is dict or sub_kind is list:
-                inner = _keys_are_strings(sub)
-                if not inner:
-                    return 0
-                large = large or inner == _LARGE
+                stack.append(sub)
             elif sub_kind is str and len(sub) >= LARGE_STRING:
                 large = True
-        return _LARGE if large else 1
-    if kind is list or kind is tuple:
-        for sub in value:
-            sub_kind = type(sub)
-            if sub_kind is dict or sub_kind is list:
-                inner = _keys_are_strings(sub)
-                if not inner:
-                    return 0
-                large = large or inner == _LARGE
-            elif sub_kind is str and len(sub) >= LARGE_STRING:
-                large = True
-        return _LARGE if large else 1
-    if isinstance(value, dict):
-        return int(all(isinstance(k, str) and _keys_are_strings(v) for k, v in value.items()))
-    if kind is str and len(value) >= LARGE_STRING:
-        return _LARGE
-    return 1
+    return _LARGE if large else 1
 
 
 _SLICE = 1 << 16
