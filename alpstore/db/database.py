@@ -307,10 +307,11 @@ class Database:
         finally:
             if dbapi is not None and hasattr(dbapi, "alp_want_xid"):
                 dbapi.alp_want_xid = False
-        xid = getattr(dbapi, "alp_xid", None)
         try:
             trans.commit()
         except exc.DBAPIError as err:
+            # read after: a transaction begun with its COMMIT (raw.begin_later) learns it there
+            xid = getattr(dbapi, "alp_xid", None)
             lost = driver_error(
                 self.location,
                 str(err.orig) if err.orig is not None else str(err),
@@ -321,6 +322,8 @@ class Database:
             )
             if not getattr(lost, "connection_lost", False) and not err.connection_invalidated:
                 raise lost from err  # the server refused the COMMIT: it was rolled back
+            if getattr(dbapi, "alp_unsent", False):
+                raise lost from err  # gone before anything was sent (raw.begin_later): retried
             status = self._read_back(xid)
             if status == "committed":
                 return  # it landed: the reply alone was lost

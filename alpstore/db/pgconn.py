@@ -26,6 +26,7 @@ Imported only when a PostgreSQL archive is opened (psycopg is an optional depend
 from __future__ import annotations
 
 import contextlib
+import select
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,10 +67,42 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_deferred.append(statement)
         self.alp_sinks.append(sink)
 
+    alp_begun_later: bool = False
+    """The queue starts with the transaction's ``BEGIN`` (:meth:`alp_begin_later`): nothing
+    was sent yet; the driver's own ``BEGIN`` must not be."""
+    alp_unsent: bool = False
+    """A transaction begun later failed before any of it was sent: the connection was found
+    gone first (nothing written; the caller may run it again on a fresh connection)."""
+    alp_head: int = 0
+    """With ``alp_begun_later``: how many queued statements (the ``BEGIN`` and the id's read)
+    the server answers at once, before it runs the rest (a flush request after them)."""
+
+    def alp_begin_later(self, statements: Sequence[bytes]) -> None:
+        """Open a transaction with nothing sent: its ``BEGIN`` (and, for a write that wants it,
+        ``SELECT txid_current()``) and ``statements`` are queued, and everything deferred after
+        them goes with them. At the COMMIT all of it goes in ONE pipeline (:meth:`_alp_pipeline`:
+        one client write, one wait); anything the driver sends before flushes it all in one
+        simple query (a round trip, as usual). Only on an idle connection with nothing queued.
+        """
+        assert not self.alp_deferred and self.pgconn.transaction_status == pq.TransactionStatus.IDLE
+        self.alp_defer(self._get_tx_start_command())
+        if self.alp_want_xid:
+            self.alp_want_xid = False
+            self.alp_defer(b"SELECT txid_current()", self._alp_note_xid)
+        self.alp_head = self.alp_waiting()
+        for statement in statements:
+            self.alp_defer(statement)
+        self.alp_begun_later = True
+
+    def _alp_note_xid(self, result: Any) -> None:
+        value = result.get_value(0, 0) if result.ntuples else None
+        self.alp_xid = int(value) if value is not None else None
+
     def alp_take(self) -> bytes | None:
         """The queued statements as one query text (``a; b``), the queue emptied; None when
         nothing waits. Their sinks wait in ``alp_taken`` for :meth:`alp_deliver`.
         """
+        self.alp_begun_later = False
         queue, self.alp_deferred = self.alp_deferred, None
         self.alp_taken, self.alp_sinks = tuple(self.alp_sinks or ()), None
         return b"; ".join(queue) if queue else None
@@ -105,7 +138,71 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_deliver(results)
         return results
 
+    def _alp_pipeline(self, statements: Sequence[bytes], sinks: Sequence[Sink | None]) -> Any:
+        """A transaction begun later (:meth:`alp_begin_later`), whole, in one wait: every
+        statement and the COMMIT sent in one client write (libpq pipeline mode, each statement
+        parsed alone, one Sync at the end). A flush request after the first ``alp_head`` ones
+        makes the server send the transaction's id before it runs the rest, so a COMMIT whose
+        own reply is lost is still read back by that id. The first failed statement raises (the
+        rest were skipped: the transaction is left failed for the caller's ROLLBACK); else each
+        sink is handed its result.
+        """
+        pg = self.pgconn
+        head = self.alp_head
+        self._check_connection_ok()
+        self.alp_unsent = True
+        if select.select([pg.socket], [], [], 0)[0]:  # the server spoke first: a goodbye?
+            pg.consume_input()  # raises when the connection is gone (nothing of ours sent)
+            if pg.status != pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the connection was closed before the COMMIT")
+        self.alp_unsent = False
+        pg.enter_pipeline_mode()
+        results: list[Any] = []
+        try:
+            for i, statement in enumerate(statements):
+                pg.send_query_params(statement, None)
+                if i == head - 1:
+                    pg.send_flush_request()
+            pg.send_query_params(b"COMMIT", None)
+            pg.pipeline_sync()
+            yield from generators.send(pg)
+            while True:
+                result = yield from generators.fetch(pg)
+                if result is None:
+                    continue
+                if result.status == pq.ExecStatus.PIPELINE_SYNC:
+                    break
+                results.append(result)
+                if len(results) <= head and result.status == pq.ExecStatus.TUPLES_OK:
+                    sink = sinks[len(results) - 1]
+                    if sink is not None:  # the id, at once: the rest may never come
+                        sink(result)
+        finally:
+            if pg.status == pq.ConnStatus.OK:
+                with contextlib.suppress(psycopg.Error):
+                    pg.exit_pipeline_mode()
+        for result in results:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                raise pg_errors.error_from_result(result, encoding=pg._encoding)
+        for sink, result in zip(sinks[head:], results[head:], strict=False):
+            if sink is not None:
+                sink(result)
+
     def _commit_gen(self) -> Any:
+        if self.alp_begun_later and self.alp_deferred and not self._pipeline and not self._tpc:
+            statements, sinks = self.alp_deferred, self.alp_sinks or []
+            self.alp_deferred = self.alp_sinks = None
+            self.alp_begun_later, self.alp_taken = False, ()
+            try:
+                yield from self._alp_pipeline(statements, sinks)
+            except psycopg.Error:
+                if self.pgconn.status != pq.ConnStatus.OK:
+                    raise  # the connection broke: the caller reads back whether it landed
+                if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        yield from self._exec_command(b"ROLLBACK")
+                raise
+            return None
         pending = self.alp_take()
         if (
             pending is None
@@ -134,6 +231,7 @@ class BoundedConnection(psycopg.Connection[Any]):
 
     def _rollback_gen(self) -> Any:
         self.alp_deferred = self.alp_sinks = None  # never sent: nothing to undo
+        self.alp_begun_later = False
         self.alp_taken = ()
         return (yield from super()._rollback_gen())
 

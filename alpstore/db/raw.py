@@ -122,6 +122,32 @@ def fetch_together(
     return found
 
 
+def begin_later(conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
+    """PostgreSQL, first thing in a transaction: queue its ``BEGIN`` and ``statements`` (each
+    small enough to bind client-side) without sending anything, so that they, the statements
+    deferred after them and the COMMIT go in one client write and one wait
+    (``pgconn.BoundedConnection.alp_begin_later``). A statement whose result is needed before
+    the COMMIT sends the queue as usual (one round trip more, nothing lost). False, with
+    nothing queued, where this cannot be (SQLite, a transaction already under way, another
+    driver): the caller then takes its usual way.
+    """
+    if isinstance(conn, LiteConnection) or dialect_of(conn) != "postgresql":
+        return False
+    dbapi: Any = conn.connection.dbapi_connection
+    if (
+        not _batchable(dbapi)
+        or dbapi.pgconn.transaction_status != 0
+        or dbapi.alp_waiting()
+        or dbapi.alp_begun_later
+    ):
+        return False
+    bound = [(_translate(sql, "postgresql"), tuple(params)) for sql, params in statements]
+    if not all(_small(params) for _, params in bound):
+        return False
+    dbapi.alp_begin_later([_bound(dbapi, sql, params) for sql, params in bound])
+    return True
+
+
 def _rows_of(dbapi: Any, result: Any) -> list[tuple[Any, ...]]:
     """The rows of a ``pq.PGresult`` (a deferred statement's), loaded as the driver would."""
     from psycopg.adapt import Transformer
@@ -178,7 +204,8 @@ def _pg_batched(
         return _NOT_BATCHED
     if not _small(params):
         return _NOT_BATCHED  # the driver flushes the queue before it (pgconn._start_query)
-    idle = dbapi.pgconn.transaction_status == 0  # pq.TransactionStatus.IDLE
+    # pq.TransactionStatus.IDLE, and no BEGIN waiting in the queue (``begin_later``)
+    idle = dbapi.pgconn.transaction_status == 0 and not dbapi.alp_begun_later
     if defer and not idle:
         sink = None if then is None else (lambda result: then(_rows_of(dbapi, result)))
         dbapi.alp_defer(_bound(dbapi, sql, params), sink)

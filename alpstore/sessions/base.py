@@ -16,7 +16,7 @@ from alpstore.archive.reading import Encoded, encode
 from alpstore.codec import Digest, digest_hex
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
-from alpstore.errors import NotFoundError, SessionStateError, UsageError
+from alpstore.errors import DatabaseError, NotFoundError, SessionStateError, UsageError
 from alpstore.sessions.records import (
     CheckpointInfo,
     Entry,
@@ -44,6 +44,19 @@ SESSION_ROW = (
     "backtrack_count, head_digest FROM sessions WHERE id = ? FOR NO KEY UPDATE"
 )
 """The mutable part of a session's row, locked until the transaction ends."""
+
+TIP_MOVED = "alpstore: the session's head moved since this handle's last write"
+TIP_GUARD = (
+    "WITH s AS (SELECT 1 FROM sessions WHERE id = ? AND status = ? AND head_segment_id = ? "
+    "AND head_length = ? AND turn = ? AND backtrack_count = ? AND head_digest = ? "
+    "FOR NO KEY UPDATE), g AS (SELECT 1 FROM segments WHERE id = ? AND session_id = ? "
+    "AND length = ? AND NOT sealed FOR NO KEY UPDATE) "
+    "SELECT CAST(CASE WHEN (SELECT count(*) FROM s) = 1 AND (SELECT count(*) FROM g) = 1 "
+    "THEN '1' ELSE ? END AS INTEGER)"
+)
+"""PostgreSQL, a turn sent whole without reading first (``_begin_at_known_tip``): locks the
+session's row and its tip segment's row (in ``SESSION_ROW`` / ``OWN_TIP``'s order) and fails
+the transaction (a cast of :data:`TIP_MOVED`) unless both are as this handle last wrote them."""
 
 
 class SessionBase:
@@ -129,9 +142,38 @@ class SessionBase:
         turns instead of both moving the head from the same old value. While the head's
         moves are deferred (:meth:`deferring_head`) the row is older than this handle.
         """
+        self._tip_known = False  # a write other than a turn's: the next turn reads the row
         if self._unwritten is not None:
             return self._info
         return self._take_row(conn, rsql.fetchone(conn, SESSION_ROW, (self.id,)))
+
+    _tip_known = False
+    """PostgreSQL: this handle's last write grew its head at the unsealed tip of the session's
+    own segment, and ``_info`` / ``_cover`` are what it wrote: the next turn may name them
+    instead of reading them (:meth:`_begin_at_known_tip`)."""
+
+    def _begin_at_known_tip(self, conn: Connection, info: SessionInfo, cover: int) -> bool:
+        """Open ``conn``'s transaction with ``TIP_GUARD`` queued (``raw.begin_later``): the
+        turn's statements and its COMMIT then go in one wait. False when it cannot be.
+        """
+        head = info.head
+        guard = (
+            info.id,
+            info.status,
+            head.segment_id,
+            head.length,
+            info.turn,
+            info.backtrack_count,
+            cover_bytes(cover),
+            head.segment_id,
+            info.id,
+            head.length,
+            TIP_MOVED,
+        )
+        if not rsql.begin_later(conn, [(BLOBS_FIRST, ()), (TIP_GUARD, guard)]):
+            return False
+        self._info, self._cover, self._cover_view = info, cover, head
+        return True
 
     def _write_at_tip(self, conn: Connection) -> tuple[SessionInfo, bool]:
         """PostgreSQL: :meth:`_write`, and whether the head is at the unsealed tip of a
@@ -281,12 +323,20 @@ class SessionBase:
     ) -> list[Digest]:
         items = [encode(m, BLOB_MESSAGE) for m in messages]
         store = self.store
+        # PostgreSQL: the head as this handle left it at its own tip, sent unread (and checked)
+        known = (self._info, self._cover) if self._tip_known and self._unwritten is None else None
+        self._tip_known = False
+        grown = [False]
 
         def attempt() -> CheckpointInfo | None:
             later: Callable[[], CheckpointInfo] | None = None
+            grown[0] = False
             with store.db.atomic() as conn:
                 if store.db.is_postgresql and keep is None and items:
-                    info, at_tip = self._write_at_tip(conn)
+                    if known is not None and self._begin_at_known_tip(conn, *known):
+                        info, at_tip = known[0], True
+                    else:
+                        info, at_tip = self._write_at_tip(conn)
                 else:
                     info, at_tip = self._write(conn), False
                 self._require_writable(info, "append")
@@ -297,6 +347,8 @@ class SessionBase:
                     if keep < head.length:  # O(dropped): the cut entries leave the digest
                         cover = cover_sub(cover, keep, store.views.read_digests(conn, head, keep))
                     head = store.views.cut(conn, head, keep)
+                # either way the new head is the tip of a segment of this session's own
+                grown[0] = info.retention.mode == "all"
                 if at_tip:  # PostgreSQL: all of it rides the COMMIT's round trip
                     store.archive.store_encoded_later(conn, items)
                     view = store.views.grow_later(conn, head, [d for d, _, _ in items])
@@ -319,8 +371,19 @@ class SessionBase:
                 later = self._checkpoint_later(conn, self._info, kernel, wm, label, trigger)
             return later()  # its row came back with the COMMIT (or the savepoint's release)
 
+        def attempt_or_read() -> CheckpointInfo | None:
+            nonlocal known
+            try:
+                return attempt()
+            except DatabaseError as err:
+                if known is None or TIP_MOVED not in str(err):
+                    raise
+                known = None  # another writer moved the head: read it, lock, then write
+                return attempt()
+
         # a busy, deadlocked or serialization-failed transaction is re-run whole (bounded)
-        ck = store.db.retrying(attempt, what=f"append to session {self.uuid}")
+        ck = store.db.retrying(attempt_or_read, what=f"append to session {self.uuid}")
+        self._tip_known = grown[0]
         store.archive.after_commit()
         if ck is not None and checkpoint is not None:
             checkpoint[4].append(ck)

@@ -9,8 +9,10 @@ connection to the server, in an asyncio loop on a thread of its own, so synchron
 - ``stall()``: go on accepting bytes (the kernel acknowledges them, as a middlebox would) but
   forward none either way until ``resume()``;
 - ``cut_reply_after(marker)``: when the client sends bytes holding ``marker`` (``b"COMMIT"``),
-  forward them, drop the server's reply and close that connection — the server did the work,
-  the client never hears of it;
+  forward them and the server's replies up to the COMMIT's own (its ``CommandComplete``), drop
+  that one and close the connection — the server did the work, the client never hears of it.
+  What the server sent earlier (a transaction id it flushed before running the rest of a
+  pipeline) still arrives, as it would on a network that broke after it;
 - ``reset_all()``: end every open connection with a TCP reset;
 - ``cap``: refuse connections past this many open ones as PostgreSQL does at a role's
   connection limit (``FATAL 53300 too many connections for role``); ``refuse_new``: drop every
@@ -49,6 +51,11 @@ class _Link:
     server: asyncio.StreamWriter
     client_spoke_last: bool = False
     cut_armed: bool = False
+    """Cut the connection at the server's reply to a COMMIT."""
+    hold_armed: bool = False
+    """Hold every reply from the server's reply to a COMMIT on (``stall_after``)."""
+    scan: bytes = b""
+    """While armed: the server's bytes after the last whole message (not forwarded yet)."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -64,6 +71,9 @@ class NetProxy:
         self.round_trips = 0
         self.log: list[bytes] | None = None
         """Set to a list to collect the first bytes of each round trip's request (debugging)."""
+        self.trace: list[tuple[float, str, int, bytes]] | None = None
+        """Set to a list to collect every read of either side: (perf_counter, ``"c"`` for the
+        client's bytes or ``"s"`` for the server's, length, first bytes) — where a client waits."""
         self.connections = 0
         self.port = 0
         self._loop = asyncio.new_event_loop()
@@ -161,9 +171,9 @@ class NetProxy:
         self._cut_marker = marker
 
     def stall_after(self, marker: bytes | None) -> None:
-        """Once the client sends bytes holding ``marker``, hold every reply of the server (on
-        every connection, new ones too) until :meth:`resume`: the bytes reach the server, no
-        answer comes back."""
+        """Once the client sends bytes holding ``marker``, hold every reply of the server from
+        its reply to the COMMIT on (on every connection, new ones too) until :meth:`resume`:
+        the bytes reach the server, no answer to the COMMIT comes back."""
         self._stall_marker = marker
 
     def reset_all(self) -> None:
@@ -225,13 +235,17 @@ class NetProxy:
         *,
         upstream: bool,
     ) -> None:
-        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        queue: asyncio.Queue[tuple[float, bytes, int]] = asyncio.Queue()
         sender = asyncio.ensure_future(self._deliver(link, queue, writer, upstream=upstream))
         try:
             while True:
                 data = await reader.read(65536)
                 if not data:
                     break
+                if self.trace is not None:
+                    self.trace.append(
+                        (time.perf_counter(), "c" if upstream else "s", len(data), data[:80])
+                    )
                 if upstream:
                     if not link.client_spoke_last:
                         self.round_trips += 1
@@ -240,35 +254,47 @@ class NetProxy:
                             self.log.append(data[:300])
                     if self._stall_marker is not None and self._stall_marker in data:
                         self._stall_marker = None
-                        self._hold_replies = True
-                        assert self._resumed is not None
-                        self._resumed.clear()
+                        link.hold_armed = True
                     if self._cut_marker is not None and self._cut_marker in data:
                         self._cut_marker = None
                         link.cut_armed = True
                 else:
                     link.client_spoke_last = False
-                await queue.put((time.perf_counter() + self.delay_s, data))
+                due = time.perf_counter() + self.delay_s
+                if not upstream and (link.cut_armed or link.hold_armed):
+                    before, rest = _split_at_commit_reply(link, data)
+                    if before:
+                        await queue.put((due, before, _FREE))
+                    if rest is not None and link.cut_armed:
+                        link.cut_armed = False
+                        await queue.put((due, b"", _CUT))
+                    elif rest is not None:
+                        link.hold_armed = self._hold_replies = True
+                        assert self._resumed is not None
+                        self._resumed.clear()
+                        await queue.put((due, rest, _HELD))
+                    continue
+                await queue.put((due, data, _HELD))
         except (ConnectionError, OSError):
             pass
         finally:
-            await queue.put((0.0, b""))
+            await queue.put((0.0, b"", _HELD))
             await sender
 
     async def _deliver(
         self,
         link: _Link,
-        queue: asyncio.Queue[tuple[float, bytes]],
+        queue: asyncio.Queue[tuple[float, bytes, int]],
         writer: asyncio.StreamWriter,
         *,
         upstream: bool,
     ) -> None:
         try:
             while True:
-                due, data = await queue.get()
-                if not data:
+                due, data, kind = await queue.get()
+                if not data and kind != _CUT:
                     break
-                while self._stalled or (self._hold_replies and not upstream):
+                while self._stalled or (self._hold_replies and not upstream and kind != _FREE):
                     assert self._resumed is not None
                     await self._resumed.wait()
                 wait = due - time.perf_counter()
@@ -276,7 +302,7 @@ class NetProxy:
                     await asyncio.sleep(wait - 0.0015)  # the loop's timer rounds to 1 ms
                 while time.perf_counter() < due:  # the rest, precisely (sub-millisecond delays)
                     time.sleep(0.00005)
-                if not upstream and link.cut_armed:
+                if kind == _CUT:
                     link.client.transport.abort()
                     link.server.transport.abort()
                     self._links.discard(link)
@@ -288,6 +314,31 @@ class NetProxy:
         finally:
             writer.close()
             self._links.discard(link)
+
+
+_HELD, _FREE, _CUT = 0, 1, 2
+"""What the forwarding queue holds: bytes held while replies are held; bytes sent before a
+COMMIT's reply was held (delivered anyway); the point where a COMMIT's reply is cut."""
+
+
+def _split_at_commit_reply(link: _Link, data: bytes) -> tuple[bytes, bytes | None]:
+    """The server's whole messages before its ``CommandComplete`` of a ``COMMIT`` (what it had
+    answered before), and the bytes from that one on (None while it has not come; an
+    incomplete last message waits in ``link.scan``). The reply to the client's burst starts
+    at a message's start: the client read every earlier reply before it sent the burst.
+    """
+    buf = link.scan + data
+    pos = 0
+    while pos + 5 <= len(buf):
+        end = pos + 1 + int.from_bytes(buf[pos + 1 : pos + 5], "big")
+        if end > len(buf):
+            break
+        if buf[pos] == 0x43 and buf[pos + 5 : end].startswith(b"COMMIT"):  # 'C', its tag
+            link.scan = b""
+            return buf[:pos], buf[pos:]
+        pos = end
+    link.scan = buf[pos:]
+    return buf[:pos], None
 
 
 async def _refuse_at_cap(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

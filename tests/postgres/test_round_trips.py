@@ -13,17 +13,19 @@ import pytest
 from sqlalchemy import text
 
 from alpstore.db import raw as rsql
-from alpstore.errors import DatabaseError
+from alpstore.errors import DatabaseError, SessionStateError
 from alpstore.store import Store
 from tests.conftest import postgres_schema
 from tests.postgres.netproxy import proxied
 
 pytestmark = pytest.mark.postgres
 
-MAX_COMMIT_TURN_ROUND_TRIPS = 2
-"""A native commit_turn, however many messages: BEGIN with the session row and its segment's
-row read and locked; then the blobs, the segment grown with its entries, the head's move and
-the checkpoint riding the COMMIT. It was 9 before issue 45, 6 after its first round."""
+MAX_COMMIT_TURN_ROUND_TRIPS = 1
+"""A native commit_turn of a handle whose last write grew its head, however many messages: ONE
+client wait — the BEGIN (its transaction id flushed back at once), the guard that locks the
+session's row and its tip segment's row and checks them against what the handle wrote, the
+blobs, the segment grown with its entries, the head's move, the checkpoint and the COMMIT, in
+one pipeline. It was 9 before issue 45, 6 after its first round, 2 after its second."""
 
 SET_ORIGIN = "UPDATE sessions SET origin = "
 
@@ -33,14 +35,15 @@ def four(i: int, n: int = 4) -> list[dict[str, str]]:
     return [{"role": roles[k % 4], "content": f"turn {i} message {k}"} for k in range(n)]
 
 
-def test_a_commit_turn_takes_two_round_trips_whatever_its_size(tmp_path: Path) -> None:
+def test_a_commit_turn_takes_one_round_trip_whatever_its_size(tmp_path: Path) -> None:
     with postgres_schema() as direct, proxied(direct) as (proxy, url):
         store = Store.open(tmp_path, url=url)
         try:
             session = store.create_session(name="rt")
-            session.commit_turn(four(0))
+            session.commit_turn(four(0))  # a new segment: the plain way, then known
+            session.commit_turn(four(1))
             counts = {}
-            for size in (4, 12):
+            for size in (4, 12, 4):
                 with proxy.counting() as n:
                     session.commit_turn(four(size, size))
                 counts[size] = n[0]
@@ -50,10 +53,45 @@ def test_a_commit_turn_takes_two_round_trips_whatever_its_size(tmp_path: Path) -
             store.close()
     assert counts[4] <= MAX_COMMIT_TURN_ROUND_TRIPS, counts
     assert counts[12] == counts[4], counts  # one multi-row statement a table, however many
-    assert len(history) == 4 + 4 + 12
+    assert [e.value["content"] for e in history][-4:] == [f"turn 4 message {k}" for k in range(4)]
+    assert len(history) == 4 + 4 + 4 + 12 + 4
     # two read transactions (the session's row, then its entries), each BEGIN riding the first
     # statement: 5 (was 7)
     assert reads[0] <= 5, reads
+
+
+def test_a_turn_sent_unread_after_another_writer_moved_the_head_reads_it_first(
+    tmp_path: Path,
+) -> None:
+    """The one-wait turn names the head and tip this handle wrote; another writer of the
+    session (a popped entry: the segment's length unchanged, the head one shorter; a pause)
+    makes its guard fail, and the turn is re-run the usual way — never grown from the stale
+    head (which would bring the popped entry back) nor past a pause.
+    """
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        store = Store.open(tmp_path, url=url)
+        other = Store.open(tmp_path / "other", url=direct)
+        try:
+            session = store.create_session(name="two")
+            session.commit_turn(four(0))
+            session.commit_turn(four(1))  # now the handle knows its tip
+            popped = other.get_session("two").pop_last()
+            assert popped is not None and popped.value["content"] == "turn 1 message 3"
+            session.commit_turn(four(2))  # the guard fails: re-run, reading the row first
+            got = [e.value["content"] for e in other.get_session("two").history()]
+            assert got == [
+                f"turn {t} message {k}" for t in range(3) for k in range(4) if (t, k) != (1, 3)
+            ]
+            with proxy.counting() as n:
+                session.commit_turn(four(3))  # known again
+            assert n[0] <= MAX_COMMIT_TURN_ROUND_TRIPS, n
+            other.get_session("two").set_status("paused")
+            with pytest.raises(SessionStateError):
+                session.commit_turn(four(4))
+            assert len(other.get_session("two").history()) == 15
+        finally:
+            other.close()
+            store.close()
 
 
 def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: Path) -> None:
