@@ -103,8 +103,15 @@ _INSERT_WRITES = (
     "state) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
+_THREAD_REF = "(SELECT id FROM lg_threads WHERE thread_id = ? AND checkpoint_ns = ?)"
+"""The thread namespace's row id, named in the statement (NULL when there is none: the NOT
+NULL ``thread_ref`` then fails the insert, and the plain path creates the thread)."""
+
+_INSERT_WRITES_BY_NAME = _INSERT_WRITES.replace("VALUES (?,", f"VALUES ({_THREAD_REF},", 1)
+""":data:`_INSERT_WRITES` naming the thread by its id and namespace."""
+
 _INSERT_WRITES_WITH_ITEMS = (
-    f"WITH w AS ({_INSERT_WRITES} RETURNING id) "
+    "WITH w AS ({writes} RETURNING id) "
     "INSERT INTO lg_write_items (write_id, position, blob_id) "
     "SELECT (SELECT id FROM w), v.p, (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
     "FROM (VALUES {rows}) AS v (p, d)"
@@ -112,6 +119,12 @@ _INSERT_WRITES_WITH_ITEMS = (
 """A task's writes and their item blobs (named by digest, stored earlier in the transaction)
 in one statement; a blob missing would be a NULL in a NOT NULL column: the transaction fails
 whole."""
+
+
+_UNSENT_READ = ("23505", "23502")
+"""What makes a ``put_writes`` sent unread fall back to the plain path (rolled back whole): a
+unique violation (the task has writes at that checkpoint: LangGraph's rule merges them) or a
+NULL thread (no such thread namespace yet)."""
 
 
 def put_writes_later(
@@ -124,19 +137,28 @@ def put_writes_later(
     planned: dict[int, tuple[str, list[Any], list[Any]]],
     replace_all: bool,
 ) -> bool:
-    """``put_writes`` in two round trips when the thread exists and the task has no writes
-    at that checkpoint yet (the common case): whether so, then the blobs, the writes and
-    their items riding the COMMIT. False (nothing written): the caller takes the plain path,
-    which merges. Another process storing the same task meanwhile makes the insert a
-    duplicate: rolled back whole, and False too.
+    """``put_writes`` in ONE client wait when the thread exists and the task has no writes at
+    that checkpoint yet (the common case): the blobs, the writes (the thread named by its id
+    and namespace) and their items sent with the ``BEGIN`` and the COMMIT, nothing read first
+    (``raw.begin_later``). A task with writes already (a merge, or another process storing
+    the same task meanwhile) makes the insert a duplicate, a thread not there yet a NULL:
+    rolled back whole, and False — the caller takes the plain path, which creates and
+    merges. Where the transaction cannot be sent unread, two round trips: whether so, then
+    the rest riding the COMMIT.
     """
     store = saver.store
     cid, tid = id_bytes(checkpoint_id), id_bytes(task_id)
+    writes = _INSERT_WRITES
     try:
         with store.db.atomic() as conn:
-            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
-            if found is None or found[1]:
-                return False
+            if rsql.begin_later(conn, []):
+                thread: list[Any] = [thread_id, ns]
+                writes = _INSERT_WRITES_BY_NAME
+            else:
+                found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
+                if found is None or found[1]:
+                    return False
+                thread, writes = [int(found[0])], _INSERT_WRITES
             every = [item for _, _, items in planned.values() for item in items]
             store.archive.store_encoded_later(conn, every)
             digests = iter([digest for digest, _, _ in every])
@@ -145,26 +167,27 @@ def put_writes_later(
                 for widx, (channel, ref, items) in planned.items()
             }
             packed, items = pack_writes(saver, task_path, entries)
-            params: list[Any] = [int(found[0]), cid, tid, *packed]
+            params: list[Any] = [*thread, cid, tid, *packed]
             if not items:
-                rsql.execute(conn, _INSERT_WRITES, params, defer=True)
+                rsql.execute(conn, writes, params, defer=True)
                 return True
             for position, digest in enumerate(items):
                 params.extend((position, digest))
             rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(items))
-            rsql.execute(conn, _INSERT_WRITES_WITH_ITEMS.format(rows=rows), params, defer=True)
+            statement = _INSERT_WRITES_WITH_ITEMS.format(writes=writes, rows=rows)
+            rsql.execute(conn, statement, params, defer=True)
     except DatabaseError as err:
-        if not _duplicate(err):
+        if not _duplicate(err, _UNSENT_READ if writes is _INSERT_WRITES_BY_NAME else ("23505",)):
             raise
         return False
     return True
 
 
-def _duplicate(err: BaseException) -> bool:
-    """``err`` (or what caused it) is a unique violation (SQLSTATE 23505)."""
+def _duplicate(err: BaseException, states: tuple[str, ...] = ("23505",)) -> bool:
+    """``err`` (or what caused it) has one of ``states`` (default: a unique violation)."""
     seen: BaseException | None = err
     while seen is not None:
-        if getattr(seen, "sqlstate", None) == "23505":
+        if getattr(seen, "sqlstate", None) in states:
             return True
         seen = seen.__cause__ or seen.__context__
     return False

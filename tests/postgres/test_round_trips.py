@@ -145,11 +145,13 @@ def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: P
             store.close()
 
 
-SAVER_MAX_ROUND_TRIPS = {"put": 2, "put_writes": 2, "get_tuple": 2}
+SAVER_MAX_ROUND_TRIPS = {"put": 2, "put_writes": 1, "get_tuple": 2}
 """Each AlpstoreSaver call of a steady thread, called directly (every put with a new message):
-13, 7 and 7 before issue 45, 9, 5 and 6 after its first round. A write: the BEGIN's round trip
-with what decides the path (rows locked, the tip, whether the ids are new), then the rest with
-the COMMIT; get_tuple: the checkpoint and its writes with their blobs, then the COMMIT."""
+13, 7 and 7 before issue 45, 9, 5 and 6 after its first round, 2, 2 and 2 after its second.
+put: the BEGIN's round trip with what decides the path (rows locked, the tip, whether the ids
+are new), then the rest with the COMMIT; put_writes: one pipeline, nothing read first (a task
+with writes already or no thread fails it whole, and the plain path runs); get_tuple: the
+checkpoint and its writes with their blobs, then the COMMIT."""
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -203,9 +205,9 @@ def test_alpstore_saver_round_trips_per_call(tmp_path: Path, kind: str) -> None:
 def test_put_writes_racing_another_writer_of_its_task_merges(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The task was free when put_writes looked, and another process stored writes for it
-    before the COMMIT: the insert is a duplicate, rolled back whole, and the plain path merges
-    (LangGraph's rule: the writes stored first are kept)."""
+    """Another process stored writes for the task before this put_writes' COMMIT (sent
+    unread, or after a look that found the task free): the insert is a duplicate, rolled back
+    whole, and the plain path merges (LangGraph's rule: the writes stored first are kept)."""
     pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
     from langgraph.checkpoint.base import empty_checkpoint
 
@@ -271,3 +273,30 @@ def test_a_put_that_travels_back_in_time_appends_on_the_plain_path(tmp_path: Pat
             saver.close()
     assert tup is not None
     assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == ["m0", "other"]
+
+
+def test_put_writes_sent_unread_on_a_thread_not_stored_yet_takes_the_plain_path(
+    tmp_path: Path,
+) -> None:
+    """put_writes names its thread by id and namespace; a thread with no row yet is a NULL
+    there: rolled back whole, then the plain path creates the thread and stores the writes."""
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    with postgres_schema() as url:
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+        try:
+            config: Any = {
+                "configurable": {"thread_id": "new", "checkpoint_ns": "", "checkpoint_id": "c1"}
+            }
+            saver.put_writes(config, [("count", 7)], "task")
+            with saver.store.db.read() as conn:
+                stored = conn.execute(
+                    text(
+                        "SELECT count(*) FROM lg_writes w JOIN lg_threads t ON t.id = w.thread_ref"
+                        " WHERE t.thread_id = 'new'"
+                    )
+                ).scalar_one()
+        finally:
+            saver.close()
+    assert stored == 1
