@@ -234,6 +234,59 @@ def lock_thread_at_tip(
     return row, at_tip, bool(stored)
 
 
+HEAD_MOVED = "alpstore: the thread's head moved since this process's last put"
+
+_THREAD_GUARD = (
+    "WITH s AS (SELECT 1 FROM lg_threads t JOIN sessions s ON s.id = t.session_id "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND t.id = ? AND s.id = ? AND s.uuid = ? "
+    "AND s.status = ? AND s.head_segment_id = ? AND s.head_length = ? AND s.turn = ? "
+    "AND s.retention_mode = ? AND s.retention_n = ? AND s.head_digest = ? "
+    "FOR NO KEY UPDATE OF s), g AS (SELECT 1 FROM segments WHERE id = ? AND session_id = ? "
+    "AND length = ? AND NOT sealed FOR NO KEY UPDATE) "
+    "SELECT CAST(CASE WHEN (SELECT count(*) FROM s) = 1 AND (SELECT count(*) FROM g) = 1 "
+    "THEN '1' ELSE ? END AS INTEGER)"
+)
+"""``lock_thread_at_tip``'s locks (the session's row, then its tip segment's), taken without
+reading them back: the transaction fails (a cast of :data:`HEAD_MOVED`) unless the thread's
+row and head are as this process's last put left them and the head is that segment's
+unsealed tip."""
+
+
+def begin_at_known_head(conn: Any, thread_id: str, ns: str, row: lgdb.HeadRow) -> bool:
+    """Open ``conn``'s transaction for a put at the head ``row`` this process left, nothing
+    read first (``raw.begin_later``): the put's statements and its COMMIT then go in one
+    wait, :data:`_THREAD_GUARD` in front. A checkpoint id stored already fails it too (the
+    LangGraph row's unique key). False when it cannot be (the caller reads and locks).
+    """
+    if row.cover is None or row.view.segment_id is None:
+        return False
+    view = row.view
+    guard = (
+        thread_id,
+        ns,
+        row.ref,
+        row.session_id,
+        row.uuid,
+        row.status,
+        view.segment_id,
+        view.length,
+        row.turn,
+        row.retention[0],
+        row.retention[1],
+        row.cover,
+        view.segment_id,
+        row.session_id,
+        view.length,
+        HEAD_MOVED,
+    )
+    return rsql.begin_later(conn, [(BLOBS_FIRST, ()), (_THREAD_GUARD, guard)])
+
+
+def head_moved(err: BaseException) -> bool:
+    """``err`` is a put sent unread that found the head moved or its checkpoint id stored."""
+    return HEAD_MOVED in str(err) or _duplicate(err)
+
+
 _CHECKPOINT_PAIR = (
     "WITH ck AS ({insert}), lc AS (INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, "
     "parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "

@@ -53,6 +53,11 @@ class ThreadState:
         self.seen: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
         self.handed: deque[list[Any]] = deque(maxlen=SEEN_LISTS)
         self.last_put: tuple[str, dict[str, Any], dict[str, list[Any]]] | None = None
+        self.known: Any = None
+        """PostgreSQL: the thread's row and head (an ``_lgdb.HeadRow``) as this process's last
+        put left them, at the unsealed tip of the session's own segment: the next put may send
+        them unread (guarded, ``_lgfast.begin_at_known_head``). Valid only while ``key``
+        matches it."""
         self.writers: OrderedDict[str, list[str]] = OrderedDict()
         """LangGraph checkpoint id → the nodes whose pending writes this process stored on
         it (the nodes of the step that follows it): only names for display, keyed by ids
@@ -95,6 +100,7 @@ class ThreadState:
     def forget(self) -> None:
         """Forget everything (after a failed write)."""
         self.key = None
+        self.known = None
         self.private = None
         self.digests = None
         self.seen.clear()

@@ -15,7 +15,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from alpstore.archive.sql import Encoded
 from alpstore.db.names import BLOB_MESSAGE
-from alpstore.errors import SessionStateError
+from alpstore.errors import DatabaseError, SessionStateError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
@@ -49,15 +49,47 @@ def put_checkpoint(
     md: CheckpointMetadata,
     new_versions: ChannelVersions,
 ) -> tuple[CheckpointInfo, int, bool]:
-    """One transaction of ``put``: ``(checkpoint, session row id, messages split)``."""
+    """One transaction of ``put``: ``(checkpoint, session row id, messages split)``.
+
+    PostgreSQL, a thread whose last put this process made at its head's tip: sent unread in
+    one wait (``lgfast.begin_at_known_head``); another writer moved the head meanwhile, or
+    the checkpoint id is stored already, and it is run again reading and locking first.
+    """
+    known, th.known = th.known, None
+    if known is not None and known.key == th.key and saver.store.db.is_postgresql:
+        try:
+            return _put_checkpoint(
+                saver, th, thread_id, ns, parent, checkpoint, md, new_versions, known
+            )
+        except DatabaseError as err:
+            if not lgfast.head_moved(err):
+                raise
+            th.forget()
+    return _put_checkpoint(saver, th, thread_id, ns, parent, checkpoint, md, new_versions, None)
+
+
+def _put_checkpoint(
+    saver: SaverState,
+    th: ThreadState,
+    thread_id: str,
+    ns: str,
+    parent: Any,
+    checkpoint: Checkpoint,
+    md: CheckpointMetadata,
+    new_versions: ChannelVersions,
+    known: lgdb.HeadRow | None,
+) -> tuple[CheckpointInfo, int, bool]:
     values = checkpoint["channel_values"]
     versions = checkpoint["channel_versions"]
     key = saver.messages_key
     store = saver.store
     cid = str(checkpoint["id"])
     later: Callable[[], CheckpointInfo] | None = None
+    row: lgdb.HeadRow | None
     with store.db.atomic() as conn:
-        if store.db.is_postgresql:  # PostgreSQL: what decides the two-round-trip path, too
+        if known is not None and lgfast.begin_at_known_head(conn, thread_id, ns, known):
+            row, at_tip, stored = known, True, False  # checked by the guard, in the pipeline
+        elif store.db.is_postgresql:  # PostgreSQL: what decides the two-round-trip path, too
             row, at_tip, stored = lgfast.lock_thread_at_tip(conn, thread_id, ns, cid)
         else:
             row, at_tip, stored = lgdb.lock_thread(conn, thread_id, ns), False, True
@@ -185,6 +217,10 @@ def put_checkpoint(
         else:
             th.forget()
     th.last_put = (cid, dict(versions), refs) if th.key is not None else None
+    if later is not None and at_tip and th.key is not None:  # the head this put left
+        th.known = row._replace(view=view, turn=turn, status=status, cover=cover_bytes(cover))
+        if th.known.key != th.key:
+            th.known = None
     return ck, row.session_id, head is not None
 
 
