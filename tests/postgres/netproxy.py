@@ -17,7 +17,11 @@ connection to the server, in an asyncio loop on a thread of its own, so synchron
 - ``cap``: refuse connections past this many open ones as PostgreSQL does at a role's
   connection limit (``FATAL 53300 too many connections for role``); ``refuse_new``: drop every
   new connection at once (a server that is down);
-- count round trips: a client burst that follows a server reply (or opens a connection) is one.
+- count round trips — the client's waits: a client burst that follows a server reply (or opens
+  a connection) is one; bursts sent while a reply is outstanding (a pipeline written in several
+  pieces) and the several replies a pipeline gets (a flushed transaction id, then the rest)
+  add none. ``trace`` records every read of either side with its time, to see where a client
+  waits.
 
 Everything is bounded in time: the proxy stops by itself after ``lifetime_s`` (default 600 s),
 so a test that forgets it never hangs a run.
