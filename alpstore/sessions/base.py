@@ -157,6 +157,8 @@ class SessionBase:
         turn's statements and its COMMIT then go in one wait. False when it cannot be.
         """
         head = info.head
+        if head.segment_id is None:
+            return False
         guard = (
             info.id,
             info.status,
@@ -347,14 +349,15 @@ class SessionBase:
                     if keep < head.length:  # O(dropped): the cut entries leave the digest
                         cover = cover_sub(cover, keep, store.views.read_digests(conn, head, keep))
                     head = store.views.cut(conn, head, keep)
-                # either way the new head is the tip of a segment of this session's own
-                grown[0] = info.retention.mode == "all"
                 if at_tip:  # PostgreSQL: all of it rides the COMMIT's round trip
                     store.archive.store_encoded_later(conn, items)
                     view = store.views.grow_later(conn, head, [d for d, _, _ in items])
                 else:
                     ids = store.archive.store_encoded(conn, items)
                     view = store.views.append(conn, head, info.id, ids)
+                # a non-empty new head is the tip of a segment of this session's own
+                grown[0] = bool(items) and view.segment_id is not None
+                grown[0] = grown[0] and info.retention.mode == "all"
                 self._move_head(
                     conn,
                     info,

@@ -60,6 +60,22 @@ def test_a_commit_turn_takes_one_round_trip_whatever_its_size(tmp_path: Path) ->
     assert reads[0] <= 5, reads
 
 
+def test_a_turn_after_an_empty_one_is_stored(tmp_path: Path) -> None:
+    """An empty turn leaves an empty head (no segment): nothing to grow in place, so the next
+    turn is not sent unread (it failed an assertion in the stress test)."""
+    with postgres_schema() as url:
+        store = Store.open(tmp_path, url=url)
+        try:
+            session = store.create_session(name="empty")
+            session.commit_turn([])
+            session.commit_turn(four(1))
+            session.commit_turn(four(2))
+            got = [e.value["content"] for e in session.history()]
+        finally:
+            store.close()
+    assert got == [f"turn {t} message {k}" for t in (1, 2) for k in range(4)]
+
+
 def test_a_turn_sent_unread_after_another_writer_moved_the_head_reads_it_first(
     tmp_path: Path,
 ) -> None:
