@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from alpstore.portable.travel_format import (
     KIND_NAMES,
     VERSION,
     Digester,
+    ListState,
     portable_dir,
     with_dir,
 )
@@ -43,8 +45,13 @@ class SessionExport:
     lines: int
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""``json.dumps(rec, ensure_ascii=False, separators=(",", ":"))`` made once (``dumps`` with
+arguments makes an encoder per call)."""
+
+
 def _line(rec: dict[str, Any]) -> bytes:
-    return json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    return _ENCODER.encode(rec).encode("utf-8") + b"\n"
 
 
 def _ref(ref_id: Any, seqs: dict[int, int]) -> dict[str, int] | None:
@@ -57,22 +64,33 @@ def _ref(ref_id: Any, seqs: dict[int, int]) -> dict[str, int] | None:
 
 
 class _Collect:
-    """The blob digests the records need, in order of first need."""
+    """The blob digests the records need, in order of first need, with the blob's id where the
+    read that found the digest gave it (the others are looked up by digest).
+    """
 
     def __init__(self) -> None:
-        self.order: dict[bytes, None] = {}
+        self.order: dict[bytes, int | None] = {}
 
-    def add(self, digest: bytes | None) -> str | None:
+    def add(self, digest: bytes | None, blob_id: int | None = None) -> str | None:
         if digest is None:
             return None
-        self.order.setdefault(bytes(digest), None)
+        key = bytes(digest)
+        if self.order.get(key) is None:
+            self.order[key] = blob_id
         return digest_hex(digest)
 
 
 def session_records(
-    store: Store, conn: Any, session_id: int, blobs: _Collect
+    store: Store,
+    conn: Any,
+    session_id: int,
+    blobs: _Collect,
+    states: dict[int, ListState] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every non-blob line of the session's file (blob digests noted in ``blobs``)."""
+    """Every non-blob line of the session's file (blob digests noted in ``blobs``); ``states``
+    is given each checkpoint and head line's list state by its index in the list (what
+    :meth:`Digester.feed` would apply again).
+    """
     srow = rsql.fetchone(
         conn,
         "SELECT uuid, name, parent_id, source_checkpoint_id, origin, manifest_blob_id, status, "
@@ -105,7 +123,9 @@ def session_records(
     digest_of = dict(zip(known, store.digests_for_ids(conn, known), strict=True))
 
     def blob(blob_id: Any) -> str | None:
-        return blobs.add(digest_of[int(blob_id)] if blob_id is not None else None)
+        if blob_id is None:
+            return None
+        return blobs.add(digest_of[int(blob_id)], int(blob_id))
 
     parent = None
     if srow[2] is not None and srow[3] is not None:
@@ -140,6 +160,10 @@ def session_records(
     for r in cks:
         view = View(r[3], int(r[4]))
         rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True)
+        if states is not None:
+            states[len(recs)] = rec.pop("state")
+        else:
+            del rec["state"]
         recs.append(
             {
                 "type": "checkpoint",
@@ -156,6 +180,9 @@ def session_records(
             }
         )
     head, _ = _delta(store, conn, View(srow[7], int(srow[8])), previous, lists, blobs, commit=False)
+    state = head.pop("state")
+    if states is not None:
+        states[len(recs)] = state
     recs.append({"type": "head", **head})
     for bt_id, src, dst, steps, steering, automatic, signature, at in bts:
         recs.append(
@@ -198,7 +225,9 @@ def _thread_records(
         lists = Digester()
 
         def of(view: View, previous: list[tuple[int, int, int]]) -> tuple[dict[str, Any], Any]:
-            return _delta(store, conn, view, previous, lists, blobs, commit=True)
+            rec, chain = _delta(store, conn, view, previous, lists, blobs, commit=True)
+            del rec["state"]
+            return rec, chain
 
         return of
 
@@ -236,16 +265,16 @@ def _delta(
 ) -> tuple[dict[str, Any], list[tuple[int, int, int]]]:
     """``view`` as keep + add over the previous checkpoint's view (its chain and entries): keep
     is the prefix the two share in the piece table, as `session log` counts what a checkpoint
-    adds, so the importing archive shares (and counts) the same prefix.
+    adds, so the importing archive shares (and counts) the same prefix. The record's
+    ``state`` is the list's (:class:`ListState`), for the session digest: not a line's field.
     """
     chain = store.views.chain(conn, view) if view.length else []
     keep = common_prefix(previous, chain)
-    added = store.views.read_digests(conn, view, keep) if view.length > keep else []
-    add = [digest_hex(d) for d in added]
-    for d in added:
-        blobs.add(d)
-    state = lists.apply(keep, add, commit=commit)
-    return {"keep": keep, "add": add, "covering": state.covering}, chain
+    rows = store.views.read_digest_ids(conn, view, keep) if view.length > keep else []
+    added = [bytes(d) for d, _ in rows]
+    add = [blobs.add(d, int(i)) or "" for d, i in zip(added, map(itemgetter(1), rows), strict=True)]
+    state = lists.apply(keep, add, commit=commit, added=added)
+    return {"keep": keep, "add": add, "covering": state.covering, "state": state}, chain
 
 
 @dataclass
@@ -263,9 +292,15 @@ class _Level:
 
 
 def _blob_lines(
-    store: Store, conn: Any, digests: Sequence[bytes], done: set[bytes], checks: _Scan
+    store: Store,
+    conn: Any,
+    digests: Sequence[bytes],
+    done: set[bytes],
+    checks: _Scan,
+    known: Mapping[bytes, int | None] | None = None,
 ) -> Iterator[bytes]:
-    """The blob lines of ``digests`` not yet written, each summary's covered blobs first.
+    """The blob lines of ``digests`` not yet written, each summary's covered blobs first;
+    ``known``: blob ids already read with their digests (the others are looked up).
 
     An explicit stack of levels, not recursion: a chain of folds nests summaries as deep as it
     is long (10,000 rolling folds are 10,000 levels). Each level loads 256 rows at a time.
@@ -295,7 +330,10 @@ def _blob_lines(
             continue
         if level.pos % 256 == 0:
             part = level.todo[level.pos : level.pos + 256]
-            level.ids = store.archive.ids_for(conn, part)
+            ids = {d: i for d in part if (i := known.get(d)) is not None} if known else {}
+            if len(ids) < len(part):
+                ids.update(store.archive.ids_for(conn, [d for d in part if d not in ids]))
+            level.ids = ids
             missing = [d for d in part if d not in level.ids]
             if missing:
                 raise NotFoundError(f"blob {digest_hex(missing[0])} is missing from the archive")
@@ -354,10 +392,11 @@ def export_session(
 
     blobs = _Collect()
     digester = Digester()
+    states: dict[int, ListState] = {}
     with store.db.read() as conn:
-        recs = session_records(store, conn, session_id, blobs)
-        for rec in recs:
-            digester.feed(rec)
+        recs = session_records(store, conn, session_id, blobs, states)
+        for i, rec in enumerate(recs):
+            digester.feed(rec, states.get(i))
         digest = digester.hexdigest()
         n_cks = sum(1 for r in recs if r["type"] == "checkpoint")
         if path is None:
@@ -389,7 +428,7 @@ def export_session(
 
             put(_line({"format": FORMAT, "version": VERSION}))
             done: set[bytes] = set()
-            for data in _blob_lines(store, conn, list(blobs.order), done, checks):
+            for data in _blob_lines(store, conn, list(blobs.order), done, checks, blobs.order):
                 put(data)
             if checks.findings:
                 raise secret_error(checks.findings, what=str(path))

@@ -261,6 +261,35 @@ def may_hold_secrets(json_text: str) -> bool:
 
 
 _LITERALS_B: Final = tuple(lit.encode() for lit in _QUICK_LITERALS)
+_LITERAL_SEARCHES_B: Final = (
+    re.compile(rb"A(?:[KS]IA|Iza)").search,
+    re.compile(rb"g(?:h[pousr]_|ithub_pat_|lpat-)").search,
+    re.compile(rb"-----BEGIN").search,
+    re.compile(rb"sk-").search,
+    re.compile(rb"xox").search,
+    re.compile(rb"k_live_").search,
+    re.compile(rb"hf_").search,
+    lambda raw: b"eyJ" in raw,  # (``e`` is too common a first byte for ``re``)
+)
+""":data:`_QUICK_LITERALS` in 8 searches instead of 16, each found at least as fast as by
+``in``: ``re`` looks for a pattern's first byte alone (a ``memchr``-like loop) and then for the
+rest, where ``in`` skips through the text by the literal's length; literals that share a first
+byte share the search. Fixed alternatives: no backtracking (a test holds them to the literals).
+"""
+_KEY_SEARCHES_B: Final = (
+    re.compile(rb'pass(?:word|wd|phrase)":').search,
+    re.compile(rb'secret":').search,
+    re.compile(rb'token":').search,
+    re.compile(rb'credentials?":').search,
+    re.compile(rb'key":').search,
+)
+""":data:`_KEYS_LOWER_B` in 5 searches of the lower-cased text (a test holds them to it)."""
+_HEADER_SEARCHES_B: Final = (
+    re.compile(rb"ookie").search,
+    re.compile(rb"pi-key").search,
+    lambda lower: b"uthorization" in lower,  # (long: ``in`` skips 12 bytes at a time)
+)
+""":data:`_HEADERS_LOWER_B` in the lower-cased text (a test holds them to it)."""
 _HEADERS_LOWER_B: Final = tuple(sorted({lit.lower().encode() for lit in _HEADER_LITERALS}))
 _KEYS_LOWER_B: Final = tuple(
     f'{w}":'.encode() for w in (*(w for w in _KEY_ENDINGS if not w.endswith("key")), "key")
@@ -276,20 +305,21 @@ def may_hold_secrets_canonical(raw: bytes) -> bool:
     The key and header spellings are looked for once, in the lower-cased text (one C pass):
     a superset of the spellings :func:`may_hold_secrets` looks for one by one (``PassWord``,
     ``"key":`` also answer True: the walk then decides), in 11 searches instead of 57 (issue 41:
-    a 4 MB session file's prefilter 89 -> ~50 ms).
+    a 4 MB session file's prefilter 89 -> ~50 ms). The literals that share a first byte are
+    looked for together, by ``re`` (4.3 MB: ~65 -> ~30 ms).
     """
-    if any(literal in raw for literal in _LITERALS_B):
+    if any(search(raw) for search in _LITERAL_SEARCHES_B):
         return True
-    if b"://" in raw and _URL_PASSWORD_B.search(raw):
+    if _URL_PASSWORD_B.search(raw):
         return True
     if b'"value":' in raw and any(
         _env_named(m.group(1).decode("utf-8", "replace")) for m in _ENV_NAME_B.finditer(raw)
     ):
         return True
     lower = raw.lower()
-    if any(h in lower for h in _HEADERS_LOWER_B):
+    if any(search(lower) for search in _HEADER_SEARCHES_B):
         return True
-    return b'":' in raw and any(k in lower for k in _KEYS_LOWER_B)
+    return b'":' in raw and any(search(lower) for search in _KEY_SEARCHES_B)
 
 
 def _key_path(path: str, key: str) -> str:
