@@ -28,7 +28,7 @@ from alpstore.portable.travel_format import (
     with_dir,
 )
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
-from alpstore.views import View, common_prefix
+from alpstore.views import READ_RANGE_ID_DIGESTS, View, clip, common_prefix
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -157,9 +157,11 @@ def session_records(
     seqs = {int(r[0]): int(r[1]) for r in cks}
     previous: list[tuple[int, int, int]] = []
     lists = Digester()
+    head_view = View(srow[7], int(srow[8]))
+    entries = _Entries(store, conn, [View(r[3], int(r[4])) for r in cks], head_view)
     for r in cks:
         view = View(r[3], int(r[4]))
-        rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True)
+        rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True, at=entries)
         if states is not None:
             states[len(recs)] = rec.pop("state")
         else:
@@ -179,7 +181,7 @@ def session_records(
                 **rec,
             }
         )
-    head, _ = _delta(store, conn, View(srow[7], int(srow[8])), previous, lists, blobs, commit=False)
+    head, _ = _delta(store, conn, head_view, previous, lists, blobs, commit=False, at=entries)
     state = head.pop("state")
     if states is not None:
         states[len(recs)] = state
@@ -253,6 +255,53 @@ def _portable_origin(text: str | None, root: Path) -> str | None:
     return json.dumps(with_dir(origin, rel), sort_keys=True)
 
 
+class _Entries:
+    """The entries a session's checkpoints and head add, each segment's span read in one range
+    scan (a 1,000-checkpoint session made 1,000 small reads, one per checkpoint); a segment's
+    rows are dropped after the last view that needs them. What the spans do not cover whole (a
+    missing entry) is read view by view, which names the damage.
+    """
+
+    def __init__(self, store: Store, conn: Any, checkpoints: Sequence[View], head: View) -> None:
+        self.store, self.conn = store, conn
+        self.spans: dict[int, tuple[int, int]] = {}
+        """Segment id -> the positions ``[lo, hi)`` the views read from it."""
+        self.last: dict[int, int] = {}
+        """Segment id -> the index of the last view that reads it."""
+        self.rows: dict[int, tuple[int, list[Any]]] = {}
+        """Segment id -> (first position, ``(digest, blob id)`` rows) read."""
+        self.served = 0
+        previous: list[tuple[int, int, int]] = []
+        for i, view in enumerate([*checkpoints, head]):
+            chain = store.views.chain(conn, view) if view.length else []
+            for seg, lo, hi in clip(chain, common_prefix(previous, chain)):
+                a, b = self.spans.get(seg, (lo, hi))
+                self.spans[seg] = (min(a, lo), max(b, hi))
+                self.last[seg] = i
+            if i < len(checkpoints):
+                previous = chain
+
+    def read(self, view: View, chain: list[tuple[int, int, int]], keep: int) -> list[Any]:
+        """``(digest, blob id)`` of ``view``'s entries from ``keep`` on, for the views in the
+        order given (each asked once).
+        """
+        index, self.served = self.served, self.served + 1
+        out: list[Any] = []
+        for seg, lo, hi in clip(chain, keep):
+            got = self.rows.get(seg)
+            if got is None and seg in self.spans:
+                a, b = self.spans.pop(seg)
+                rows = rsql.fetchall(self.conn, READ_RANGE_ID_DIGESTS, (seg, a, b))
+                if len(rows) == b - a:
+                    self.rows[seg] = got = (a, rows)
+            if got is None or not got[0] <= lo <= hi <= got[0] + len(got[1]):
+                return self.store.views.read_digest_ids(self.conn, view, keep)  # names it
+            out.extend(got[1][lo - got[0] : hi - got[0]])
+            if self.last.get(seg) == index:
+                del self.rows[seg]
+        return out
+
+
 def _delta(
     store: Store,
     conn: Any,
@@ -262,6 +311,7 @@ def _delta(
     blobs: _Collect,
     *,
     commit: bool,
+    at: _Entries | None = None,
 ) -> tuple[dict[str, Any], list[tuple[int, int, int]]]:
     """``view`` as keep + add over the previous checkpoint's view (its chain and entries): keep
     is the prefix the two share in the piece table, as `session log` counts what a checkpoint
@@ -270,7 +320,12 @@ def _delta(
     """
     chain = store.views.chain(conn, view) if view.length else []
     keep = common_prefix(previous, chain)
-    rows = store.views.read_digest_ids(conn, view, keep) if view.length > keep else []
+    if at is not None:  # (asked for every view, in order)
+        rows: list[Any] = at.read(view, chain, keep)
+    elif view.length > keep:
+        rows = store.views.read_digest_ids(conn, view, keep)
+    else:
+        rows = []
     added = [bytes(d) for d, _ in rows]
     add = [blobs.add(d, int(i)) or "" for d, i in zip(added, map(itemgetter(1), rows), strict=True)]
     state = lists.apply(keep, add, commit=commit, added=added)

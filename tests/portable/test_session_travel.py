@@ -328,3 +328,36 @@ def test_round_trip_property(tmp_path_factory: pytest.TempPathFactory, ops: list
     finally:
         src.close()
         dst.close()
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_spans_read_once_write_what_view_by_view_reads_write(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Any]
+) -> None:
+    """The export reads each segment's span once (``_Entries``, issue 41): the same file as
+    reading every checkpoint's entries on its own, through backtracks and folds."""
+    import alpstore.portable.travel_export as te
+
+    base = tmp_path_factory.mktemp("spans")
+    src = Store.open(base / "a")
+    try:
+        _play(src, ops)
+        sid = src.get_session("p").id
+        export_session(src, sid, base / "spans.jsonl")
+        once = te._Entries.read
+
+        def view_by_view(self: Any, view: Any, chain: Any, keep: int) -> list[Any]:
+            self.served += 1
+            return src.views.read_digest_ids(self.conn, view, keep) if view.length > keep else []
+
+        te._Entries.read = view_by_view  # type: ignore[method-assign]
+        try:
+            export_session(src, sid, base / "views.jsonl")
+        finally:
+            te._Entries.read = once  # type: ignore[method-assign]
+        assert (base / "spans.jsonl").read_bytes() == (base / "views.jsonl").read_bytes()
+    finally:
+        src.close()
