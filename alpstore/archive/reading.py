@@ -110,6 +110,28 @@ def parse_documents(items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
     return docs
 
 
+def parse_raws(raws: Sequence[bytes], digests: Sequence[bytes] | None = None) -> list[Any]:
+    """:func:`parse_documents` of canonical bytes given as one list (and their digests, which
+    only name a damaged one: without them it is named by its place).
+
+    Raises:
+        IntegrityError: a document is not one JSON value.
+    """
+    if not raws:
+        return []
+    try:
+        docs = json.loads(b"".join((b"[", b",".join(raws), b"]")))
+    except ValueError:
+        names = [f"blob {bytes(d).hex()}" for d in digests] if digests is not None else None
+        docs = [
+            parse_json(data, where=names[i] if names else f"entry {i}")
+            for i, data in enumerate(raws)
+        ]
+    if not isinstance(docs, list) or len(docs) != len(raws):
+        raise IntegrityError("a stored blob holds more than one JSON document")
+    return docs
+
+
 def digest_rows(
     conn: AnyConnection, columns: str, digests: Sequence[bytes], *, lock: bool = False
 ) -> list[Any]:
