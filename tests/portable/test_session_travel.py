@@ -361,3 +361,30 @@ def test_spans_read_once_write_what_view_by_view_reads_write(
         assert (base / "spans.jsonl").read_bytes() == (base / "views.jsonl").read_bytes()
     finally:
         src.close()
+
+
+@pytest.mark.parametrize("limit", [200, 5_000, 2_000_000])
+def test_export_over_the_import_limit_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """A file an import would refuse as too large is not written: named, nothing left (the
+    blob lines are written a batch at a time since issue 41; the limit still counts each)."""
+    import alpstore.portable.travel_export as te
+    from alpstore.errors import CheckpointFileError
+
+    store = Store.open(tmp_path / "a")
+    try:
+        s = store.create_session(name="big")
+        for n in range(300):
+            s.commit_turn([{"role": "user", "content": f"message {n} " + "x" * 200}])
+        whole = export_session(store, s.id, tmp_path / "whole.jsonl")
+        size = (tmp_path / "whole.jsonl").stat().st_size
+        monkeypatch.setattr(te, "MAX_DOCUMENT_BYTES", limit)
+        if limit >= size:
+            assert export_session(store, s.id, tmp_path / "ok.jsonl").digest == whole.digest
+            return
+        with pytest.raises(CheckpointFileError, match="larger than"):
+            export_session(store, s.id, tmp_path / "s.jsonl")
+        assert not list(tmp_path.glob("s.jsonl*")) and not list(tmp_path.glob(".s.jsonl*"))
+    finally:
+        store.close()
