@@ -329,8 +329,10 @@ def _delta(
         rows = store.views.read_digest_ids(conn, view, keep)
     else:
         rows = []
-    added = [bytes(d) for d, _ in rows]
-    add = [blobs.add(d, int(i)) or "" for d, i in zip(added, map(itemgetter(1), rows), strict=True)]
+    added = list(map(bytes, map(itemgetter(0), rows)))
+    add = list(map(bytes.hex, added))
+    # noted in order of first need: a digest already noted keeps its place (and gets its id)
+    blobs.order.update(zip(added, map(int, map(itemgetter(1), rows)), strict=True))
     state = lists.apply(keep, add, commit=commit, added=added)
     return {"keep": keep, "add": add, "covering": state.covering, "state": state}, chain
 
