@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alpstore.archive.batch import FULL, decode_batch
@@ -355,8 +356,11 @@ class ArchiveReader(FrameReading):
             sql = f"{BLOB_SELECT} WHERE id IN ({rsql.placeholders(len(part))})"
             rows = rsql.fetchall(conn, sql, part)
             raws = self.decode_rows(conn, rows, verify=verify)
-            for r, raw in zip(rows, raws, strict=True):
-                out[r[0]] = (Digest(bytes(r[1])), r[2], raw)
+            digests: Iterable[Digest] = map(bytes, map(itemgetter(1), rows))  # type: ignore[arg-type]
+            kinds = map(itemgetter(2), rows)
+            out.update(
+                zip(map(itemgetter(0), rows), zip(digests, kinds, raws, strict=True), strict=True)
+            )
         if len(out) != len(unique):
             missing = next(i for i in unique if i not in out)
             raise IntegrityError(
