@@ -275,10 +275,14 @@ class _Entries:
         self.rows: dict[int, tuple[int, list[Any]]] = {}
         """Segment id -> (first position, ``(digest, blob id)`` rows) read."""
         self.served = 0
+        self.plan: list[tuple[list[tuple[int, int, int]], int]] = []
+        """Each view's chain and how many entries it keeps of the previous checkpoint's."""
         previous: list[tuple[int, int, int]] = []
         for i, view in enumerate([*checkpoints, head]):
             chain = store.views.chain(conn, view) if view.length else []
-            for seg, lo, hi in clip(chain, common_prefix(previous, chain)):
+            keep = common_prefix(previous, chain)
+            self.plan.append((chain, keep))
+            for seg, lo, hi in clip(chain, keep):
                 a, b = self.spans.get(seg, (lo, hi))
                 self.spans[seg] = (min(a, lo), max(b, hi))
                 self.last[seg] = i
@@ -322,14 +326,13 @@ def _delta(
     adds, so the importing archive shares (and counts) the same prefix. The record's
     ``state`` is the list's (:class:`ListState`), for the session digest: not a line's field.
     """
-    chain = store.views.chain(conn, view) if view.length else []
-    keep = common_prefix(previous, chain)
-    if at is not None:  # (asked for every view, in order)
+    if at is not None:  # (asked for every view, in order; the chain and keep it planned)
+        chain, keep = at.plan[at.served]
         rows: list[Any] = at.read(view, chain, keep)
-    elif view.length > keep:
-        rows = store.views.read_digest_ids(conn, view, keep)
     else:
-        rows = []
+        chain = store.views.chain(conn, view) if view.length else []
+        keep = common_prefix(previous, chain)
+        rows = store.views.read_digest_ids(conn, view, keep) if view.length > keep else []
     added = list(map(bytes, map(itemgetter(0), rows)))
     add = list(map(bytes.hex, added))
     # noted in order of first need: a digest already noted keeps its place (and gets its id)
