@@ -100,20 +100,13 @@ def parse_documents(items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
     Raises:
         IntegrityError: a document is not one JSON value.
     """
-    if not items:
-        return []
-    try:
-        docs = json.loads(b"[" + b",".join(data for _, data in items) + b"]")
-    except ValueError:
-        docs = [parse_json(data, where=f"blob {bytes(d).hex()}") for d, data in items]
-    if not isinstance(docs, list) or len(docs) != len(items):
-        raise IntegrityError("a stored blob holds more than one JSON document")
-    return docs
+    return parse_raws([data for _, data in items], [d for d, _ in items])
 
 
 def parse_raws(raws: Sequence[bytes], digests: Sequence[bytes] | None = None) -> list[Any]:
-    """:func:`parse_documents` of canonical bytes given as one list (and their digests, which
-    only name a damaged one: without them it is named by its place).
+    """Parse canonical documents: one ``json.loads`` for the whole batch (canonical documents
+    join into a valid array), per document only to name a damaged one, by its digest when
+    ``digests`` are given, else by its place.
 
     Raises:
         IntegrityError: a document is not one JSON value.
