@@ -45,6 +45,11 @@ READ_RANGE_DIGESTS = (
     "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
+READ_RANGE_ID_DIGESTS = (
+    "SELECT b.digest, b.id FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+)
+
 GROW = "UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed"
 """Extend a segment in place: only at its tip, and never one `gc` trimmed (sealed), so a
 position once written is never written again and ``(segment, length)`` names fixed entries."""
@@ -315,6 +320,17 @@ class ViewStore:
             IntegrityError: entries or blobs are missing.
         """
         return [bytes(r[0]) for r in self._read_ranges(conn, view, READ_RANGE_DIGESTS, start)]
+
+    def read_digest_ids(
+        self, conn: AnyConnection, view: View, start: int = 0
+    ) -> list[tuple[bytes, int]]:
+        """``(digest, blob id)`` of the entries of ``view`` at positions ``start`` and after: what
+        an export writes and then loads (no lookup of the ids by digest).
+
+        Raises:
+            IntegrityError: entries or blobs are missing.
+        """
+        return self._read_ranges(conn, view, READ_RANGE_ID_DIGESTS, start)
 
     def cover(self, conn: AnyConnection, view: View) -> int:
         """The covering digest of ``view`` computed from its entries (O(length))."""

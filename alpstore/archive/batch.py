@@ -109,6 +109,12 @@ def decode_batch(
     Raises:
         IntegrityError: from ``slow``.
     """
+    codecs = set(map(cols.codecs, rows))
+    if len(codecs) == 1 and codecs != {CODEC_ZSTD_BASE}:  # (a packed view: one group, as is)
+        dict_ids = set(map(cols.dict_ids, rows))
+        if len(dict_ids) == 1:
+            whole = _decode_group(archive, conn, codecs.pop(), dict_ids.pop(), rows, cols)
+            return list(map(slow, rows)) if whole is None else whole
     out: list[bytes | None] = [None] * len(rows)
     keys = list(zip(map(cols.codecs, rows), map(cols.dict_ids, rows), strict=True))
     deltas: list[int] = []
@@ -148,7 +154,7 @@ def _decode_group(
     conn: AnyConnection,
     codec: int,
     dict_id: int | None,
-    part: list[Any],
+    part: Sequence[Any],
     cols: Columns,
 ) -> list[bytes] | None:
     """Rows of one codec and dictionary decoded in C-level loops, or None when any of them

@@ -15,9 +15,13 @@ Plain SQL through :mod:`alpstore.db.raw` only: this is the read path (no SQLAlch
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from itertools import repeat
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from alpstore.codec import MAX_RAW_SIZE, Decompressor, digest_bytes
 from alpstore.db import raw as rsql
@@ -124,6 +128,53 @@ def decode_frame(dec: Decompressor, row: FrameRow, data: Any) -> bytes:
     return content
 
 
+_CLASS: Final = bytes.maketrans(
+    bytes(range(256)), bytes(0 if b == 0 else 1 if b < 0x80 else 2 for b in range(256))
+)
+"""A byte -> its class: 0 zero, 1 another without the continuation bit, 2 with it."""
+
+
+def _lane(mask: bytes, want: bytes) -> bytes:
+    return bytes(b for pair in zip(mask, want, strict=True) for b in pair)
+
+
+_SHAPES: Final = {
+    2: _lane(b"\2\2\xff\xff", b"\0\0\0\0"),
+    3: _lane(b"\2\xff\xff\xff", b"\0\2\1\0"),
+    4: _lane(b"\2\xff\xff\xff", b"\0\2\2\1"),
+}
+"""By a pointer's length (frame id < 128): which bits of its bytes' classes, padded to 4 bytes,
+are checked, and what they must be, interleaved: the frame id and a lone offset byte without
+the continuation bit; a longer offset's bytes with it but the last, which is not zero (not an
+overlong varint); the padding zero."""
+_LANES: Final = sys.byteorder == "little" and array("I").itemsize == 4
+
+
+def parse_pointers(payloads: Sequence[Any]) -> tuple[list[int], list[int]] | None:
+    """``(frame ids, offsets)`` of many packed blobs' payloads at once, by C-level operations on
+    their bytes padded to 4 each (issue 41: one :func:`parse_pointer` call a blob was a fifth
+    of a hydrate), or None when any is not of the common shape (a frame id < 128, 2 to 4
+    bytes) or the machine has no 32-bit little-endian lanes: the caller then parses them one
+    by one, which names a damaged one. Exactly the pointers :func:`parse_pointer` accepts in
+    those shapes, with the same values (a property test holds them together).
+    """
+    if not _LANES or not payloads:
+        return None
+    n = len(payloads)
+    try:
+        shapes = b"".join(map(_SHAPES.__getitem__, map(len, payloads)))
+        lanes = b"".join(map(bytes.ljust, payloads, repeat(4), repeat(b"\0")))
+    except (KeyError, TypeError):  # another length; not bytes (a driver's memoryview)
+        return None
+    classes = int.from_bytes(lanes.translate(_CLASS), "little")
+    if classes & int.from_bytes(shapes[0::2], "little") != int.from_bytes(shapes[1::2], "little"):
+        return None
+    x = int.from_bytes(lanes, "little")
+    low = int.from_bytes(b"\0\x7f\0\0" * n, "little")
+    offsets = ((x & low) >> 8) | ((x & (low << 8)) >> 9) | ((x & (low << 16)) >> 10)
+    return list(lanes[0::4]), memoryview(offsets.to_bytes(4 * n, "little")).cast("I").tolist()
+
+
 class FrameReading:
     """Packed blobs read through their frames (mixed into ``ArchiveReader``)."""
 
@@ -183,10 +234,14 @@ class FrameReading:
         Raises:
             IntegrityError: a pointer, a frame or a blob's place in it is wrong.
         """
-        where = [parse_pointer(p) for p in payloads]
-        contents = self._frame_contents(conn, [f for f, _ in where])
+        both = parse_pointers(payloads)
+        if both is None:
+            where = list(map(parse_pointer, payloads))
+            both = list(map(itemgetter(0), where)), list(map(itemgetter(1), where))
+        frame_ids, offsets = both
+        contents = self._frame_contents(conn, frame_ids)
         out = []
-        for (frame_id, offset), size in zip(where, sizes, strict=True):
+        for frame_id, offset, size in zip(frame_ids, offsets, sizes, strict=True):
             content = contents.get(frame_id)
             if content is None:
                 raise IntegrityError(f"its pack frame {frame_id} is missing from the archive")

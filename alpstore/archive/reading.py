@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alpstore.archive.batch import FULL, decode_batch
@@ -99,13 +100,28 @@ def parse_documents(items: Sequence[tuple[bytes, bytes]]) -> list[Any]:
     Raises:
         IntegrityError: a document is not one JSON value.
     """
-    if not items:
+    return parse_raws([data for _, data in items], [d for d, _ in items])
+
+
+def parse_raws(raws: Sequence[bytes], digests: Sequence[bytes] | None = None) -> list[Any]:
+    """Parse canonical documents: one ``json.loads`` for the whole batch (canonical documents
+    join into a valid array), per document only to name a damaged one, by its digest when
+    ``digests`` are given, else by its place.
+
+    Raises:
+        IntegrityError: a document is not one JSON value.
+    """
+    if not raws:
         return []
     try:
-        docs = json.loads(b"[" + b",".join(data for _, data in items) + b"]")
+        docs = json.loads(b"".join((b"[", b",".join(raws), b"]")))
     except ValueError:
-        docs = [parse_json(data, where=f"blob {bytes(d).hex()}") for d, data in items]
-    if not isinstance(docs, list) or len(docs) != len(items):
+        names = [f"blob {bytes(d).hex()}" for d in digests] if digests is not None else None
+        docs = [
+            parse_json(data, where=names[i] if names else f"entry {i}")
+            for i, data in enumerate(raws)
+        ]
+    if not isinstance(docs, list) or len(docs) != len(raws):
         raise IntegrityError("a stored blob holds more than one JSON document")
     return docs
 
@@ -333,8 +349,11 @@ class ArchiveReader(FrameReading):
             sql = f"{BLOB_SELECT} WHERE id IN ({rsql.placeholders(len(part))})"
             rows = rsql.fetchall(conn, sql, part)
             raws = self.decode_rows(conn, rows, verify=verify)
-            for r, raw in zip(rows, raws, strict=True):
-                out[r[0]] = (Digest(bytes(r[1])), r[2], raw)
+            digests: Iterable[Digest] = map(bytes, map(itemgetter(1), rows))  # type: ignore[arg-type]
+            kinds = map(itemgetter(2), rows)
+            out.update(
+                zip(map(itemgetter(0), rows), zip(digests, kinds, raws, strict=True), strict=True)
+            )
         if len(out) != len(unique):
             missing = next(i for i in unique if i not in out)
             raise IntegrityError(

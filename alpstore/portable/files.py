@@ -8,8 +8,6 @@ parsing, ``.zst`` decompression capped); writes are scanned for secrets, validat
 
 from __future__ import annotations
 
-import hashlib
-import importlib.resources
 import json
 import re
 from datetime import UTC, datetime
@@ -112,6 +110,8 @@ _SAFE_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+=-]*$")
 
 def manifest_hash(content: Any) -> str:
     """SHA-256 hex of a manifest: UTF-8 JSON, keys sorted, ``,``/``:``, non-ASCII unescaped."""
+    import hashlib  # (on first use: OpenSSL's module is 3-6 ms of every export's imports)
+
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -139,6 +139,8 @@ def _load_yaml(text: str) -> Any:
 @cache
 def checkpoint_schema() -> dict[str, Any]:
     """The upstream ``checkpoint.schema.yaml`` shipped with the package."""
+    import importlib.resources  # (on first use, as PyYAML: ~2 ms)
+
     text = importlib.resources.files("alpstore").joinpath("schemas/checkpoint.schema.yaml")
     data: dict[str, Any] = _load_yaml(text.read_text(encoding="utf-8"))
     return data
@@ -147,6 +149,8 @@ def checkpoint_schema() -> dict[str, Any]:
 @cache
 def agent_schema() -> dict[str, Any]:
     """The shipped ``agent.schema.yaml`` (the Agent manifest's ``spec.checkpoint`` policy)."""
+    import importlib.resources
+
     text = importlib.resources.files("alpstore").joinpath("schemas/agent.schema.yaml")
     data: dict[str, Any] = _load_yaml(text.read_text(encoding="utf-8"))
     return data

@@ -5,8 +5,10 @@ session, its checkpoints as keep + add deltas, the head, backtracks, events and 
 from __future__ import annotations
 
 import json
+from binascii import hexlify
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +24,12 @@ from alpstore.portable.travel_format import (
     KIND_NAMES,
     VERSION,
     Digester,
+    ListState,
     portable_dir,
     with_dir,
 )
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
-from alpstore.views import View, common_prefix
+from alpstore.views import READ_RANGE_ID_DIGESTS, View, clip, common_prefix
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -43,8 +46,16 @@ class SessionExport:
     lines: int
 
 
+_BLOB_LINE = b'{"type":"blob","digest":"%s","kind":"%s","value":%s}\n'
+"""A blob line: its digest (hex), kind and canonical value, as the file spells it."""
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""``json.dumps(rec, ensure_ascii=False, separators=(",", ":"))`` made once (``dumps`` with
+arguments makes an encoder per call)."""
+
+
 def _line(rec: dict[str, Any]) -> bytes:
-    return json.dumps(rec, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    return _ENCODER.encode(rec).encode("utf-8") + b"\n"
 
 
 def _ref(ref_id: Any, seqs: dict[int, int]) -> dict[str, int] | None:
@@ -57,22 +68,33 @@ def _ref(ref_id: Any, seqs: dict[int, int]) -> dict[str, int] | None:
 
 
 class _Collect:
-    """The blob digests the records need, in order of first need."""
+    """The blob digests the records need, in order of first need, with the blob's id where the
+    read that found the digest gave it (the others are looked up by digest).
+    """
 
     def __init__(self) -> None:
-        self.order: dict[bytes, None] = {}
+        self.order: dict[bytes, int | None] = {}
 
-    def add(self, digest: bytes | None) -> str | None:
+    def add(self, digest: bytes | None, blob_id: int | None = None) -> str | None:
         if digest is None:
             return None
-        self.order.setdefault(bytes(digest), None)
+        key = bytes(digest)
+        if self.order.get(key) is None:
+            self.order[key] = blob_id
         return digest_hex(digest)
 
 
 def session_records(
-    store: Store, conn: Any, session_id: int, blobs: _Collect
+    store: Store,
+    conn: Any,
+    session_id: int,
+    blobs: _Collect,
+    states: dict[int, ListState] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every non-blob line of the session's file (blob digests noted in ``blobs``)."""
+    """Every non-blob line of the session's file (blob digests noted in ``blobs``); ``states``
+    is given each checkpoint and head line's list state by its index in the list (what
+    :meth:`Digester.feed` would apply again).
+    """
     srow = rsql.fetchone(
         conn,
         "SELECT uuid, name, parent_id, source_checkpoint_id, origin, manifest_blob_id, status, "
@@ -105,7 +127,9 @@ def session_records(
     digest_of = dict(zip(known, store.digests_for_ids(conn, known), strict=True))
 
     def blob(blob_id: Any) -> str | None:
-        return blobs.add(digest_of[int(blob_id)] if blob_id is not None else None)
+        if blob_id is None:
+            return None
+        return blobs.add(digest_of[int(blob_id)], int(blob_id))
 
     parent = None
     if srow[2] is not None and srow[3] is not None:
@@ -137,9 +161,15 @@ def session_records(
     seqs = {int(r[0]): int(r[1]) for r in cks}
     previous: list[tuple[int, int, int]] = []
     lists = Digester()
+    head_view = View(srow[7], int(srow[8]))
+    entries = _Entries(store, conn, [View(r[3], int(r[4])) for r in cks], head_view)
     for r in cks:
         view = View(r[3], int(r[4]))
-        rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True)
+        rec, previous = _delta(store, conn, view, previous, lists, blobs, commit=True, at=entries)
+        if states is not None:
+            states[len(recs)] = rec.pop("state")
+        else:
+            del rec["state"]
         recs.append(
             {
                 "type": "checkpoint",
@@ -155,7 +185,10 @@ def session_records(
                 **rec,
             }
         )
-    head, _ = _delta(store, conn, View(srow[7], int(srow[8])), previous, lists, blobs, commit=False)
+    head, _ = _delta(store, conn, head_view, previous, lists, blobs, commit=False, at=entries)
+    state = head.pop("state")
+    if states is not None:
+        states[len(recs)] = state
     recs.append({"type": "head", **head})
     for bt_id, src, dst, steps, steering, automatic, signature, at in bts:
         recs.append(
@@ -198,7 +231,9 @@ def _thread_records(
         lists = Digester()
 
         def of(view: View, previous: list[tuple[int, int, int]]) -> tuple[dict[str, Any], Any]:
-            return _delta(store, conn, view, previous, lists, blobs, commit=True)
+            rec, chain = _delta(store, conn, view, previous, lists, blobs, commit=True)
+            del rec["state"]
+            return rec, chain
 
         return of
 
@@ -224,6 +259,57 @@ def _portable_origin(text: str | None, root: Path) -> str | None:
     return json.dumps(with_dir(origin, rel), sort_keys=True)
 
 
+class _Entries:
+    """The entries a session's checkpoints and head add, each segment's span read in one range
+    scan (a 1,000-checkpoint session made 1,000 small reads, one per checkpoint); a segment's
+    rows are dropped after the last view that needs them. What the spans do not cover whole (a
+    missing entry) is read view by view, which names the damage.
+    """
+
+    def __init__(self, store: Store, conn: Any, checkpoints: Sequence[View], head: View) -> None:
+        self.store, self.conn = store, conn
+        self.spans: dict[int, tuple[int, int]] = {}
+        """Segment id -> the positions ``[lo, hi)`` the views read from it."""
+        self.last: dict[int, int] = {}
+        """Segment id -> the index of the last view that reads it."""
+        self.rows: dict[int, tuple[int, list[Any]]] = {}
+        """Segment id -> (first position, ``(digest, blob id)`` rows) read."""
+        self.served = 0
+        self.plan: list[tuple[list[tuple[int, int, int]], int]] = []
+        """Each view's chain and how many entries it keeps of the previous checkpoint's."""
+        previous: list[tuple[int, int, int]] = []
+        for i, view in enumerate([*checkpoints, head]):
+            chain = store.views.chain(conn, view) if view.length else []
+            keep = common_prefix(previous, chain)
+            self.plan.append((chain, keep))
+            for seg, lo, hi in clip(chain, keep):
+                a, b = self.spans.get(seg, (lo, hi))
+                self.spans[seg] = (min(a, lo), max(b, hi))
+                self.last[seg] = i
+            if i < len(checkpoints):
+                previous = chain
+
+    def read(self, view: View, chain: list[tuple[int, int, int]], keep: int) -> list[Any]:
+        """``(digest, blob id)`` of ``view``'s entries from ``keep`` on, for the views in the
+        order given (each asked once).
+        """
+        index, self.served = self.served, self.served + 1
+        out: list[Any] = []
+        for seg, lo, hi in clip(chain, keep):
+            got = self.rows.get(seg)
+            if got is None and seg in self.spans:
+                a, b = self.spans.pop(seg)
+                rows = rsql.fetchall(self.conn, READ_RANGE_ID_DIGESTS, (seg, a, b))
+                if len(rows) == b - a:
+                    self.rows[seg] = got = (a, rows)
+            if got is None or not got[0] <= lo <= hi <= got[0] + len(got[1]):
+                return self.store.views.read_digest_ids(self.conn, view, keep)  # names it
+            out.extend(got[1][lo - got[0] : hi - got[0]])
+            if self.last.get(seg) == index:
+                del self.rows[seg]
+        return out
+
+
 def _delta(
     store: Store,
     conn: Any,
@@ -233,19 +319,26 @@ def _delta(
     blobs: _Collect,
     *,
     commit: bool,
+    at: _Entries | None = None,
 ) -> tuple[dict[str, Any], list[tuple[int, int, int]]]:
     """``view`` as keep + add over the previous checkpoint's view (its chain and entries): keep
     is the prefix the two share in the piece table, as `session log` counts what a checkpoint
-    adds, so the importing archive shares (and counts) the same prefix.
+    adds, so the importing archive shares (and counts) the same prefix. The record's
+    ``state`` is the list's (:class:`ListState`), for the session digest: not a line's field.
     """
-    chain = store.views.chain(conn, view) if view.length else []
-    keep = common_prefix(previous, chain)
-    added = store.views.read_digests(conn, view, keep) if view.length > keep else []
-    add = [digest_hex(d) for d in added]
-    for d in added:
-        blobs.add(d)
-    state = lists.apply(keep, add, commit=commit)
-    return {"keep": keep, "add": add, "covering": state.covering}, chain
+    if at is not None:  # (asked for every view, in order; the chain and keep it planned)
+        chain, keep = at.plan[at.served]
+        rows: list[Any] = at.read(view, chain, keep)
+    else:
+        chain = store.views.chain(conn, view) if view.length else []
+        keep = common_prefix(previous, chain)
+        rows = store.views.read_digest_ids(conn, view, keep) if view.length > keep else []
+    added = list(map(bytes, map(itemgetter(0), rows)))
+    add = list(map(bytes.hex, added))
+    # noted in order of first need: a digest already noted keeps its place (and gets its id)
+    blobs.order.update(zip(added, map(int, map(itemgetter(1), rows)), strict=True))
+    state = lists.apply(keep, add, commit=commit, added=added)
+    return {"keep": keep, "add": add, "covering": state.covering, "state": state}, chain
 
 
 @dataclass
@@ -263,27 +356,29 @@ class _Level:
 
 
 def _blob_lines(
-    store: Store, conn: Any, digests: Sequence[bytes], done: set[bytes], checks: _Scan
-) -> Iterator[bytes]:
-    """The blob lines of ``digests`` not yet written, each summary's covered blobs first.
+    store: Store,
+    conn: Any,
+    digests: Sequence[bytes],
+    done: set[bytes],
+    checks: _Scan,
+    known: Mapping[bytes, int | None] | None = None,
+) -> Iterator[list[bytes]]:
+    """The blob lines of ``digests`` not yet written, each summary's covered blobs first, a
+    batch of lines at a time; ``known``: blob ids already read with their digests (the others
+    are looked up).
 
     An explicit stack of levels, not recursion: a chain of folds nests summaries as deep as it
-    is long (10,000 rolling folds are 10,000 levels). Each level loads 256 rows at a time.
+    is long (10,000 rolling folds are 10,000 levels). Each level loads 256 rows at a time and
+    writes them in one loop, until a summary (its covers first) or the batch's end.
     """
+    kinds = {k: name.encode() for k, name in KIND_NAMES.items()}
 
     def line(d: bytes, digest: bytes, kind: int, raw: bytes, clean: bool) -> bytes:
-        hexd = digest_hex(digest)
-        checks.blob(raw, f"blob {hexd}", clean=clean)
+        # the depth bound's C-speed count inline (``_Scan.blob`` when it may be passed)
+        if not clean or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+            checks.blob(raw, f"blob {digest_hex(digest)}", clean=clean)
         done.add(d)
-        return (
-            b'{"type":"blob","digest":"'
-            + hexd.encode()
-            + b'","kind":"'
-            + KIND_NAMES[kind].encode()
-            + b'","value":'
-            + raw
-            + b"}\n"
-        )
+        return _BLOB_LINE % (hexlify(digest), kinds[kind], raw)
 
     stack = [_Level([d for d in dict.fromkeys(digests) if d not in done])]
     while stack:
@@ -291,11 +386,14 @@ def _blob_lines(
         if level.pos >= len(level.todo):
             stack.pop()
             if level.after is not None and level.after[0] not in done:
-                yield line(*level.after, clean=False)
+                yield [line(*level.after, clean=False)]
             continue
         if level.pos % 256 == 0:
             part = level.todo[level.pos : level.pos + 256]
-            level.ids = store.archive.ids_for(conn, part)
+            ids = {d: i for d in part if (i := known.get(d)) is not None} if known else {}
+            if len(ids) < len(part):
+                ids.update(store.archive.ids_for(conn, [d for d in part if d not in ids]))
+            level.ids = ids
             missing = [d for d in part if d not in level.ids]
             if missing:
                 raise NotFoundError(f"blob {digest_hex(missing[0])} is missing from the archive")
@@ -304,17 +402,29 @@ def _blob_lines(
             # finding in any blob is found in the joined text; clean, none needs its own check
             joined = b"\n".join(raw for _, _, raw in level.rows.values())
             level.clean = not may_hold_secrets_canonical(joined)
-        d = level.todo[level.pos]
-        level.pos += 1
-        if d in done:
-            continue
-        digest, kind, raw = level.rows[level.ids[d]]
-        if kind == BLOB_SUMMARY:
-            covers = [bytes.fromhex(c) for c in json.loads(raw)["covers"]]
-            todo = [c for c in dict.fromkeys(covers) if c not in done]
-            stack.append(_Level(todo, (d, digest, kind, raw)))
-            continue
-        yield line(d, digest, kind, raw, level.clean)
+        todo, rows, ids, clean = level.todo, level.rows, level.ids, level.clean
+        end = min(len(todo), level.pos - level.pos % 256 + 256)
+        out: list[bytes] = []
+        i = level.pos
+        while i < end:
+            d = todo[i]
+            i += 1
+            if d in done:
+                continue
+            digest, kind, raw = rows[ids[d]]
+            if kind == BLOB_SUMMARY:
+                covers = [bytes.fromhex(c) for c in json.loads(raw)["covers"]]
+                below = [c for c in dict.fromkeys(covers) if c not in done]
+                stack.append(_Level(below, (d, digest, kind, raw)))
+                break
+            # the depth bound's C-speed count inline (``_Scan.blob`` when it may be passed)
+            if not clean or raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+                checks.blob(raw, f"blob {digest_hex(digest)}", clean=clean)
+            done.add(d)
+            out.append(_BLOB_LINE % (hexlify(digest), kinds[kind], raw))
+        level.pos = i
+        if out:
+            yield out
 
 
 class _Scan:
@@ -354,10 +464,11 @@ def export_session(
 
     blobs = _Collect()
     digester = Digester()
+    states: dict[int, ListState] = {}
     with store.db.read() as conn:
-        recs = session_records(store, conn, session_id, blobs)
-        for rec in recs:
-            digester.feed(rec)
+        recs = session_records(store, conn, session_id, blobs, states)
+        for i, rec in enumerate(recs):
+            digester.feed(rec, states.get(i))
         digest = digester.hexdigest()
         n_cks = sum(1 for r in recs if r["type"] == "checkpoint")
         if path is None:
@@ -387,10 +498,26 @@ def export_session(
                     )
                 write(data)
 
+            def put_all(batch: list[bytes], size: int) -> None:
+                nonlocal lines, written
+                if written + size > MAX_DOCUMENT_BYTES:
+                    for data in batch:  # names the limit as put does, nothing beyond it written
+                        put(data)
+                lines += len(batch)
+                written += size
+                write(b"".join(batch))
+
             put(_line({"format": FORMAT, "version": VERSION}))
             done: set[bytes] = set()
-            for data in _blob_lines(store, conn, list(blobs.order), done, checks):
-                put(data)
+            batch: list[bytes] = []
+            size = 0
+            for part in _blob_lines(store, conn, list(blobs.order), done, checks, blobs.order):
+                batch += part  # written ~1 MiB at a time, counted as put counts each
+                size += sum(map(len, part))
+                if size >= 1 << 20:
+                    put_all(batch, size)
+                    batch, size = [], 0
+            put_all(batch, size)
             if checks.findings:
                 raise secret_error(checks.findings, what=str(path))
             for rec in recs:

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import blake3
 
-from alpstore.codec import canonical_json, digest_hex
+from alpstore.codec import canonical_json, canonical_json_parsed, digest_hex
 from alpstore.db.names import BLOB_KINDS
 from alpstore.portable.files import MAX_INT, MAX_MESSAGE_BYTES
 from alpstore.portable.travel_header import FORMAT as FORMAT
@@ -290,11 +290,19 @@ class Digester:
         """``_chain[i]``: the entries hash of its first ``i`` entries."""
         self._cover = 0
 
-    def apply(self, keep: int, add: Sequence[str], *, commit: bool) -> ListState:
+    def apply(
+        self,
+        keep: int,
+        add: Sequence[str],
+        *,
+        commit: bool,
+        added: Sequence[bytes] | None = None,
+    ) -> ListState:
         """The list ``keep`` + ``add`` makes of the previous checkpoint's, in O(dropped +
         added): the entries hash is chained (``h_i = BLAKE3(h_{i-1} || digest_i)``, ``h_0`` 32
         zero bytes), the covering digest kept as a sum. ``commit``: it becomes the previous
-        checkpoint's list (a checkpoint line; the head's is not).
+        checkpoint's list (a checkpoint line; the head's is not). ``added``: ``add`` as bytes,
+        when the caller has them (an export: no hex round trip).
         """
         entries, chain = (
             (self.entries, self._chain) if commit else (self.entries[:], self._chain[:])
@@ -302,10 +310,12 @@ class Digester:
         cover = cover_sub(self._cover, keep, entries[keep:])
         del entries[keep:]
         del chain[keep + 1 :]
-        added = [bytes.fromhex(d) for d in add]
+        if added is None:
+            added = [bytes.fromhex(d) for d in add]
         last = chain[-1]
+        hasher = blake3.blake3
         for d in added:
-            last = blake3.blake3(last + d).digest()
+            last = hasher(last + d).digest()
             chain.append(last)
         entries.extend(added)
         cover = cover_add(cover, keep, added)
@@ -357,7 +367,10 @@ class Digester:
         else:
             return
         doc["type"] = kind
-        self._hash.update(canonical_json(doc) + b"\n")
+        # a checkpoint's or the head's document is made here of strings, numbers, booleans and
+        # None under string keys: the key walk of canonical_json has nothing to find (same bytes)
+        encode = canonical_json_parsed if kind in ("checkpoint", "head") else canonical_json
+        self._hash.update(encode(doc) + b"\n")
 
     def hexdigest(self) -> str:
         """The digest so far, hex."""

@@ -19,8 +19,9 @@ The mixed-case key pre-filter was a regex roughly quartic on a run of mixed-case
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote
@@ -269,6 +270,44 @@ _KEYS_LOWER_B: Final = tuple(
 (``key":`` stands for ``api_key``, ``apikey``, ``access_key`` … ``Key`` and ``-key``)."""
 
 
+@functools.cache
+def _searches() -> tuple[tuple[Callable[[bytes], Any], ...], ...]:
+    """The prefilter's grouped searches, compiled on first use (not at import: ~1.5 ms).
+
+    - :data:`_QUICK_LITERALS` in 8 searches instead of 16, each at least as fast as ``in``:
+      ``re`` looks for a pattern's first byte alone (a ``memchr``-like loop) and then for the
+      rest, where ``in`` skips through the text by the literal's length; literals that share a
+      first byte share the search (``e`` is too common a first byte: ``in`` for ``eyJ``);
+    - :data:`_HEADERS_LOWER_B` and :data:`_KEYS_LOWER_B` in the lower-cased text, the keys in 5
+      searches instead of 9.
+
+    Fixed alternatives: no backtracking. A test holds them to one ``in`` per literal.
+    """
+    literals = (
+        re.compile(rb"A(?:[KS]IA|Iza)").search,
+        re.compile(rb"g(?:h[pousr]_|ithub_pat_|lpat-)").search,
+        re.compile(rb"-----BEGIN").search,
+        re.compile(rb"sk-").search,
+        re.compile(rb"xox").search,
+        re.compile(rb"k_live_").search,
+        re.compile(rb"hf_").search,
+        lambda raw: b"eyJ" in raw,
+    )
+    headers = (
+        re.compile(rb"ookie").search,
+        re.compile(rb"pi-key").search,
+        lambda lower: b"uthorization" in lower,  # (long: ``in`` skips 12 bytes at a time)
+    )
+    keys = (
+        re.compile(rb'pass(?:word|wd|phrase)":').search,
+        re.compile(rb'secret":').search,
+        re.compile(rb'token":').search,
+        re.compile(rb'credentials?":').search,
+        re.compile(rb'key":').search,
+    )
+    return literals, headers, keys
+
+
 def may_hold_secrets_canonical(raw: bytes) -> bool:
     """:func:`may_hold_secrets` for canonical JSON bytes (``"key":"value"``, no space): what a
     streamed export or a session file's import checks for every batch of messages.
@@ -276,20 +315,22 @@ def may_hold_secrets_canonical(raw: bytes) -> bool:
     The key and header spellings are looked for once, in the lower-cased text (one C pass):
     a superset of the spellings :func:`may_hold_secrets` looks for one by one (``PassWord``,
     ``"key":`` also answer True: the walk then decides), in 11 searches instead of 57 (issue 41:
-    a 4 MB session file's prefilter 89 -> ~50 ms).
+    a 4 MB session file's prefilter 89 -> ~50 ms). The literals that share a first byte are
+    looked for together, by ``re`` (4.3 MB: ~65 -> ~30 ms).
     """
-    if any(literal in raw for literal in _LITERALS_B):
+    literals, headers, keys = _searches()
+    if any(search(raw) for search in literals):
         return True
-    if b"://" in raw and _URL_PASSWORD_B.search(raw):
+    if _URL_PASSWORD_B.search(raw):
         return True
     if b'"value":' in raw and any(
         _env_named(m.group(1).decode("utf-8", "replace")) for m in _ENV_NAME_B.finditer(raw)
     ):
         return True
     lower = raw.lower()
-    if any(h in lower for h in _HEADERS_LOWER_B):
+    if any(search(lower) for search in headers):
         return True
-    return b'":' in raw and any(k in lower for k in _KEYS_LOWER_B)
+    return b'":' in raw and any(search(lower) for search in keys)
 
 
 def _key_path(path: str, key: str) -> str:

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from alpstore.archive.frames import CODEC_PACKED, parse_pointer, pointer
+from alpstore.archive.frames import CODEC_PACKED, parse_pointer, parse_pointers, pointer
 from alpstore.archive.packing import FRAME_TARGET
 from alpstore.db.engine import sqlite_path_for_root
 from alpstore.errors import IntegrityError
@@ -70,6 +70,41 @@ def test_only_canonical_short_pointers_parse(data: bytes) -> None:
     except IntegrityError:
         return
     assert pointer(frame, offset) == data
+
+
+_COMMON = st.builds(pointer, st.integers(0, 127), st.integers(0, 2**21 - 1))
+
+
+@given(st.lists(st.one_of(_COMMON, st.binary(max_size=5)), min_size=1, max_size=30))
+def test_pointers_parsed_at_once_as_one_by_one(payloads: list[bytes]) -> None:
+    """``parse_pointers`` (issue 41: a hydrate's pointers in C-level operations) gives what
+    ``parse_pointer`` gives for each, or None when any is refused or of another shape."""
+    got = parse_pointers(payloads)
+    if got is None:
+        return
+    assert list(zip(*got, strict=True)) == [parse_pointer(p) for p in payloads]
+
+
+@given(st.lists(_COMMON, min_size=1, max_size=300))
+def test_common_pointers_are_parsed_at_once(payloads: list[bytes]) -> None:
+    got = parse_pointers(payloads)
+    assert got is not None
+    assert list(zip(*got, strict=True)) == [parse_pointer(p) for p in payloads]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x01\x85\x00",
+        b"\x01\x85\x85\x00",
+        b"\x80\x01",
+        b"\x01\x05\x00",
+        b"\x01\x85",
+        b"\x01\x05\x00\x00",
+    ],
+)
+def test_pointers_at_once_refuse_what_one_by_one_refuses(bad: bytes) -> None:
+    assert parse_pointers([pointer(3, 200), bad]) is None
 
 
 @pytest.mark.parametrize("bad", [b"", b"\x80", b"\x01", b"\x01\x02\x03", b"\x81\x00\x01"])

@@ -320,6 +320,71 @@ def test_round_trip_property(tmp_path_factory: pytest.TempPathFactory, ops: list
         assert got.digest == done.digest and got.ids_kept
         assert _state(dst) == _state(src)
         assert export_session(dst, dst.get_session("p").id, None).digest == done.digest
+        # the imported copy's file is the same bytes (blob order, deltas, digest: issue 41's
+        # export takes blob ids from its range reads and the lists' states from one pass)
+        again = export_session(dst, dst.get_session("p").id, base / "q.jsonl")
+        assert again.digest == done.digest
+        assert (base / "q.jsonl").read_bytes() == (base / "p.jsonl").read_bytes()
     finally:
         src.close()
         dst.close()
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=OPS)
+def test_spans_read_once_write_what_view_by_view_reads_write(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[Any]
+) -> None:
+    """The export reads each segment's span once (``_Entries``, issue 41): the same file as
+    reading every checkpoint's entries on its own, through backtracks and folds."""
+    import alpstore.portable.travel_export as te
+
+    base = tmp_path_factory.mktemp("spans")
+    src = Store.open(base / "a")
+    try:
+        _play(src, ops)
+        sid = src.get_session("p").id
+        export_session(src, sid, base / "spans.jsonl")
+        once = te._Entries.read
+
+        def view_by_view(self: Any, view: Any, chain: Any, keep: int) -> list[Any]:
+            self.served += 1
+            return src.views.read_digest_ids(self.conn, view, keep) if view.length > keep else []
+
+        te._Entries.read = view_by_view  # type: ignore[method-assign]
+        try:
+            export_session(src, sid, base / "views.jsonl")
+        finally:
+            te._Entries.read = once  # type: ignore[method-assign]
+        assert (base / "spans.jsonl").read_bytes() == (base / "views.jsonl").read_bytes()
+    finally:
+        src.close()
+
+
+@pytest.mark.parametrize("limit", [200, 5_000, 2_000_000])
+def test_export_over_the_import_limit_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """A file an import would refuse as too large is not written: named, nothing left (the
+    blob lines are written a batch at a time since issue 41; the limit still counts each)."""
+    import alpstore.portable.travel_export as te
+    from alpstore.errors import CheckpointFileError
+
+    store = Store.open(tmp_path / "a")
+    try:
+        s = store.create_session(name="big")
+        for n in range(300):
+            s.commit_turn([{"role": "user", "content": f"message {n} " + "x" * 200}])
+        whole = export_session(store, s.id, tmp_path / "whole.jsonl")
+        size = (tmp_path / "whole.jsonl").stat().st_size
+        monkeypatch.setattr(te, "MAX_DOCUMENT_BYTES", limit)
+        if limit >= size:
+            assert export_session(store, s.id, tmp_path / "ok.jsonl").digest == whole.digest
+            return
+        with pytest.raises(CheckpointFileError, match="larger than"):
+            export_session(store, s.id, tmp_path / "s.jsonl")
+        assert not list(tmp_path.glob("s.jsonl*")) and not list(tmp_path.glob(".s.jsonl*"))
+    finally:
+        store.close()
