@@ -242,7 +242,6 @@ class _Writer:
 
     # ---------------------------------------------------------------- the session
     def session(self, rec: dict[str, Any]) -> None:
-        from alpstore.db.tables import sessions
 
         self.flush()
         st, conn = self.store, self.conn
@@ -285,25 +284,25 @@ class _Writer:
         self.sid = st._insert_session(
             conn,
             name,
-            sessions.insert().values(
-                uuid=self.uuid,
-                name=name,
-                parent_id=parent_id,
-                source_checkpoint_id=source_id,
-                root_id=root_id,
-                origin=_local_origin(rec["origin"], st.root),
-                manifest_blob_id=self.blob_id(rec["manifest"]),
-                status=rec["status"],
-                head_segment_id=None,
-                head_length=0,
-                turn=rec["turn"],
-                backtrack_count=rec["backtrack_count"],
-                retention_mode=rec["retention"]["mode"],
-                retention_n=rec["retention"]["n"],
-                created_at=rec["created_at"],
-                updated_at=rec["updated_at"],
-                head_digest=EMPTY_COVER,
-            ),
+            {
+                "uuid": self.uuid,
+                "name": name,
+                "parent_id": parent_id,
+                "source_checkpoint_id": source_id,
+                "root_id": root_id,
+                "origin": _local_origin(rec["origin"], st.root),
+                "manifest_blob_id": self.blob_id(rec["manifest"]),
+                "status": rec["status"],
+                "head_segment_id": None,
+                "head_length": 0,
+                "turn": rec["turn"],
+                "backtrack_count": rec["backtrack_count"],
+                "retention_mode": rec["retention"]["mode"],
+                "retention_n": rec["retention"]["n"],
+                "created_at": rec["created_at"],
+                "updated_at": rec["updated_at"],
+                "head_digest": EMPTY_COVER,
+            },
         )
         if root_id is None:
             rsql.execute(conn, "UPDATE sessions SET root_id = ? WHERE id = ?", (self.sid, self.sid))
