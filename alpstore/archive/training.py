@@ -22,6 +22,7 @@ from alpstore.codec import (
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
     DICT_LEVEL,
+    DICT_STORE_LEVEL,
     digest_bytes,
     pack_dictionary,
     train_dictionary,
@@ -237,12 +238,14 @@ class DictionaryTraining(ArchiveReader):
             time.sleep(TRAIN_PAUSE)
         return rows, raws
 
-    def _store_dictionary_row(self, conn: Any, data: bytes, sample_count: int) -> int:
+    def _store_dictionary_row(
+        self, conn: Any, data: bytes, sample_count: int, *, level: int = DICT_STORE_LEVEL
+    ) -> int:
         """Insert dictionary ``data`` in the caller's transaction (the same bytes stored before:
-        that row); its id.
+        that row), itself compressed at ``level``; its id.
         """
         digest = digest_bytes(data)
-        codec, stored = pack_dictionary(data)
+        codec, stored = pack_dictionary(data, level)
         rsql.execute(  # plain SQL: an import writes it on the sqlite3 driver alone
             conn,
             "INSERT INTO zstd_dicts (digest, size, sample_count, created_at, data, codec) "
