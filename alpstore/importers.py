@@ -362,16 +362,21 @@ def _write(
         session = store.create_session(session_id=session_id, name=name)
         frame = _Frame(store, conn)
         held: list[tuple[list[dict[str, Any]], list[Encoded], bool]] = []
-        with session.deferring_head(conn):  # the session row written once, not per turn
-            for starts, piece, raws, ends in reader.pieces():
-                messages += len(piece)
-                turns += starts
-                items = [(digest_bytes(raw), BLOB_MESSAGE, raw) for raw in raws]
-                held.append((piece, items, ends))
-                if frame.add(items):  # (a frame was written: its turns follow)
-                    _commit(session, conn, held)
-            frame.flush()
-            _commit(session, conn, held)
+        try:
+            with session.deferring_head(conn):  # the session row written once, not per turn
+                for starts, piece, raws, ends in reader.pieces():
+                    messages += len(piece)
+                    turns += starts
+                    items = [(digest_bytes(raw), BLOB_MESSAGE, raw) for raw in raws]
+                    held.append((piece, items, ends))
+                    if frame.add(items):  # (a frame was written: its turns follow)
+                        _commit(session, conn, held)
+                frame.flush()
+                _commit(session, conn, held)
+            frame.finish()
+        except BaseException:
+            frame.abandon()
+            raise
         if expect is not None and (messages, turns) != expect:
             raise InputError(
                 f"{reader.path}: changed while it was imported ({expect[0]} messages "
@@ -397,7 +402,8 @@ class _Frame:
         self._store = store
         self._conn = conn
         self._items: dict[bytes, Encoded] = {}
-        self._ahead = store.archive.frames_ahead(conn)  # one compressor for the import's frames
+        # one compressor for the import's frames, compressing on a thread as the import reads
+        self._ahead = store.archive.frames_ahead(conn, behind=True)
         self._size = 0
         self._held = 0
         """Bytes of the messages held (the turns not written yet)."""
@@ -426,3 +432,11 @@ class _Frame:
             self._store.archive.store_packed(self._conn, list(self._items.values()), self._ahead)
         self._items.clear()
         self._size = self._held = 0
+
+    def finish(self) -> None:
+        """Every frame's data in its row (before the import commits); the thread stopped."""
+        self._ahead.finish()
+
+    def abandon(self) -> None:
+        """The import failed: the thread stopped (its transaction rolls back)."""
+        self._ahead.abandon()

@@ -22,6 +22,7 @@ dictionary; the file compacted after the import (``settle(compact=True)``) ends 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import zstandard
@@ -49,20 +50,82 @@ dictionary; such an import is a few frames at most)."""
 
 
 class FramesAhead:
-    """One import's frame compressor, chosen at its first frame (see the module)."""
+    """One import's frame compressor, chosen at its first frame (see the module).
 
-    def __init__(self, archive: DictionaryTraining, conn: Connection, *, dict_size: int) -> None:
+    ``behind`` (an import that calls :meth:`finish` before its transaction commits): a frame
+    is compressed on a thread of its own while the import reads on — zstd releases the
+    interpreter lock, and the frames' compression was about a fifth of an import's
+    transaction. Its row is written at once with empty data (``SqlArchive.store_packed``: the
+    blobs' rows point into it by id) and its data filled in when the thread is done, before
+    the next frame is started and at the latest by :meth:`finish`. One frame in flight: memory
+    holds one more frame's content.
+    """
+
+    def __init__(
+        self,
+        archive: DictionaryTraining,
+        conn: Connection,
+        *,
+        dict_size: int,
+        behind: bool = False,
+    ) -> None:
         self._archive = archive
         self._conn = conn
         self._dict_size = dict_size
         self._chosen: tuple[int, int | None, zstandard.ZstdCompressor] | None = None
+        self.behind = behind
+        self._pool: ThreadPoolExecutor | None = None
+        self._flight: tuple[int, Future[bytes]] | None = None
 
     def compress(self, raws: Sequence[bytes], content: bytes) -> tuple[int, int | None, bytes]:
         """``(codec, dictionary id, frame)`` of ``content`` (the ``raws`` joined)."""
+        codec, dict_id = self.choose(raws)
+        assert self._chosen is not None
+        return codec, dict_id, self._chosen[2].compress(content)
+
+    def choose(self, raws: Sequence[bytes]) -> tuple[int, int | None]:
+        """``(codec, dictionary id)`` of the import's frames (chosen at the first)."""
         if self._chosen is None:
             self._chosen = self._choose(raws)
-        codec, dict_id, comp = self._chosen
-        return codec, dict_id, comp.compress(content)
+        return self._chosen[0], self._chosen[1]
+
+    def compress_behind(self, frame_id: int, content: bytes) -> None:
+        """Compress ``content`` into frame ``frame_id`` (its row written, its data empty) on
+        the thread, after the frame before it is filled in (:meth:`choose` first).
+        """
+        self.fill()
+        assert self._chosen is not None
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alpstore-frames")
+        self._flight = (frame_id, self._pool.submit(self._chosen[2].compress, content))
+
+    def fill(self) -> None:
+        """Write the data of the frame in flight, if any, into its row."""
+        if self._flight is None:
+            return
+        frame_id, future = self._flight
+        self._flight = None
+        rsql.execute(
+            self._conn, "UPDATE pack_frames SET data = ? WHERE id = ?", (future.result(), frame_id)
+        )
+
+    def finish(self) -> None:
+        """Every frame's data written (call before the import's transaction commits); the
+        thread stopped.
+        """
+        try:
+            self.fill()
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """After a failure (the import's transaction rolls back): the thread stopped, the
+        frame in flight dropped.
+        """
+        self._flight = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _choose(self, raws: Sequence[bytes]) -> tuple[int, int | None, zstandard.ZstdCompressor]:
         archive = self._archive

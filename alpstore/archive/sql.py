@@ -187,11 +187,12 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 self._pending_new = 0
             return report
 
-    def frames_ahead(self, conn: Connection) -> FramesAhead:
+    def frames_ahead(self, conn: Connection, *, behind: bool = False) -> FramesAhead:
         """The frame compressor of one import writing packed in ``conn`` (``store_packed``'s
-        ``ahead``; see :mod:`alpstore.archive.ahead`).
+        ``ahead``; see :mod:`alpstore.archive.ahead`). ``behind``: frames compressed on a
+        thread while the import reads on; the caller calls its ``finish`` before it commits.
         """
-        return FramesAhead(self, conn, dict_size=DICT_SIZE)
+        return FramesAhead(self, conn, dict_size=DICT_SIZE, behind=behind)
 
     def store_packed(
         self, conn: Connection, items: Sequence[Encoded], ahead: FramesAhead | None = None
@@ -219,9 +220,14 @@ class SqlArchive(PackWriting, ArchiveWriter):
         content = b"".join(raw for _, _, raw in fresh)
         if ahead is None:
             codec, dict_id, data = self._compress_frame(content)
+        elif ahead.behind:  # the row now, its data when the thread has compressed it
+            codec, dict_id = ahead.choose([raw for _, _, raw in fresh])
+            data = b""
         else:
             codec, dict_id, data = ahead.compress([raw for _, _, raw in fresh], content)
         frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data)
+        if ahead is not None and ahead.behind:
+            ahead.compress_behind(frame_id, content)
         del content, data  # (an import's memory holds one frame's turns: no more copies)
         rows: list[tuple[Any, ...]] = []
         at = 0

@@ -243,7 +243,7 @@ class Importer:
         unknown = len({digest for digest, _, _ in items if digest not in self._stored})
         archive = self.store.archive
         if self._frames is None:
-            self._frames = archive.frames_ahead(self.conn)
+            self._frames = archive.frames_ahead(self.conn, behind=True)
         # small messages packed from the start, a frame a batch (issue 41): compressed once
         framed = archive.store_packed(self.conn, items, self._frames)
         ids, fresh = archive.store_encoded_counted(
@@ -267,6 +267,8 @@ class Importer:
         if self._packer is not None:
             self._packer.shutdown(wait=True, cancel_futures=True)
             self._packer = None
+        if self._frames is not None:  # (a frame still in flight: the import failed)
+            self._frames.abandon()
 
     def finish_messages(self, is_export: bool) -> array[int]:
         """Store what is pending (summaries last) and return the covering list's blob ids.
@@ -284,6 +286,8 @@ class Importer:
         for pending in self.pending.values():
             self._require_known(pending.item, pending.where, "summarises")
         self.flush()
+        if self._frames is not None:  # every frame's data in its row
+            self._frames.finish()
         if self.conn is None:
             return array("q")
         assert self.store is not None

@@ -199,7 +199,8 @@ class _Writer:
         self.origin: Any = None
         self.lg: Any = None
         """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
-        self.ahead = store.archive.frames_ahead(conn)  # one compressor for the import's frames
+        # one compressor for the import's frames, compressing on a thread as the import reads
+        self.ahead = store.archive.frames_ahead(conn, behind=True)
 
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
@@ -451,6 +452,8 @@ class _Writer:
         return None
 
     def finish(self) -> None:
+        self.flush()
+        self.ahead.finish()  # every frame's data in its row
         if self.lg is not None:
             self.lg.finish()
 
@@ -480,13 +483,17 @@ def import_session_file(
     with store.db.atomic() as conn:
         w = _Writer(store, conn, name, keep)
         w.spans = (checked.checkpoint_ids, checked.backtrack_ids)
-        for kind, rec, raw in reader.records():
-            if kind == "blob":
-                assert raw is not None
-                w.blob(rec, raw)
-            elif kind != "end":
-                getattr(w, kind)(rec)
-        w.finish()
+        try:
+            for kind, rec, raw in reader.records():
+                if kind == "blob":
+                    assert raw is not None
+                    w.blob(rec, raw)
+                elif kind != "end":
+                    getattr(w, kind)(rec)
+            w.finish()
+        except BaseException:
+            w.ahead.abandon()  # (the transaction rolls back)
+            raise
         result = SessionImport(
             session=w.uuid,
             name=w.final_name,
