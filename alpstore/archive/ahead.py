@@ -21,8 +21,8 @@ dictionary; the file compacted after the import (``settle(compact=True)``) ends 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import zstandard
@@ -74,8 +74,7 @@ class FramesAhead:
         self._dict_size = dict_size
         self._chosen: tuple[int, int | None, zstandard.ZstdCompressor] | None = None
         self.behind = behind
-        self._pool: ThreadPoolExecutor | None = None
-        self._flight: tuple[int, Future[bytes]] | None = None
+        self._flight: tuple[int, _Compressing] | None = None
 
     def compress(self, raws: Sequence[bytes], content: bytes) -> tuple[int, int | None, bytes]:
         """``(codec, dictionary id, frame)`` of ``content`` (the ``raws`` joined)."""
@@ -95,18 +94,18 @@ class FramesAhead:
         """
         self.fill()
         assert self._chosen is not None
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alpstore-frames")
-        self._flight = (frame_id, self._pool.submit(self._chosen[2].compress, content))
+        job = _Compressing(self._chosen[2], content)
+        job.start()
+        self._flight = (frame_id, job)
 
     def fill(self) -> None:
         """Write the data of the frame in flight, if any, into its row."""
         if self._flight is None:
             return
-        frame_id, future = self._flight
+        frame_id, job = self._flight
         self._flight = None
         rsql.execute(
-            self._conn, "UPDATE pack_frames SET data = ? WHERE id = ?", (future.result(), frame_id)
+            self._conn, "UPDATE pack_frames SET data = ? WHERE id = ?", (job.result(), frame_id)
         )
 
     def finish(self) -> None:
@@ -122,10 +121,9 @@ class FramesAhead:
         """After a failure (the import's transaction rolls back): the thread stopped, the
         frame in flight dropped.
         """
-        self._flight = None
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self._flight is not None:
+            self._flight[1].join()
+            self._flight = None
 
     def _choose(self, raws: Sequence[bytes]) -> tuple[int, int | None, zstandard.ZstdCompressor]:
         archive = self._archive
@@ -166,3 +164,33 @@ class FramesAhead:
         return int(
             self._archive._store_dictionary_row(self._conn, data, samples, level=AHEAD_LEVEL)
         )
+
+
+class _Compressing(threading.Thread):
+    """One frame compressed on a thread of its own (a plain thread: ``concurrent.futures``
+    would import ``logging`` into every import's process).
+    """
+
+    def __init__(self, comp: zstandard.ZstdCompressor, content: bytes) -> None:
+        super().__init__(name="alpstore-frame", daemon=True)
+        self._comp = comp
+        self._content: bytes | None = content
+        self._out: bytes | None = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            assert self._content is not None
+            self._out = self._comp.compress(self._content)
+        except BaseException as err:  # handed to the importing thread by result()
+            self._error = err
+        finally:
+            self._content = None
+
+    def result(self) -> bytes:
+        """The compressed frame (waits for it); the thread's error raised here."""
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._out is not None
+        return self._out

@@ -82,15 +82,20 @@ class LiteWriteDatabase(LiteDatabase):
         """A file without a schema gets the head schema (the snapshot); one with a schema must
         be alpstore's at head.
         """
-        statements = head_statements(SCHEMA_HEAD)
-        with self.atomic() as conn:
+        with self.read() as conn:  # an archive already there: no write lock taken to open it
             tables = {str(r[0]) for r in conn.execute(_TABLES).fetchall()}
-            if not tables and statements is not None:
-                create_in(conn.driver, statements)
-                return
-            refusal = foreign_tables(self.location, tables)
-            if refusal is not None:
-                raise refusal
+        if not tables:
+            statements = head_statements(SCHEMA_HEAD)
+            if statements is None:  # pragma: no cover - the snapshot ships with the package
+                raise StorageError(f"{self.location}: no schema snapshot at {SCHEMA_HEAD}")
+            with self.atomic() as conn:  # (another process may have created it meanwhile)
+                tables = {str(r[0]) for r in conn.execute(_TABLES).fetchall()}
+                if not tables:
+                    create_in(conn.driver, statements)
+                    return
+        refusal = foreign_tables(self.location, tables)
+        if refusal is not None:
+            raise refusal
         check_revision(self.location, self._revision(), _known_revisions)
 
     def on_rollback(self, hook: Callable[[], None]) -> None:
