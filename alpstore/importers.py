@@ -370,9 +370,9 @@ def _write(
                     items = [(digest_bytes(raw), BLOB_MESSAGE, raw) for raw in raws]
                     held.append((piece, items, ends))
                     if frame.add(items):  # (a frame was written: its turns follow)
-                        _commit(session, conn, held)
+                        _commit(session, conn, held, frame.known)
                 frame.flush()
-                _commit(session, conn, held)
+                _commit(session, conn, held, frame.known)
             frame.finish()
         except BaseException:
             frame.abandon()
@@ -386,13 +386,18 @@ def _write(
 
 
 def _commit(
-    session: Session, conn: Any, held: list[tuple[list[dict[str, Any]], list[Encoded], bool]]
+    session: Session,
+    conn: Any,
+    held: list[tuple[list[dict[str, Any]], list[Encoded], bool]],
+    known: dict[bytes, int],
 ) -> None:
     """Write the held pieces in order, in a few statements for all of them
-    (``Session.write_turns``: a turn's last piece checkpoints), and forget them.
+    (``Session.write_turns``: a turn's last piece checkpoints), and forget them; ``known``:
+    the ids the frame just stored found or inserted (not looked up again), forgotten too.
     """
-    session.write_turns(conn, held, trigger="every_turn")
+    session.write_turns(conn, held, trigger="every_turn", known=known)
     held.clear()
+    known.clear()
 
 
 class _Frame:
@@ -407,6 +412,9 @@ class _Frame:
         self._size = 0
         self._held = 0
         """Bytes of the messages held (the turns not written yet)."""
+        self.known: dict[bytes, int] = {}
+        """The ids of the small messages the frames since the last turns written found or
+        stored (valid in the import's transaction; the turns take them from here)."""
 
     def add(self, items: list[Encoded]) -> bool:
         """Take a piece's messages (encoded); True when the turns held so far are to be
@@ -429,7 +437,9 @@ class _Frame:
     def flush(self) -> None:
         """Store the frame being gathered (if any)."""
         if self._items:
-            self._store.archive.store_packed(self._conn, list(self._items.values()), self._ahead)
+            self._store.archive.store_packed(
+                self._conn, list(self._items.values()), self._ahead, known=self.known
+            )
         self._items.clear()
         self._size = self._held = 0
 

@@ -30,11 +30,13 @@ from benchmarks.bench_jobs import ALPSTORE, BARE_IMPORT
 CHILD = r"""
 import json, sys, time
 t = [time.perf_counter()]
+kind, path, root = sys.argv[1], sys.argv[2], sys.argv[3]
+group = "checkpoint" if kind == "deep" else "session"
+sys.argv = ["alpstore", "--root", root, group, "import", path]  # registers that group alone
 import typer  # noqa: F401
 import alpstore.cli.main  # noqa: F401
 from alpstore.cli import session_import  # noqa: F401
 t.append(time.perf_counter())
-kind, path, root = sys.argv[1], sys.argv[2], sys.argv[3]
 from pathlib import Path
 from alpstore.store import Store
 if kind == "transcript":

@@ -195,7 +195,12 @@ class SqlArchive(PackWriting, ArchiveWriter):
         return FramesAhead(self, conn, dict_size=DICT_SIZE, behind=behind)
 
     def store_packed(
-        self, conn: Connection, items: Sequence[Encoded], ahead: FramesAhead | None = None
+        self,
+        conn: Connection,
+        items: Sequence[Encoded],
+        ahead: FramesAhead | None = None,
+        *,
+        known: dict[bytes, int] | None = None,
     ) -> int:
         """Store ``items`` (in conversation order) packed, inside the caller's transaction:
         those not stored yet and at most :data:`PACK_BLOB_MAX` bytes become one frame, each
@@ -211,9 +216,15 @@ class SqlArchive(PackWriting, ArchiveWriter):
         ``PACK_LEVEL``; with ``ahead`` (an import's, :meth:`frames_ahead`) its compressor.
         On PostgreSQL a digest another transaction stores meanwhile keeps that row (``ON
         CONFLICT DO NOTHING``): its bytes in this frame are dead, as a packer's can be.
+
+        ``known``: gets the id of every small item, found or inserted (locked in this
+        transaction: ``store_encoded_counted``'s ``known``, so the turns that follow need not
+        look them up again).
         """
         wanted = {d: (d, k, r) for d, k, r in items if len(r) <= PACK_BLOB_MAX}
         have = self.ids_for(conn, list(wanted), lock=True) if wanted else {}
+        if known is not None:
+            known.update(have)
         fresh = [item for d, item in wanted.items() if d not in have]
         if not fresh:
             return 0
@@ -236,7 +247,10 @@ class SqlArchive(PackWriting, ArchiveWriter):
             at += len(raw)
         rows.sort()  # the insert order of every writer (see ``store_encoded_counted``)
         ids: dict[bytes, int] = {}
-        return sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
+        stored = sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
+        if known is not None:
+            known.update(ids)
+        return stored
 
     def _train_for_packing(self) -> int | None:
         """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``
