@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.ahead import FramesAhead
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
-from alpstore.archive.frames import CODEC_PACKED, pointer
+from alpstore.archive.frames import CODEC_PACKED, pointers
 from alpstore.archive.packing import (
     PACK_BLOB_MAX,
     PACK_TRAIN_SAMPLES,
@@ -240,11 +240,14 @@ class SqlArchive(PackWriting, ArchiveWriter):
         if ahead is not None and ahead.behind:
             ahead.compress_behind(frame_id, content)
         del content, data  # (an import's memory holds one frame's turns: no more copies)
-        rows: list[tuple[Any, ...]] = []
-        at = 0
-        for digest, kind, raw in fresh:
-            rows.append((digest, kind, len(raw), CODEC_PACKED, None, pointer(frame_id, at), None))
+        offsets, at = [], 0
+        for _, _, raw in fresh:
+            offsets.append(at)
             at += len(raw)
+        rows: list[tuple[Any, ...]] = [
+            (digest, kind, len(raw), CODEC_PACKED, None, where, None)
+            for (digest, kind, raw), where in zip(fresh, pointers(frame_id, offsets), strict=True)
+        ]
         rows.sort()  # the insert order of every writer (see ``store_encoded_counted``)
         ids: dict[bytes, int] = {}
         stored = sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
