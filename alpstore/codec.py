@@ -332,12 +332,13 @@ def _many(ctx: zstandard.ZstdCompressor, raws: list[bytes]) -> list[bytes]:
     return [packed[i].tobytes() for i in range(len(packed))]
 
 
-def pack_dictionary(data: bytes) -> tuple[int, bytes]:
+def pack_dictionary(data: bytes, level: int = DICT_STORE_LEVEL) -> tuple[int, bytes]:
     """How a trained dictionary is stored: ``(codec, data)`` for a ``zstd_dicts`` row, a zstd
-    frame of it (:data:`CODEC_ZSTD`) unless that is no smaller (:data:`CODEC_RAW`). A trained
-    dictionary is mostly fragments of its samples, so it compresses about 6×.
+    frame of it (:data:`CODEC_ZSTD`, at ``level``) unless that is no smaller
+    (:data:`CODEC_RAW`). A trained dictionary is mostly fragments of its samples, so it
+    compresses about 6×.
     """
-    frame = zstandard.ZstdCompressor(level=DICT_STORE_LEVEL).compress(data)
+    frame = zstandard.ZstdCompressor(level=level).compress(data)
     return (CODEC_ZSTD, frame) if len(frame) < len(data) else (CODEC_RAW, data)
 
 

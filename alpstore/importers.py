@@ -362,16 +362,21 @@ def _write(
         session = store.create_session(session_id=session_id, name=name)
         frame = _Frame(store, conn)
         held: list[tuple[list[dict[str, Any]], list[Encoded], bool]] = []
-        with session.deferring_head(conn):  # the session row written once, not per turn
-            for starts, piece, raws, ends in reader.pieces():
-                messages += len(piece)
-                turns += starts
-                items = [(digest_bytes(raw), BLOB_MESSAGE, raw) for raw in raws]
-                held.append((piece, items, ends))
-                if frame.add(items):  # (a frame was written: its turns follow)
-                    _commit(session, conn, held)
-            frame.flush()
-            _commit(session, conn, held)
+        try:
+            with session.deferring_head(conn):  # the session row written once, not per turn
+                for starts, piece, raws, ends in reader.pieces():
+                    messages += len(piece)
+                    turns += starts
+                    items = [(digest_bytes(raw), BLOB_MESSAGE, raw) for raw in raws]
+                    held.append((piece, items, ends))
+                    if frame.add(items):  # (a frame was written: its turns follow)
+                        _commit(session, conn, held, frame.known)
+                frame.flush()
+                _commit(session, conn, held, frame.known)
+            frame.finish()
+        except BaseException:
+            frame.abandon()
+            raise
         if expect is not None and (messages, turns) != expect:
             raise InputError(
                 f"{reader.path}: changed while it was imported ({expect[0]} messages "
@@ -381,13 +386,18 @@ def _write(
 
 
 def _commit(
-    session: Session, conn: Any, held: list[tuple[list[dict[str, Any]], list[Encoded], bool]]
+    session: Session,
+    conn: Any,
+    held: list[tuple[list[dict[str, Any]], list[Encoded], bool]],
+    known: dict[bytes, int],
 ) -> None:
     """Write the held pieces in order, in a few statements for all of them
-    (``Session.write_turns``: a turn's last piece checkpoints), and forget them.
+    (``Session.write_turns``: a turn's last piece checkpoints), and forget them; ``known``:
+    the ids the frame just stored found or inserted (not looked up again), forgotten too.
     """
-    session.write_turns(conn, held, trigger="every_turn")
+    session.write_turns(conn, held, trigger="every_turn", known=known)
     held.clear()
+    known.clear()
 
 
 class _Frame:
@@ -397,10 +407,14 @@ class _Frame:
         self._store = store
         self._conn = conn
         self._items: dict[bytes, Encoded] = {}
-        self._ahead = store.archive.frames_ahead(conn)  # one compressor for the import's frames
+        # one compressor for the import's frames, compressing on a thread as the import reads
+        self._ahead = store.archive.frames_ahead(conn, behind=True)
         self._size = 0
         self._held = 0
         """Bytes of the messages held (the turns not written yet)."""
+        self.known: dict[bytes, int] = {}
+        """The ids of the small messages the frames since the last turns written found or
+        stored (valid in the import's transaction; the turns take them from here)."""
 
     def add(self, items: list[Encoded]) -> bool:
         """Take a piece's messages (encoded); True when the turns held so far are to be
@@ -423,6 +437,16 @@ class _Frame:
     def flush(self) -> None:
         """Store the frame being gathered (if any)."""
         if self._items:
-            self._store.archive.store_packed(self._conn, list(self._items.values()), self._ahead)
+            self._store.archive.store_packed(
+                self._conn, list(self._items.values()), self._ahead, known=self.known
+            )
         self._items.clear()
         self._size = self._held = 0
+
+    def finish(self) -> None:
+        """Every frame's data in its row (before the import commits); the thread stopped."""
+        self._ahead.finish()
+
+    def abandon(self) -> None:
+        """The import failed: the thread stopped (its transaction rolls back)."""
+        self._ahead.abandon()

@@ -425,17 +425,13 @@ class ViewStore:
     def _new_segment(
         self, conn: Connection, session_id: int, parent: int | None, base: int, length: int
     ) -> int:
-        # SQLAlchemy only on the write path: the readers of views load without it
-        from alpstore.db.database import inserted_id
-        from alpstore.db.tables import segments
-
-        seg_id = inserted_id(
-            conn.execute(
-                segments.insert().values(
-                    session_id=session_id, parent_id=parent, base_length=base, length=length
-                )
-            )
+        row = rsql.fetchone(  # plain SQL: an import writes on the sqlite3 driver alone
+            conn,
+            "INSERT INTO segments (session_id, parent_id, base_length, length) "
+            "VALUES (?, ?, ?, ?) RETURNING id",
+            (session_id, parent, base, length),
         )
+        seg_id = int(row[0])
         self._shape[seg_id] = SegmentRow(seg_id, session_id, parent, base)
         return seg_id
 

@@ -67,6 +67,25 @@ def pointer(frame_id: int, offset: int) -> bytes:
     return _varint(frame_id) + _varint(offset)
 
 
+def pointers(frame_id: int, offsets: Sequence[int]) -> list[bytes]:
+    """:func:`pointer` of each offset into frame ``frame_id`` (the frame's varint made once;
+    an offset below 2**21, every offset of a frame of at most 2 MiB, in one expression):
+    the same bytes.
+    """
+    prefix = _varint(frame_id)
+    out = []
+    for at in offsets:
+        if at < 0x80:
+            out.append(prefix + bytes((at,)))
+        elif at < 0x4000:
+            out.append(prefix + bytes((at & 0x7F | 0x80, at >> 7)))
+        elif at < 0x200000:
+            out.append(prefix + bytes((at & 0x7F | 0x80, (at >> 7) & 0x7F | 0x80, at >> 14)))
+        else:
+            out.append(prefix + _varint(at))
+    return out
+
+
 def frame_prefix(frame_id: int) -> bytes:
     """The first bytes of every pointer into frame ``frame_id`` (a varint ends itself, so a
     pointer starts with these bytes exactly when it points into this frame).

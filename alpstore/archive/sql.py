@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.ahead import FramesAhead
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
-from alpstore.archive.frames import CODEC_PACKED, pointer
+from alpstore.archive.frames import CODEC_PACKED, pointers
 from alpstore.archive.packing import (
     PACK_BLOB_MAX,
     PACK_TRAIN_SAMPLES,
@@ -187,14 +187,20 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 self._pending_new = 0
             return report
 
-    def frames_ahead(self, conn: Connection) -> FramesAhead:
+    def frames_ahead(self, conn: Connection, *, behind: bool = False) -> FramesAhead:
         """The frame compressor of one import writing packed in ``conn`` (``store_packed``'s
-        ``ahead``; see :mod:`alpstore.archive.ahead`).
+        ``ahead``; see :mod:`alpstore.archive.ahead`). ``behind``: frames compressed on a
+        thread while the import reads on; the caller calls its ``finish`` before it commits.
         """
-        return FramesAhead(self, conn, dict_size=DICT_SIZE)
+        return FramesAhead(self, conn, dict_size=DICT_SIZE, behind=behind)
 
     def store_packed(
-        self, conn: Connection, items: Sequence[Encoded], ahead: FramesAhead | None = None
+        self,
+        conn: Connection,
+        items: Sequence[Encoded],
+        ahead: FramesAhead | None = None,
+        *,
+        known: dict[bytes, int] | None = None,
     ) -> int:
         """Store ``items`` (in conversation order) packed, inside the caller's transaction:
         those not stored yet and at most :data:`PACK_BLOB_MAX` bytes become one frame, each
@@ -210,27 +216,44 @@ class SqlArchive(PackWriting, ArchiveWriter):
         ``PACK_LEVEL``; with ``ahead`` (an import's, :meth:`frames_ahead`) its compressor.
         On PostgreSQL a digest another transaction stores meanwhile keeps that row (``ON
         CONFLICT DO NOTHING``): its bytes in this frame are dead, as a packer's can be.
+
+        ``known``: gets the id of every small item, found or inserted (locked in this
+        transaction: ``store_encoded_counted``'s ``known``, so the turns that follow need not
+        look them up again).
         """
         wanted = {d: (d, k, r) for d, k, r in items if len(r) <= PACK_BLOB_MAX}
         have = self.ids_for(conn, list(wanted), lock=True) if wanted else {}
+        if known is not None:
+            known.update(have)
         fresh = [item for d, item in wanted.items() if d not in have]
         if not fresh:
             return 0
         content = b"".join(raw for _, _, raw in fresh)
         if ahead is None:
             codec, dict_id, data = self._compress_frame(content)
+        elif ahead.behind:  # the row now, its data when the thread has compressed it
+            codec, dict_id = ahead.choose([raw for _, _, raw in fresh])
+            data = b""
         else:
             codec, dict_id, data = ahead.compress([raw for _, _, raw in fresh], content)
         frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data)
+        if ahead is not None and ahead.behind:
+            ahead.compress_behind(frame_id, content)
         del content, data  # (an import's memory holds one frame's turns: no more copies)
-        rows: list[tuple[Any, ...]] = []
-        at = 0
-        for digest, kind, raw in fresh:
-            rows.append((digest, kind, len(raw), CODEC_PACKED, None, pointer(frame_id, at), None))
+        offsets, at = [], 0
+        for _, _, raw in fresh:
+            offsets.append(at)
             at += len(raw)
+        rows: list[tuple[Any, ...]] = [
+            (digest, kind, len(raw), CODEC_PACKED, None, where, None)
+            for (digest, kind, raw), where in zip(fresh, pointers(frame_id, offsets), strict=True)
+        ]
         rows.sort()  # the insert order of every writer (see ``store_encoded_counted``)
         ids: dict[bytes, int] = {}
-        return sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
+        stored = sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
+        if known is not None:
+            known.update(ids)
+        return stored
 
     def _train_for_packing(self) -> int | None:
         """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``

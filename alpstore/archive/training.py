@@ -22,6 +22,7 @@ from alpstore.codec import (
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
     DICT_LEVEL,
+    DICT_STORE_LEVEL,
     digest_bytes,
     pack_dictionary,
     train_dictionary,
@@ -237,31 +238,22 @@ class DictionaryTraining(ArchiveReader):
             time.sleep(TRAIN_PAUSE)
         return rows, raws
 
-    def _store_dictionary_row(self, conn: Any, data: bytes, sample_count: int) -> int:
+    def _store_dictionary_row(
+        self, conn: Any, data: bytes, sample_count: int, *, level: int = DICT_STORE_LEVEL
+    ) -> int:
         """Insert dictionary ``data`` in the caller's transaction (the same bytes stored before:
-        that row); its id.
+        that row), itself compressed at ``level``; its id.
         """
-        from sqlalchemy import select
-
-        from alpstore.db.tables import zstd_dicts
-
         digest = digest_bytes(data)
-        codec, stored = pack_dictionary(data)
-        conn.execute(
-            self._insert(zstd_dicts)
-            .values(
-                digest=digest,
-                size=len(data),
-                sample_count=sample_count,
-                created_at=time.time(),
-                data=stored,
-                codec=codec,
-            )
-            .on_conflict_do_nothing(index_elements=["digest"])
+        codec, stored = pack_dictionary(data, level)
+        rsql.execute(  # plain SQL: an import writes it on the sqlite3 driver alone
+            conn,
+            "INSERT INTO zstd_dicts (digest, size, sample_count, created_at, data, codec) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+            (digest, len(data), sample_count, time.time(), stored, codec),
         )
-        return int(
-            conn.execute(select(zstd_dicts.c.id).where(zstd_dicts.c.digest == digest)).scalar_one()
-        )
+        row = rsql.fetchone(conn, "SELECT id FROM zstd_dicts WHERE digest = ?", (digest,))
+        return int(row[0])
 
     def _install_dictionary(
         self, data: bytes, sample_count: int, *, only_if_none: bool
@@ -271,15 +263,9 @@ class DictionaryTraining(ArchiveReader):
         Returns its id, or None when ``only_if_none`` and the archive has a dictionary already
         (that one is loaded instead: the first process to get here wins).
         """
-        from sqlalchemy import func, select
-
-        from alpstore.db.tables import zstd_dicts
-
         dict_id = None
         with self.db.atomic() as conn:
-            taken = only_if_none and bool(
-                conn.execute(select(func.count()).select_from(zstd_dicts)).scalar_one()
-            )
+            taken = only_if_none and bool(rsql.fetchone(conn, "SELECT count(*) FROM zstd_dicts")[0])
             if not taken:
                 dict_id = self._store_dictionary_row(conn, data, sample_count)
         # committed (train_dictionary refuses to run inside a caller's transaction): blobs may
@@ -329,10 +315,6 @@ class DictionaryTraining(ArchiveReader):
         transactions of its own (``_train_in_background``): the write that crossed the
         threshold returns at once instead of paying for training and recompression.
         """
-        from sqlalchemy import func, select
-
-        from alpstore.db.tables import blobs
-
         if (
             not self.auto_train
             or self.dictionary_id is not None
@@ -346,11 +328,9 @@ class DictionaryTraining(ArchiveReader):
         if self._small_count is None:
             with self.db.read() as conn:
                 self._small_count = int(
-                    conn.execute(
-                        select(func.count())
-                        .select_from(blobs)
-                        .where(blobs.c.raw_size <= SMALL_BLOB_MAX)
-                    ).scalar_one()
+                    rsql.fetchone(
+                        conn, "SELECT count(*) FROM blobs WHERE raw_size <= ?", (SMALL_BLOB_MAX,)
+                    )[0]
                 )
         else:
             self._small_count += new_small
@@ -459,17 +439,13 @@ class DictionaryTraining(ArchiveReader):
         self._load_newest_dictionary()  # another process may have trained one already
         if not self.auto_train or self.dictionary_id is not None or self._damaged_dictionary:
             return None, 0
-        from sqlalchemy import func, select
-
-        from alpstore.db.tables import blobs
-
         with self.db.read() as conn:  # loose ones: a packed blob needs no dictionary
             small = int(
-                conn.execute(
-                    select(func.count())
-                    .select_from(blobs)
-                    .where(blobs.c.raw_size <= SMALL_BLOB_MAX, blobs.c.codec != CODEC_PACKED)
-                ).scalar_one()
+                rsql.fetchone(
+                    conn,
+                    "SELECT count(*) FROM blobs WHERE raw_size <= ? AND codec != ?",
+                    (SMALL_BLOB_MAX, CODEC_PACKED),
+                )[0]
             )
         self._small_count = None  # counted afresh (packed ones too) by the next write
         if small < max(self._train_at, AUTO_TRAIN_SAMPLES):
@@ -542,31 +518,16 @@ class DictionaryTraining(ArchiveReader):
                 not incremental and os.path.getsize(path) > VACUUM_MAX_BYTES
             ):
                 return
-            raw = self.db.engine.raw_connection()
-            try:
-                driver = raw.driver_connection
-                driver.execute("PRAGMA busy_timeout = 100")  # type: ignore[union-attr]
+            with self.db.outside() as driver:
+                driver.execute("PRAGMA busy_timeout = 100")
                 try:
                     with self.db.writer_queue():
                         if not incremental:
-                            driver.execute("VACUUM")  # type: ignore[union-attr]
-                        elif driver.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # type: ignore[union-attr]
-                            driver.execute("PRAGMA incremental_vacuum")  # type: ignore[union-attr]
+                            driver.execute("VACUUM")
+                        elif driver.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+                            driver.execute("PRAGMA incremental_vacuum")
                     self.db.committed_outside(driver)  # the rewrite is in the WAL: fold it
                 finally:  # the connection goes back to the pool: restore its patience
-                    driver.execute(  # type: ignore[union-attr]
-                        f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}"
-                    )
-            finally:
-                raw.close()
+                    driver.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         except (OSError, sqlite3.Error):
             return
-
-    def _insert(self, table: Any) -> Any:
-        from sqlalchemy.dialects import sqlite
-
-        if self.db.is_sqlite:
-            return sqlite.insert(table)
-        from sqlalchemy.dialects import postgresql  # imported by PostgreSQL archives only (~40 ms)
-
-        return postgresql.insert(table)

@@ -348,8 +348,6 @@ class ArchiveWriter(DictionaryTraining):
         self, conn: Connection, text: str, covers: Sequence[bytes]
     ) -> tuple[int, Digest]:
         """Insert a summary node and its ordered references inside ``conn``'s transaction."""
-        from alpstore.db.tables import blob_refs
-
         child_ids = self.ids_for(conn, list(covers), lock=True)
         missing = [digest_hex(d) for d in covers if d not in child_ids]
         if missing:
@@ -358,13 +356,10 @@ class ArchiveWriter(DictionaryTraining):
         before = self.ids_for(conn, [item[0]])
         (sid,) = self.store_encoded(conn, [item])
         if item[0] not in before:
-            conn.execute(
-                self._insert(blob_refs).on_conflict_do_nothing(
-                    index_elements=["parent_id", "position"]
-                ),
-                [
-                    {"parent_id": sid, "position": i, "child_id": child_ids[d]}
-                    for i, d in enumerate(covers)
-                ],
+            rsql.executemany(  # plain SQL: an import of a file holding summaries, driver alone
+                conn,
+                "INSERT INTO blob_refs (parent_id, position, child_id) VALUES (?, ?, ?) "
+                "ON CONFLICT (parent_id, position) DO NOTHING",
+                [(sid, i, child_ids[d]) for i, d in enumerate(covers)],
             )
         return sid, item[0]

@@ -31,14 +31,22 @@ class GlobalOptions:
     _store: Store | None = None
     _read_only: bool = False
 
-    def store(self, *, create: bool = True, migrate: bool = True, read_only: bool = False) -> Store:
+    def store(
+        self,
+        *,
+        create: bool = True,
+        migrate: bool = True,
+        read_only: bool = False,
+        lite_write: bool = False,
+    ) -> Store:
         """Open (once) the store these options name.
 
         ``migrate=False`` is how a reading command opens it: nothing is created or upgraded,
         and an archive of an older schema revision is refused with a pointer to
         ``alpstore db upgrade`` (a later writer in the same command finds it at head already).
         ``read_only=True`` (see :func:`read_store`) opens it for reading alone; a later call
-        that may write opens it again the usual way.
+        that may write opens it again the usual way. ``lite_write=True`` (see
+        :func:`import_store`): an SQLite archive is written on the ``sqlite3`` driver alone.
         """
         if self._store is not None and self._read_only and not read_only:
             self.close()
@@ -48,7 +56,13 @@ class GlobalOptions:
             if read_only:
                 self._store = Store.open(self.root, url=self.db_url, read_only=True)
             else:
-                self._store = Store.open(self.root, url=self.db_url, create=create, migrate=migrate)
+                self._store = Store.open(
+                    self.root,
+                    url=self.db_url,
+                    create=create,
+                    migrate=migrate,
+                    lite_write=lite_write,
+                )
             self._read_only = read_only
         return self._store
 
@@ -72,6 +86,16 @@ def options(ctx: typer.Context) -> GlobalOptions:
 def store(ctx: typer.Context, *, create: bool = True) -> Store:
     """Open the store named by the global options of this invocation, migrating it to head."""
     return options(ctx).store(create=create)
+
+
+def import_store(ctx: typer.Context) -> Store:
+    """Open the store for an import (`session import`, `checkpoint import`): as :func:`store`,
+    but an SQLite archive at head (or a new one) is written on the ``sqlite3`` driver alone,
+    without SQLAlchemy (issue 41: its import is twice the bare loop's whole run); every write
+    an import makes is plain SQL (``db/raw.py``). PostgreSQL and an archive to migrate open
+    as :func:`store` opens them.
+    """
+    return options(ctx).store(lite_write=True)
 
 
 def read_store(ctx: typer.Context, *, read_only: bool = False) -> Store:

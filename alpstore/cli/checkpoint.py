@@ -15,6 +15,7 @@ import typer
 
 from alpstore.cli._common import (
     echo,
+    import_store,
     options,
     print_json,
     read_store,
@@ -342,7 +343,7 @@ def import_(
     path = _file(str(file), checkpoint_dir)
     if name is not None:
         check_text(name, "--name")
-    st = store(ctx)
+    st = import_store(ctx)  # SQLite: written on the sqlite3 driver alone (issue 41)
     result = import_file(st, path, fork=fork_, session_id=session_id, name=name)
     if not result.existing:
         st.archive.settle(compact=True)  # the file compacted (the import wrote packed)

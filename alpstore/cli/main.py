@@ -278,9 +278,9 @@ def main() -> None:
     except AlpstoreError as err:
         from alpstore.cli._terminal import term
 
-        engine = sys.modules.get("alpstore.db.engine")  # not loaded: no archive was created
-        if engine is not None:
-            engine.discard_new_archives()  # bad input leaves an empty folder as it was
+        created = sys.modules.get("alpstore.db.sqlitefile")  # not loaded: none was created
+        if created is not None:
+            created.discard_new_archives()  # bad input leaves an empty folder as it was
 
         # messages name keys, paths and values from other people's files: escaped, one line
         sys.stderr.write(f"alpstore: error: {term(err.message)}\n")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import typer
 
-from alpstore.cli._common import echo, store, warn
+from alpstore.cli._common import echo, import_store, warn
 from alpstore.cli._terminal import term
 from alpstore.cli.session_travel import import_session, is_session_file
 from alpstore.errors import AlpstoreError, InputError, UsageError
@@ -123,7 +123,7 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
         raise UsageError(f"--format {fmt!r}: expected auto, openai, claude or codex")
     files = transcript_files(sources)
     sizes = [p.stat().st_size for p in files]
-    st = store(ctx)
+    st = import_store(ctx)
     tally = Tally()
     began = time.monotonic()
     with _progress(len(files), sum(sizes)) as advance:
@@ -218,7 +218,7 @@ def import_command(
     if skip_bad_lines:
         raise UsageError("--skip-bad-lines: for Claude Code and Codex transcripts only")
     default = source.stem if text_problem(source.stem) is None else "imported"
-    st = store(ctx)
+    st = import_store(ctx)
     s, parsed = import_history_file(  # one read: a bad line rolls the transaction back
         st,
         source,

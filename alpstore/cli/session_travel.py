@@ -9,7 +9,15 @@ from typing import Annotated
 
 import typer
 
-from alpstore.cli._common import JsonOpt, SessionArg, echo, print_json, read_store, store, warn
+from alpstore.cli._common import (
+    JsonOpt,
+    SessionArg,
+    echo,
+    import_store,
+    print_json,
+    read_store,
+    warn,
+)
 from alpstore.cli._terminal import term
 from alpstore.errors import UsageError
 from alpstore.rules.ids import check_text
@@ -74,7 +82,7 @@ def import_session(
     if name is not None:
         check_text(name, "--name")  # the rules of `session new`, before anything is opened
     checked = check_session_file(source)  # a refused file leaves the run root as it was
-    st = store(ctx)
+    st = import_store(ctx)  # SQLite: written on the sqlite3 driver alone (issue 41)
     done = import_session_file(st, source, name=name, checked=checked)
     st.archive.settle(compact=True)  # the file compacted (the import wrote packed)
     if name is None and done.file_name is not None and done.name != done.file_name:

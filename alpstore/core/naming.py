@@ -1,7 +1,7 @@
 """A store's sessions by name: creating one, claiming and renaming names, the id rules.
 
 Names are unique in an archive, and an id may not be another session's name (lookups try ids
-first). The inserts use SQLAlchemy, imported inside the writing functions only.
+first). The inserts are plain SQL (``db/raw.py``): an import writes on the ``sqlite3`` driver alone.
 """
 
 from __future__ import annotations
@@ -71,15 +71,12 @@ class StoreNaming(StoreContent):
                 acceptable id (letters, digits, ".", "_", "-"; a UUID).
             SessionNameTakenError: another session has this name (names are unique).
         """
-        from sqlalchemy import update
-
-        from alpstore.db.tables import sessions
-        from alpstore.rules.secrets import require_no_secrets
-
         uuid = acceptable_id(session_id)
         name = normal_name(name)  # one spelling of each name (NFC)
         retention = retention or Retention()
         if manifest is not None:  # CK-11: a credential never enters the archive
+            from alpstore.rules.secrets import require_no_secrets  # (its patterns: ~5 ms)
+
             require_no_secrets(manifest, what="manifest")
         now = time.time()
         with self.db.atomic() as conn:
@@ -96,31 +93,33 @@ class StoreNaming(StoreContent):
                 )
                 if parent_row is None:
                     raise NotFoundError(f"no checkpoint {parent.id} in this archive")
+            parent_id = None if parent_row is None else int(parent_row[0])
+            root = None if parent_row is None else int(parent_row[1] or parent_row[0])
             sid = self._insert_session(
                 conn,
                 name,
-                sessions.insert().values(
-                    uuid=uuid,
-                    name=name,
-                    parent_id=None if parent_row is None else parent_row[0],
-                    source_checkpoint_id=None if parent is None else parent.id,
-                    root_id=None,
-                    origin=json.dumps(origin, sort_keys=True) if origin else None,
-                    manifest_blob_id=mid,
-                    status="created",
-                    head_segment_id=None,
-                    head_length=0,
-                    turn=0,
-                    backtrack_count=0,
-                    retention_mode=retention.mode,
-                    retention_n=retention.n,
-                    created_at=now,
-                    updated_at=now,
-                    head_digest=EMPTY_COVER,
-                ),
+                {
+                    "uuid": uuid,
+                    "name": name,
+                    "parent_id": parent_id,
+                    "source_checkpoint_id": None if parent is None else parent.id,
+                    "root_id": root,
+                    "origin": json.dumps(origin, sort_keys=True) if origin else None,
+                    "manifest_blob_id": mid,
+                    "status": "created",
+                    "head_segment_id": None,
+                    "head_length": 0,
+                    "turn": 0,
+                    "backtrack_count": 0,
+                    "retention_mode": retention.mode,
+                    "retention_n": retention.n,
+                    "created_at": now,
+                    "updated_at": now,
+                    "head_digest": EMPTY_COVER,
+                },
             )
-            root = sid if parent_row is None else (parent_row[1] or parent_row[0])
-            conn.execute(update(sessions).where(sessions.c.id == sid).values(root_id=root))
+            if root is None:  # a root session is its own root
+                rsql.execute(conn, "UPDATE sessions SET root_id = ? WHERE id = ?", (sid, sid))
             info = self.session_info(sid, conn=conn)
         self.emit("session", session=uuid, name=name)
         return Session(self, info)  # type: ignore[arg-type]
@@ -206,18 +205,22 @@ class StoreNaming(StoreContent):
         if owner is not None:
             raise _name_taken(name, str(owner[0]))
 
-    def _insert_session(self, conn: Connection, name: str | None, insert: Any) -> int:
-        """Run a sessions INSERT; a concurrent writer's row with the same name (seen by the
-        unique index only, on PostgreSQL) becomes ``SessionNameTakenError``.
+    def _insert_session(self, conn: Connection, name: str | None, values: dict[str, Any]) -> int:
+        """Insert a session row (``values``: its columns but ``id``), in plain SQL (the
+        imports write on the ``sqlite3`` driver alone); its id. A concurrent writer's row with
+        the same name (seen by the unique index only, on PostgreSQL) becomes
+        ``SessionNameTakenError``.
         """
-        from sqlalchemy import exc as sa_exc
-
-        from alpstore.db.engine import inserted_id
-
+        sql = (
+            f"INSERT INTO sessions ({', '.join(values)}) "
+            f"VALUES ({rsql.placeholders(len(values))}) RETURNING id"
+        )
         try:
-            return inserted_id(conn.execute(insert))
-        except sa_exc.IntegrityError as err:
-            text = str(err.orig)
+            return int(rsql.fetchone(conn, sql, list(values.values()))[0])
+        except Exception as err:
+            if type(err).__name__ not in ("IntegrityError", "UniqueViolation"):
+                raise
+            text = str(err)
             if name is None or not ("uq_sessions_name" in text or "sessions.name" in text):
                 raise
             raise _name_taken(name, None) from err

@@ -27,6 +27,7 @@ class CoreStore(StoreWrites):
         create: bool = True,
         migrate: bool = True,
         read_only: bool = False,
+        lite_write: bool = False,
     ) -> Self:
         """Open the archive of run root ``root`` (or at ``url``), creating and migrating it.
 
@@ -34,6 +35,9 @@ class CoreStore(StoreWrites):
         the schema: an archive of an older revision is refused with a pointer to ``db upgrade``.
         ``read_only`` (implies ``create=False, migrate=False``): opened for reading only, on
         SQLite with the ``sqlite3`` driver alone (no SQLAlchemy); a write raises ``UsageError``.
+        ``lite_write``: an SQLite archive at head (or a new one) is written on the ``sqlite3``
+        driver alone too (``db/litewrite.py``: the imports, whose writes are all plain SQL);
+        anything else opens as without it.
 
         Raises:
             StorageError, NotFoundError, SchemaVersionError, CorruptArchiveError, UsageError.
@@ -46,6 +50,9 @@ class CoreStore(StoreWrites):
             # a LiteDatabase stands in for a Database on the read path: every read the store
             # makes is plain SQL that runs on either, and its atomic() refuses a write
             return cls(cast("Database", db), root)
+        if lite_write and migrate:
+            lite = open_database(root=root, url=url, create=create, lite_write=True)
+            return cls(cast("Database", lite), root)
         db = open_database(root=root, url=url, create=create, migrate=migrate)
         if not migrate:
             from alpstore.db.migrate import require_current_schema

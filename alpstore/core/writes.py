@@ -260,59 +260,51 @@ class StoreWrites(StoreNaming):
 
     def abandon_after(self, conn: Connection, session_id: int, seq: int) -> int:
         """Mark a session's checkpoints after ``seq`` as no longer retained (kept for debug)."""
-        from sqlalchemy import update
-
-        from alpstore.db.tables import checkpoints
-
-        result = conn.execute(
-            update(checkpoints)
-            .where(
-                checkpoints.c.session_id == session_id,
-                checkpoints.c.seq > seq,
-                checkpoints.c.abandoned.is_(False),
-            )
-            .values(abandoned=True)
+        cur = rsql.execute(  # plain SQL, as every write an import may make
+            conn,
+            "UPDATE checkpoints SET abandoned = ? WHERE session_id = ? AND seq > ? "
+            "AND abandoned = ?",
+            (True, session_id, seq, False),
         )
-        return int(result.rowcount)
+        return int(cur.rowcount)
 
     def apply_retention(self, conn: Connection, info: SessionInfo) -> list[int]:
         """Prune this session's oldest retained checkpoints beyond its retention (never a fork
         source, never another session's). Returns the pruned ids.
         """
-        from sqlalchemy import delete, select
-
-        from alpstore.db.tables import checkpoints, sessions
-
         keep = {"all": None, "single": 1, "last_n": info.retention.n}[info.retention.mode]
         if keep is None:
             return []
-        rows = (
-            conn.execute(
-                select(checkpoints.c.id)
-                .where(checkpoints.c.session_id == info.id, checkpoints.c.abandoned.is_(False))
-                .order_by(checkpoints.c.seq.desc())
-                .offset(keep)
+        rows = [  # plain SQL: an import into a session that prunes writes on the driver alone
+            int(r[0])
+            for r in rsql.fetchall(
+                conn,
+                "SELECT id FROM checkpoints WHERE session_id = ? AND abandoned = ? "
+                "ORDER BY seq DESC LIMIT -1 OFFSET ?"
+                if rsql.dialect_of(conn) == "sqlite"
+                else "SELECT id FROM checkpoints WHERE session_id = ? AND abandoned = ? "
+                "ORDER BY seq DESC OFFSET ?",
+                (info.id, False, keep),
             )
-            .scalars()
-            .all()
-        )
+        ]
         if not rows:
             return []
-        sources = set(
-            conn.execute(
-                select(sessions.c.source_checkpoint_id).where(
-                    sessions.c.source_checkpoint_id.in_(rows)
-                )
+        sources = {
+            r[0]
+            for r in rsql.fetchall(
+                conn,
+                "SELECT source_checkpoint_id FROM sessions WHERE source_checkpoint_id IN "
+                f"({rsql.placeholders(len(rows))})",
+                rows,
             )
-            .scalars()
-            .all()
-        )
-        doomed = [int(r) for r in rows if r not in sources]
+        }
+        doomed = [r for r in rows if r not in sources]
         if doomed:
-            conn.execute(
-                delete(checkpoints).where(
-                    checkpoints.c.id.in_(doomed), checkpoints.c.session_id == info.id
-                )
+            rsql.execute(
+                conn,
+                f"DELETE FROM checkpoints WHERE id IN ({rsql.placeholders(len(doomed))}) "
+                "AND session_id = ?",
+                [*doomed, info.id],
             )
         return doomed
 
@@ -346,25 +338,25 @@ class StoreWrites(StoreNaming):
             sid = self._insert_session(
                 conn,
                 name,
-                sessions.insert().values(
-                    uuid=uuid,
-                    name=name,
-                    parent_id=parent.id,
-                    source_checkpoint_id=checkpoint.id,
-                    root_id=parent.root_id or parent.id,
-                    origin=None,
-                    manifest_blob_id=parent.manifest_blob_id,
-                    status="active",
-                    head_segment_id=src.segment_id,
-                    head_length=src.length,
-                    turn=src.turn,
-                    backtrack_count=0,
-                    retention_mode=parent.retention_mode,
-                    retention_n=parent.retention_n,
-                    created_at=now,
-                    updated_at=now,
-                    head_digest=cover_bytes(cover),
-                ),
+                {
+                    "uuid": uuid,
+                    "name": name,
+                    "parent_id": parent.id,
+                    "source_checkpoint_id": checkpoint.id,
+                    "root_id": parent.root_id or parent.id,
+                    "origin": None,
+                    "manifest_blob_id": parent.manifest_blob_id,
+                    "status": "active",
+                    "head_segment_id": src.segment_id,
+                    "head_length": src.length,
+                    "turn": src.turn,
+                    "backtrack_count": 0,
+                    "retention_mode": parent.retention_mode,
+                    "retention_n": parent.retention_n,
+                    "created_at": now,
+                    "updated_at": now,
+                    "head_digest": cover_bytes(cover),
+                },
             )
             info = self.session_info(sid, conn=conn)
             self.insert_checkpoint(
@@ -398,18 +390,12 @@ class StoreWrites(StoreNaming):
             UsageError: ``kind`` longer than the column
                 (:func:`alpstore.rules.limits.check_event_kind`).
         """
-        from alpstore.db.tables import session_events
-
         check_event_kind(kind)
-
-        conn.execute(
-            session_events.insert().values(
-                session_id=session_id,
-                checkpoint_id=checkpoint_id,
-                kind=kind,
-                detail=event_detail(detail),
-                created_at=time.time(),
-            )
+        rsql.execute(  # plain SQL: a transcript's import writes on the sqlite3 driver alone
+            conn,
+            "INSERT INTO session_events (session_id, checkpoint_id, kind, detail, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (session_id, checkpoint_id, kind, event_detail(detail), time.time()),
         )
 
 

@@ -18,36 +18,16 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, CursorResult, Engine, create_engine, event, exc
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: SQLite's busy timeout alone serialises
-    fcntl = None  # type: ignore[assignment]
-
-from alpstore.db.failures import driver_error, not_utf8
-from alpstore.db.names import SQLITE_BUSY_TIMEOUT_MS
+from alpstore.db.failures import WRITE_RETRIES as WRITE_RETRIES
+from alpstore.db.failures import driver_error, not_utf8, retry_transient
+from alpstore.db.sqlitefile import SQLITE_PAGE_SIZE as SQLITE_PAGE_SIZE
+from alpstore.db.sqlitefile import SQLITE_QUEUE_SUFFIX as SQLITE_QUEUE_SUFFIX
+from alpstore.db.sqlitefile import SQLITE_SYNCHRONOUS as SQLITE_SYNCHRONOUS
+from alpstore.db.sqlitefile import WriterQueue, configure_writer
 from alpstore.db.walcheckpoint import WalCheckpointer
 from alpstore.errors import DatabaseError
 
 T = TypeVar("T")
-
-SQLITE_QUEUE_SUFFIX = "-writers"
-"""Beside ``archive.db``: the file SQLite writers queue on (an OS lock, never any content)."""
-
-SQLITE_PAGE_SIZE = 1024
-"""1 KiB pages (set when an archive is created; an older archive keeps its own). Rows are small
-(a blob's row is about 54 bytes, its message packed or compressed elsewhere), and every table
-or index costs at least one page, empty or not. Measured on the 1,000-turn benchmark corpus
-(benchmarks/bench_import_bytes.py, issue 33): 0.306x raw against 0.319x with 2 KiB pages, and
-512-byte pages are larger again (0.309x: more of each page is its header)."""
-
-SQLITE_SYNCHRONOUS = "NORMAL"
-"""In WAL mode NORMAL never corrupts and never loses a committed transaction to a process
-crash (kill -9); only an OS crash or power loss may drop the last transactions. FULL would
-fsync the WAL on every commit and cost ~10x per checkpoint for that last case only."""
-
-WRITE_RETRIES = 8
-"""Bounded retries with backoff when the database asks for one (busy, serialization, deadlock);
-on PostgreSQL also bounded in time by ``lock_timeout`` (engine.PG_SERVER_TIMEOUTS_MS)."""
 
 COMMIT_READ_BACK_S = 5.0
 """After a COMMIT whose reply was lost: how long to try reading back whether it landed."""
@@ -62,34 +42,7 @@ def inserted_id(result: CursorResult[Any]) -> int:
 
 
 def _sqlite_on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-    dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _sqlite_on_begin)
-    cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cur.execute(f"PRAGMA page_size={SQLITE_PAGE_SIZE}")
-    mode = _wal_mode(cur)
-    if mode and str(mode[0]).lower() not in {"wal", "memory"}:
-        cur.execute("PRAGMA journal_mode").fetchone()
-    cur.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.close()
-
-
-def _wal_mode(cur: sqlite3.Cursor) -> Any:
-    """``PRAGMA journal_mode=WAL``, waiting like ``busy_timeout`` when another connection holds
-    a lock: switching a new file to WAL answers "database is locked" at once, without calling
-    the busy handler, while other processes open the same new archive (1 in 10 of four
-    threads opening one new file, measured).
-    """
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
-    delay = 0.001
-    while True:
-        try:
-            return cur.execute("PRAGMA journal_mode=WAL").fetchone()
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or time.monotonic() > deadline:
-                raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+    configure_writer(dbapi_conn)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
@@ -116,8 +69,6 @@ class Database:
         self.location = location
         self.dialect = engine.dialect.name
         self._local = threading.local()
-        self._queue_fds: list[int] = []
-        self._queue_lock = threading.Lock()
         self._rollback_hooks: list[Callable[[], None]] = []
         self._end_hooks: list[Callable[[bool], None]] = []
         database = engine.url.database
@@ -129,7 +80,7 @@ class Database:
             and not database.startswith("file:")
             else None
         )
-        self._queue_path = None if path is None else path + SQLITE_QUEUE_SUFFIX
+        self._queue = WriterQueue(path)
         bounds: dict[str, float] = getattr(engine, "alpstore_bounds", {})
         self.lock_timeout_s = bounds.get("lock_timeout_s")
         """PostgreSQL: the server's lock wait bound, which lock retries count against too."""
@@ -389,44 +340,11 @@ class Database:
         """
         return self._writer_queue() if self.is_sqlite else contextlib.nullcontext()
 
-    @contextmanager
-    def _writer_queue(self) -> Iterator[None]:
-        """SQLite writers of one archive queue on an OS file lock before ``BEGIN IMMEDIATE``.
-
-        SQLite's own busy handler polls with growing sleeps, so with many writers the write
-        lock sits idle while they sleep (measured: 8 writers reached a third of one writer's
-        rate, p99 latency 0.6 s). A blocking ``flock`` hands the lock to the next writer the
-        moment it is free. ``busy_timeout`` stays as the fallback for writers outside alpstore.
+    def _writer_queue(self) -> contextlib.AbstractContextManager[None]:
+        """SQLite writers of one archive queue on an OS file lock before ``BEGIN IMMEDIATE``
+        (``sqlitefile.WriterQueue``).
         """
-        fd = self._take_queue_fd()
-        if fd is None:
-            yield
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            with self._queue_lock:
-                self._queue_fds.append(fd)
-
-    def _take_queue_fd(self) -> int | None:
-        """A free descriptor of the queue file (opened on demand, reused after).
-
-        Each is its own open file description, so ``flock`` excludes the threads of this
-        process from one another as well as other processes.
-        """
-        with self._queue_lock:
-            if self._queue_fds:
-                return self._queue_fds.pop()
-        if fcntl is None or self._queue_path is None:
-            return None
-        try:
-            return os.open(self._queue_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            return None  # e.g. a read-only directory: the busy timeout alone serialises
+        return self._queue.turn()
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -473,38 +391,18 @@ class Database:
         """
         if self._current() is not None:
             return fn()
-        delay = 0.01
-        start = time.monotonic()
-        reconnected = False
-        for attempt in range(WRITE_RETRIES):
-            try:
-                return fn()
-            except DatabaseError as err:
-                if getattr(err, "reconnect", False) and not reconnected:
-                    # the connection was lost before the COMMIT (or the COMMIT was read back
-                    # as rolled back): nothing was written, so once more on a fresh connection
-                    reconnected = True
-                    time.sleep(0.05)
-                    continue
-                if not getattr(err, "transient", False) or attempt == WRITE_RETRIES - 1:
-                    if getattr(err, "transient", False):
-                        raise DatabaseError(
-                            f"{what}: gave up after {WRITE_RETRIES} attempts ({err.message})",
-                            hint="another writer held the archive too long; try again",
-                        ) from err
-                    raise
-                pause = delay * (1 + random.random())
-                bound = self.lock_timeout_s
-                if bound is not None and time.monotonic() - start + pause > bound:
-                    raise DatabaseError(  # lock waits and their retries share one bound
-                        f"{what}: lock_timeout reached: gave up after {attempt + 1} attempts "
-                        f"in {time.monotonic() - start:.1f} s ({err.message})",
-                        hint="another writer held the archive too long; raise the bound with "
-                        "?options=-c lock_timeout=MS in the database URL",
-                    ) from err
-                time.sleep(pause)
-                delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return retry_transient(fn, what=what, lock_timeout_s=self.lock_timeout_s)
+
+    @contextmanager
+    def outside(self) -> Iterator[sqlite3.Connection]:
+        """SQLite: a driver connection (pooled) outside any transaction, for a ``VACUUM``."""
+        raw = self.engine.raw_connection()
+        try:
+            driver = raw.driver_connection
+            assert isinstance(driver, sqlite3.Connection)
+            yield driver
+        finally:
+            raw.close()
 
     def committed_outside(self, dbapi_conn: Any) -> None:
         """After a write that did not go through ``atomic`` (a VACUUM) on ``dbapi_conn``: let
@@ -519,11 +417,7 @@ class Database:
         """
         if self.wal is not None:
             self.wal.close()
-        with self._queue_lock:
-            fds, self._queue_fds = self._queue_fds, []
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._queue.close()
         self.engine.dispose()
 
 

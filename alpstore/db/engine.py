@@ -4,7 +4,6 @@ PostgreSQL on psycopg 3), brought to the schema head unless told otherwise.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,8 @@ from alpstore.db.names import (
 from alpstore.db.names import (
     sqlite_path_for_root as sqlite_path_for_root,
 )
+from alpstore.db.sqlitefile import discard_new_archives as discard_new_archives
+from alpstore.db.sqlitefile import inside_root, note_created
 from alpstore.errors import NotFoundError, StorageError, UsageError
 
 PG_CONNECT_TIMEOUT_S = 10
@@ -154,19 +155,17 @@ def open_engine(
     else:
         if root is None:
             raise UsageError("no run root and no database URL given")
-        path = _inside_root(sqlite_path_for_root(root), root)  # a symlink out of it: refused
+        path = inside_root(sqlite_path_for_root(root), root)  # a symlink out of it: refused
         if not path.exists():
             if not create:
                 raise NotFoundError(
                     f"no archive at {path}",
                     hint=NO_ARCHIVE_HINT,
                 )
-            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                note_created(path)
             except OSError as err:
                 raise StorageError(f"cannot create {path.parent}: {err.strerror}") from err
-            _CREATED.append((path, missing))
         elif path.is_dir():
             raise UsageError(f"{path} is a directory, expected an archive file")
         location = str(path)
@@ -185,60 +184,6 @@ def open_engine(
         db.close()
         raise
     return db
-
-
-def _inside_root(path: Path, root: Path) -> Path:
-    """``path`` when it stays under ``root`` with every symlink followed (as
-    ``alpstore.fileio.inside_root``, a module of this layer db may not import).
-
-    Raises:
-        StorageError: ``path`` (or a folder on the way) leads out of ``root``.
-    """
-    real_root, real = os.path.realpath(root), os.path.realpath(path)
-    if os.path.commonpath([real_root, real]) != real_root:
-        raise StorageError(
-            f"{path}: a symlink leads out of the run root (to {real}); refused",
-            hint="remove the symlink, or point alpstore at another run root",
-        )
-    return path
-
-
-_CREATED: list[tuple[Path, list[Path]]] = []
-"""The run-root archives this process created, each with the folders it made for it (deepest
-first): a refused command removes them again (:func:`discard_new_archives`)."""
-
-
-def discard_new_archives() -> None:
-    """Remove the run-root archives this process created, with the folders made for them, when
-    they still hold nothing (no session, no blob): a refused command into an empty folder
-    leaves it as it was. An archive that took data (another process may have written to it
-    meanwhile) is kept. Call it after the archive is closed.
-    """
-    import contextlib
-    import sqlite3
-    from urllib.parse import quote
-
-    created, _CREATED[:] = list(_CREATED), []
-    for path, folders in created:
-        try:
-            conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
-            try:
-                held = sum(
-                    int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
-                    for table in ("sessions", "blobs", "lg_threads")
-                )
-            finally:
-                conn.close()
-        except (sqlite3.Error, OSError):
-            held = 0 if path.exists() and path.stat().st_size == 0 else 1
-        if held:
-            continue
-        for suffix in ("", "-wal", "-shm", "-journal", SQLITE_QUEUE_SUFFIX):
-            with contextlib.suppress(OSError):
-                os.unlink(f"{path}{suffix}")
-        for folder in folders:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty: anything else written there stays
 
 
 def parse_database_url(url: str) -> tuple[URL, str]:

@@ -6,10 +6,20 @@ SQLAlchemy's errors, ``lite`` the sqlite3 driver's.
 from __future__ import annotations
 
 import os
+import random
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from alpstore.errors import AlpstoreError, CorruptArchiveError, DatabaseError, StorageError
+
+T = TypeVar("T")
+
+WRITE_RETRIES = 8
+"""Bounded retries with backoff when the database asks for one (busy, serialization, deadlock);
+on PostgreSQL also bounded in time by ``lock_timeout`` (engine.PG_SERVER_TIMEOUTS_MS)."""
 
 DAMAGED_HINT = (
     "the database file itself is damaged, so `alpstore archive verify` (which checks the blobs "
@@ -198,3 +208,45 @@ _PASSWORD_KV = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 def redact(text: str) -> str:
     """``text`` with any password of a URL or ``password=…`` setting replaced by ``***``."""
     return _PASSWORD_KV.sub(r"\1***", _PASSWORD_IN_URL.sub(r"\1***\3", text))
+
+
+def retry_transient(fn: Callable[[], T], *, what: str, lock_timeout_s: float | None) -> T:
+    """Run ``fn`` (which opens its own outermost transaction), retrying transient conflicts
+    (``Database.retrying``, ``LiteWriteDatabase.retrying``): each attempt re-runs the whole
+    transaction; a lost connection once more on a fresh one; lock waits and their retries
+    share ``lock_timeout_s`` when given.
+
+    Raises:
+        DatabaseError: still conflicting after ``WRITE_RETRIES`` attempts.
+    """
+    delay = 0.01
+    start = time.monotonic()
+    reconnected = False
+    for attempt in range(WRITE_RETRIES):
+        try:
+            return fn()
+        except DatabaseError as err:
+            if getattr(err, "reconnect", False) and not reconnected:
+                # the connection was lost before the COMMIT (or the COMMIT was read back
+                # as rolled back): nothing was written, so once more on a fresh connection
+                reconnected = True
+                time.sleep(0.05)
+                continue
+            if not getattr(err, "transient", False) or attempt == WRITE_RETRIES - 1:
+                if getattr(err, "transient", False):
+                    raise DatabaseError(
+                        f"{what}: gave up after {WRITE_RETRIES} attempts ({err.message})",
+                        hint="another writer held the archive too long; try again",
+                    ) from err
+                raise
+            pause = delay * (1 + random.random())
+            if lock_timeout_s is not None and time.monotonic() - start + pause > lock_timeout_s:
+                raise DatabaseError(  # lock waits and their retries share one bound
+                    f"{what}: lock_timeout reached: gave up after {attempt + 1} attempts "
+                    f"in {time.monotonic() - start:.1f} s ({err.message})",
+                    hint="another writer held the archive too long; raise the bound with "
+                    "?options=-c lock_timeout=MS in the database URL",
+                ) from err
+            time.sleep(pause)
+            delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable")  # pragma: no cover

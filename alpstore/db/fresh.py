@@ -15,11 +15,10 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import Connection
-
-from alpstore.db.database import Database
+if TYPE_CHECKING:
+    from alpstore.db.database import Database
 
 SNAPSHOT: Final = Path(__file__).with_name("sqlite_head.sql")
 """The head schema as SQL statements (generated; see the module docstring)."""
@@ -95,11 +94,28 @@ def parse(text: str) -> tuple[str | None, list[str]]:
     return revision, statements
 
 
-def _is_empty(conn: Connection) -> bool:
-    driver = conn.connection.driver_connection
-    assert isinstance(driver, sqlite3.Connection)
+def head_statements(head: str) -> list[str] | None:
+    """The snapshot's statements when it is at revision ``head``, else None (the migrations
+    run).
+    """
+    if not SNAPSHOT.is_file():
+        return None
+    revision, statements = parse(SNAPSHOT.read_text(encoding="utf-8"))
+    return statements if revision == head else None
+
+
+def create_in(driver: sqlite3.Connection, statements: list[str]) -> bool:
+    """Inside a write transaction on ``driver``: run the snapshot's ``statements`` when the
+    database has no schema at all; False (nothing done) when it has one (another process
+    created it first). ``create_head_schema`` and ``litewrite`` (the ``sqlite3`` driver alone)
+    both create an archive with it.
+    """
     (count,) = driver.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    return int(count) == 0
+    if int(count) != 0:
+        return False
+    for statement in statements:
+        driver.execute(statement)
+    return True
 
 
 def create_head_schema(db: Database, head: str) -> bool:
@@ -107,16 +123,10 @@ def create_head_schema(db: Database, head: str) -> bool:
     write transaction; False (nothing done) when it is not empty by then (another process
     created it first), not SQLite, or the snapshot is not at ``head`` (the migrations run).
     """
-    if not db.is_sqlite or not SNAPSHOT.is_file():
-        return False
-    revision, statements = parse(SNAPSHOT.read_text(encoding="utf-8"))
-    if revision != head:
+    statements = head_statements(head) if db.is_sqlite else None
+    if statements is None:
         return False
     with db.atomic() as conn:
-        if not _is_empty(conn):
-            return False
         driver = conn.connection.driver_connection
         assert isinstance(driver, sqlite3.Connection)
-        for statement in statements:
-            driver.execute(statement)
-    return True
+        return create_in(driver, statements)

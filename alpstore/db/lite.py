@@ -146,14 +146,19 @@ class LiteDatabase:
             return driver
         if self._closed:
             raise UsageError(f"archive {self.location} is closed")
-        uri = f"file:{quote(self.path)}?mode=ro"
         with self._translated():
-            driver = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            driver.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-            driver.execute("PRAGMA foreign_keys=ON")
+            driver = self._connect()
         with self._lock:
             self._drivers.append(driver)
         self._local.driver = driver
+        return driver
+
+    def _connect(self) -> sqlite3.Connection:
+        """A new connection to the file, read-only, with the engine's reading pragmas."""
+        uri = f"file:{quote(self.path)}?mode=ro"
+        driver = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        driver.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        driver.execute("PRAGMA foreign_keys=ON")
         return driver
 
     def _revision(self) -> str | None:

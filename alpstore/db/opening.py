@@ -32,6 +32,7 @@ def open_database(
     create: bool = ...,
     migrate: bool = ...,
     read_only: Literal[False] = ...,
+    lite_write: Literal[False] = ...,
 ) -> Database: ...
 
 
@@ -42,7 +43,8 @@ def open_database(
     url: str | None = ...,
     create: bool = ...,
     migrate: bool = ...,
-    read_only: bool,
+    read_only: bool = ...,
+    lite_write: bool = ...,
 ) -> Database | LiteDatabase: ...
 
 
@@ -53,6 +55,7 @@ def open_database(
     create: bool = True,
     migrate: bool = True,
     read_only: bool = False,
+    lite_write: bool = False,
 ) -> Database | LiteDatabase:
     """Open (and, unless ``migrate`` is False, migrate to head) the archive of ``root`` or at
     ``url``.
@@ -64,6 +67,11 @@ def open_database(
     ``read_only`` (implies ``create`` and ``migrate`` False): the archive must exist at this
     alpstore's schema head; an SQLite file opens as a :class:`LiteDatabase` (no SQLAlchemy),
     PostgreSQL as a ``Database`` the caller only reads from.
+
+    ``lite_write`` (for writing; the imports, issue 41): an SQLite file this alpstore can write
+    without a migration opens as a ``litewrite.LiteWriteDatabase`` (no SQLAlchemy; a new one is
+    created from the schema snapshot); anything else (PostgreSQL, an archive to migrate) as a
+    ``Database``, as without it.
 
     Raises:
         UsageError: neither given, or the URL is malformed.
@@ -86,6 +94,12 @@ def open_database(
         if path is not None:
             return LiteDatabase(path, location=url)
         create = migrate = False
+    elif lite_write and migrate:
+        from alpstore.db.litewrite import open_writer
+
+        writer = open_writer(root=root, url=url, create=create)
+        if writer is not None:
+            return writer
     from alpstore.db.engine import open_engine
 
     db = open_engine(root=root, url=url, create=create, migrate=migrate)

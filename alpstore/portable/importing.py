@@ -21,16 +21,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
-
-from sqlalchemy import Connection, select, update
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from alpstore.archive.ahead import FramesAhead
 from alpstore.archive.packing import PACK_BLOB_MAX
 from alpstore.archive.sql import Encoded, Packed
 from alpstore.codec import digest_bytes, digest_hex
+from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
-from alpstore.db.tables import checkpoints, sessions
 from alpstore.errors import CanonicalJSONError, CheckpointFileError, UsageError
 from alpstore.gcpause import no_gc_pause
 from alpstore.portable.deep import (
@@ -59,6 +57,8 @@ from alpstore.sessions import CheckpointInfo, Session, default_label, new_sessio
 from alpstore.views import COVER_MOD, View, cover_bytes
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from alpstore.core.store import CoreStore as Store
 
 BATCH_ITEMS: Final = 500
@@ -243,7 +243,7 @@ class Importer:
         unknown = len({digest for digest, _, _ in items if digest not in self._stored})
         archive = self.store.archive
         if self._frames is None:
-            self._frames = archive.frames_ahead(self.conn)
+            self._frames = archive.frames_ahead(self.conn, behind=True)
         # small messages packed from the start, a frame a batch (issue 41): compressed once
         framed = archive.store_packed(self.conn, items, self._frames)
         ids, fresh = archive.store_encoded_counted(
@@ -267,6 +267,8 @@ class Importer:
         if self._packer is not None:
             self._packer.shutdown(wait=True, cancel_futures=True)
             self._packer = None
+        if self._frames is not None:  # (a frame still in flight: the import failed)
+            self._frames.abandon()
 
     def finish_messages(self, is_export: bool) -> array[int]:
         """Store what is pending (summaries last) and return the covering list's blob ids.
@@ -284,6 +286,8 @@ class Importer:
         for pending in self.pending.values():
             self._require_known(pending.item, pending.where, "summarises")
         self.flush()
+        if self._frames is not None:  # every frame's data in its row
+            self._frames.finish()
         if self.conn is None:
             return array("q")
         assert self.store is not None
@@ -298,8 +302,18 @@ class Importer:
 
 
 # ---------------------------------------------------------------------- the target session
+class _CheckpointRow(NamedTuple):
+    """What :func:`_existing` reads of a checkpoint."""
+
+    id: int
+    segment_id: int | None
+    length: int
+    kernel_blob_id: int | None
+    wm_blob_id: int | None
+
+
 def _id_shadows_name(conn: Connection, uuid: str) -> bool:
-    row = conn.execute(select(sessions.c.id).where(sessions.c.name == uuid).limit(1)).first()
+    row = rsql.fetchone(conn, "SELECT id FROM sessions WHERE name = ? LIMIT 1", (uuid,))
     return row is not None
 
 
@@ -322,12 +336,16 @@ def _existing(
     Raises:
         UsageError: the history is there but the state differs (refused with a hint).
     """
-    rows = conn.execute(
-        select(checkpoints)
-        .where(checkpoints.c.session_id == sid, checkpoints.c.length == len(ids))
-        .order_by(checkpoints.c.seq.desc())
-    ).all()
-    uuid = str(conn.execute(select(sessions.c.uuid).where(sessions.c.id == sid)).scalar())
+    rows = [
+        _CheckpointRow(*r)
+        for r in rsql.fetchall(
+            conn,
+            "SELECT id, segment_id, length, kernel_blob_id, wm_blob_id FROM checkpoints "
+            "WHERE session_id = ? AND length = ? ORDER BY seq DESC",
+            (sid, len(ids)),
+        )
+    ]
+    uuid = str(rsql.fetchone(conn, "SELECT uuid FROM sessions WHERE id = ?", (sid,))[0])
     history = False
     for row in rows:
         if array("q", store.views.read_ids(conn, View(row.segment_id, int(row.length)))) != ids:
@@ -408,9 +426,9 @@ def _write(
     if head.version == 2 and not opts.fork:
         uuid = head.session_id
         assert uuid is not None
-        row = conn.execute(select(sessions.c.id).where(sessions.c.uuid == uuid)).first()
+        row = rsql.fetchone(conn, "SELECT id FROM sessions WHERE uuid = ?", (uuid,))
         if row is not None:
-            ck = _existing(store, conn, int(row.id), ids, head)
+            ck = _existing(store, conn, int(row[0]), ids, head)
             if ck is None:
                 raise UsageError(
                     f"session {uuid} already exists in this archive with a different history",
@@ -436,17 +454,19 @@ def _write(
     view = View(None, 0)
     for start in range(0, len(ids), VIEW_CHUNK):  # grows the one new segment in place
         view = store.views.append(conn, view, session.id, ids[start : start + VIEW_CHUNK])
-    conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session.id)
-        .values(
-            head_segment_id=view.segment_id,
-            head_length=view.length,
-            turn=head.turn,
-            status="active",
-            updated_at=time.time(),
-            head_digest=cover_bytes(cover),
-        )
+    rsql.execute(
+        conn,
+        "UPDATE sessions SET head_segment_id = ?, head_length = ?, turn = ?, status = ?, "
+        "updated_at = ?, head_digest = ? WHERE id = ?",
+        (
+            view.segment_id,
+            view.length,
+            head.turn,
+            "active",
+            time.time(),
+            cover_bytes(cover),
+            session.id,
+        ),
     )
     info = store.session_info(session.id, conn=conn)
     kernel_id, wm_id = _state_ids(store, conn, head, opts.source_name)

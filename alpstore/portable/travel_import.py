@@ -199,7 +199,8 @@ class _Writer:
         self.origin: Any = None
         self.lg: Any = None
         """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
-        self.ahead = store.archive.frames_ahead(conn)  # one compressor for the import's frames
+        # one compressor for the import's frames, compressing on a thread as the import reads
+        self.ahead = store.archive.frames_ahead(conn, behind=True)
 
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
@@ -242,7 +243,6 @@ class _Writer:
 
     # ---------------------------------------------------------------- the session
     def session(self, rec: dict[str, Any]) -> None:
-        from alpstore.db.tables import sessions
 
         self.flush()
         st, conn = self.store, self.conn
@@ -285,25 +285,25 @@ class _Writer:
         self.sid = st._insert_session(
             conn,
             name,
-            sessions.insert().values(
-                uuid=self.uuid,
-                name=name,
-                parent_id=parent_id,
-                source_checkpoint_id=source_id,
-                root_id=root_id,
-                origin=_local_origin(rec["origin"], st.root),
-                manifest_blob_id=self.blob_id(rec["manifest"]),
-                status=rec["status"],
-                head_segment_id=None,
-                head_length=0,
-                turn=rec["turn"],
-                backtrack_count=rec["backtrack_count"],
-                retention_mode=rec["retention"]["mode"],
-                retention_n=rec["retention"]["n"],
-                created_at=rec["created_at"],
-                updated_at=rec["updated_at"],
-                head_digest=EMPTY_COVER,
-            ),
+            {
+                "uuid": self.uuid,
+                "name": name,
+                "parent_id": parent_id,
+                "source_checkpoint_id": source_id,
+                "root_id": root_id,
+                "origin": _local_origin(rec["origin"], st.root),
+                "manifest_blob_id": self.blob_id(rec["manifest"]),
+                "status": rec["status"],
+                "head_segment_id": None,
+                "head_length": 0,
+                "turn": rec["turn"],
+                "backtrack_count": rec["backtrack_count"],
+                "retention_mode": rec["retention"]["mode"],
+                "retention_n": rec["retention"]["n"],
+                "created_at": rec["created_at"],
+                "updated_at": rec["updated_at"],
+                "head_digest": EMPTY_COVER,
+            },
         )
         if root_id is None:
             rsql.execute(conn, "UPDATE sessions SET root_id = ? WHERE id = ?", (self.sid, self.sid))
@@ -452,6 +452,8 @@ class _Writer:
         return None
 
     def finish(self) -> None:
+        self.flush()
+        self.ahead.finish()  # every frame's data in its row
         if self.lg is not None:
             self.lg.finish()
 
@@ -481,13 +483,17 @@ def import_session_file(
     with store.db.atomic() as conn:
         w = _Writer(store, conn, name, keep)
         w.spans = (checked.checkpoint_ids, checked.backtrack_ids)
-        for kind, rec, raw in reader.records():
-            if kind == "blob":
-                assert raw is not None
-                w.blob(rec, raw)
-            elif kind != "end":
-                getattr(w, kind)(rec)
-        w.finish()
+        try:
+            for kind, rec, raw in reader.records():
+                if kind == "blob":
+                    assert raw is not None
+                    w.blob(rec, raw)
+                elif kind != "end":
+                    getattr(w, kind)(rec)
+            w.finish()
+        except BaseException:
+            w.ahead.abandon()  # (the transaction rolls back)
+            raise
         result = SessionImport(
             session=w.uuid,
             name=w.final_name,

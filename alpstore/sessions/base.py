@@ -399,6 +399,7 @@ class SessionBase:
         pieces: Sequence[tuple[Sequence[Any], Sequence[Encoded], bool]],
         *,
         trigger: str | None = "every_turn",
+        known: dict[bytes, int] | None = None,
     ) -> None:
         """Inside ``conn``'s transaction, which holds this session alone (an import, under
         :meth:`deferring_head`): append each piece's messages (``(messages, their encoded
@@ -406,7 +407,8 @@ class SessionBase:
         :meth:`commit_turn` and :meth:`append` would one by one, but in a few statements for
         all of them: one lookup and insert of the blobs, one extension of the segment, one
         entries insert, multi-row checkpoint inserts. A session with a retention other than
-        ``all`` takes the one-by-one path (its pruning runs per checkpoint).
+        ``all`` takes the one-by-one path (its pruning runs per checkpoint). ``known``: ids of
+        digests stored or looked up earlier in this transaction (``store_encoded_counted``'s).
         """
         store = self.store
         info = self._write(conn)
@@ -421,7 +423,7 @@ class SessionBase:
                     self.append(messages)
             return
         items = [item for _, encoded, _ in pieces for item in encoded]
-        ids = store.archive.store_encoded(conn, items)
+        ids, _ = store.archive.store_encoded_counted(conn, items, known=known)
         head, cover, turn = info.head, self._cover, info.turn
         view = store.views.append(conn, head, info.id, ids)
         length, ends_at = head.length, []

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from alpstore.archive.frames import CODEC_PACKED, parse_pointer, parse_pointers, pointer
+from alpstore.archive.frames import CODEC_PACKED, parse_pointer, parse_pointers, pointer, pointers
 from alpstore.archive.packing import FRAME_TARGET
 from alpstore.db.engine import sqlite_path_for_root
 from alpstore.errors import IntegrityError
@@ -42,6 +42,13 @@ def _codecs(store: Store) -> dict[int, int]:
 @given(st.integers(0, 2**40), st.integers(0, 2**40))
 def test_pointer_round_trips(frame: int, offset: int) -> None:
     assert parse_pointer(pointer(frame, offset)) == (frame, offset)
+
+
+@given(st.integers(0, 2**40), st.lists(st.integers(0, 2**24) | st.integers(0, 2**40), max_size=8))
+def test_pointers_of_a_frame_are_its_pointers(frame: int, offsets: list[int]) -> None:
+    """The store's batch of pointers into one frame (issue 41): byte for byte ``pointer``'s."""
+    edges = [0, 0x7F, 0x80, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000]
+    assert pointers(frame, [*offsets, *edges]) == [pointer(frame, o) for o in [*offsets, *edges]]
 
 
 @given(st.binary(max_size=12))
