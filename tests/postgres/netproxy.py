@@ -146,7 +146,11 @@ class NetProxy:
             try:
                 fn()
             finally:
-                done.set()
+                # after what ``fn`` scheduled: an aborted transport closes its socket in a
+                # callback of its own (``_call_connection_lost``), so a reset is on the wire
+                # only once that ran; returning before it let a test's next call send into a
+                # socket about to be reset (the outcome then truly unknown)
+                self._loop.call_soon(done.set)
 
         self._loop.call_soon_threadsafe(run)
         done.wait(10)
