@@ -98,6 +98,14 @@ def _dependent_views(conn: Connection) -> list[tuple[str, str]]:
     return [(str(n), f"CREATE VIEW {n} AS\n{d}") for n, d in rows]
 
 
+def _drop_dependent_views(conn: Connection) -> list[tuple[str, str]]:
+    """Drop the views that read ``segment_entries``; their definitions, to recreate them."""
+    views = _dependent_views(conn)
+    for name, _ in reversed(views):
+        conn.exec_driver_sql(f"DROP VIEW {name}")
+    return views
+
+
 def _runs(conn: Connection) -> Iterator[tuple[int, int, list[int]]]:
     """Each segment's entries grouped into runs (see the module docstring)."""
     cuts: dict[int, set[int]] = defaultdict(set)
@@ -129,32 +137,24 @@ def _runs(conn: Connection) -> Iterator[tuple[int, int, list[int]]]:
 def upgrade() -> None:
     conn = op.get_bind()
     dialect = conn.dialect.name
-    views = _dependent_views(conn)
-    for name, _ in reversed(views):
-        conn.exec_driver_sql(f"DROP VIEW {name}")
+    views = _drop_dependent_views(conn)
     conn.exec_driver_sql(RUNS_SQL[dialect])
     if dialect == "postgresql":
         quoted = COMMENT.replace("'", "''")
         conn.exec_driver_sql(f"COMMENT ON TABLE segment_runs IS '{quoted}'")
-        insert = "INSERT INTO segment_runs (segment_id, start, blob_ids) VALUES (%s, %s, %s)"
-        batch: list[tuple[int, int, object]] = []
-        for seg, start, ids in _runs(conn):
-            batch.append((seg, start, ids))
-            if len(batch) >= 1000:
-                conn.exec_driver_sql(insert, batch)
-                batch = []
-        if batch:
+    mark = "%s" if dialect == "postgresql" else "?"
+    insert = (
+        f"INSERT INTO segment_runs (segment_id, start, blob_ids) VALUES ({mark}, {mark}, {mark})"
+    )
+    batch: list[tuple[int, int, object]] = []
+    for seg, start, ids in _runs(conn):  # an array on PostgreSQL, JSON text on SQLite
+        value = ids if dialect == "postgresql" else json.dumps(ids, separators=(",", ":"))
+        batch.append((seg, start, value))
+        if len(batch) >= 1000:
             conn.exec_driver_sql(insert, batch)
-    else:
-        insert = "INSERT INTO segment_runs (segment_id, start, blob_ids) VALUES (?, ?, ?)"
-        batch = []
-        for seg, start, ids in _runs(conn):
-            batch.append((seg, start, json.dumps(ids, separators=(",", ":"))))
-            if len(batch) >= 1000:
-                conn.exec_driver_sql(insert, batch)
-                batch = []
-        if batch:
-            conn.exec_driver_sql(insert, batch)
+            batch = []
+    if batch:
+        conn.exec_driver_sql(insert, batch)
     conn.exec_driver_sql("DROP TABLE segment_entries")
     conn.exec_driver_sql(VIEW_SQL[dialect])
     for _, sql in views:
@@ -177,9 +177,7 @@ ENTRIES_SQL = (
 def downgrade() -> None:
     conn = op.get_bind()
     dialect = conn.dialect.name
-    views = _dependent_views(conn)
-    for name, _ in reversed(views):
-        conn.exec_driver_sql(f"DROP VIEW {name}")
+    views = _drop_dependent_views(conn)
     rows = conn.exec_driver_sql(
         "SELECT segment_id, position, blob_id FROM segment_entries ORDER BY segment_id, position"
     ).all()
