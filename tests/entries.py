@@ -47,7 +47,8 @@ def set_entry(conn: AnyConnection, segment: int, position: int, blob_id: int) ->
         (segment, position),
     )
     assert row is not None, (segment, position)
-    start, ids = int(row[0]), run_ids(row[1])
+    start = int(row[0])
+    ids = run_ids(row[1], segment, start)
     ids[position - start] = blob_id
     if rsql.dialect_of(conn) == "postgresql":
         sql, value = "UPDATE segment_runs SET blob_ids = CAST(? AS INTEGER[])", pg_array(ids)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
+from alpstore.errors import IntegrityError
 
 if TYPE_CHECKING:
     from alpstore.db.raw import AnyConnection
@@ -26,11 +27,25 @@ def pg_array(blob_ids: Sequence[int]) -> str:
     return "{" + ",".join(map(str, blob_ids)) + "}"
 
 
-def run_ids(stored: Any) -> list[int]:
-    """A stored run's blob ids (a PostgreSQL array arrives as a list, SQLite's as JSON text)."""
-    if isinstance(stored, list):
-        return [int(b) for b in stored]
-    return [int(b) for b in json.loads(stored)]
+def run_ids(stored: Any, seg_id: int, start: int) -> list[int]:
+    """A stored run's blob ids (a PostgreSQL array arrives as a list, SQLite's as JSON text).
+
+    Raises:
+        IntegrityError: the run (of segment ``seg_id`` at ``start``) is not a list of ids.
+    """
+    ids: Any = stored
+    if not isinstance(stored, list):
+        try:
+            ids = json.loads(stored)
+        except (TypeError, ValueError):
+            ids = None
+    if not isinstance(ids, list) or not all(type(b) is int for b in ids):
+        raise IntegrityError(
+            f"segment {seg_id}: the run of entries at position {start} is not a list of blob ids"
+            " (a damaged row)",
+            hint="run `alpstore archive verify` to see what it affects; restore from a copy",
+        )
+    return ids
 
 
 def insert_run(conn: AnyConnection, seg_id: int, start: int, blob_ids: Sequence[int]) -> None:
@@ -60,7 +75,7 @@ def ids_below(conn: AnyConnection, seg_id: int, hi: int) -> list[int]:
         (seg_id, hi),
     )
     for start, stored in rows:
-        ids = run_ids(stored)
+        ids = run_ids(stored, seg_id, int(start))
         out.extend(ids[: max(0, hi - int(start))])
     return out
 
@@ -78,7 +93,8 @@ def trim(conn: AnyConnection, seg_id: int, hi: int) -> None:
     )
     if row is None:
         return
-    start, ids = int(row[0]), run_ids(row[1])
+    start = int(row[0])
+    ids = run_ids(row[1], seg_id, start)
     if start + len(ids) <= hi:
         return
     kept = ids[: hi - start]

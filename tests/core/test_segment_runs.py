@@ -145,4 +145,4 @@ def test_gc_trim_cuts_a_run(backend: Backend) -> None:
 def json_or_list(stored: Any) -> list[int]:
     from alpstore.db.runs import run_ids
 
-    return run_ids(stored)
+    return run_ids(stored, 0, 0)
