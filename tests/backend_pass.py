@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -73,10 +74,22 @@ class RootSchemas:
 
     def drop_except(self, keep: set[str]) -> None:
         """Drop this session's schemas but ``keep`` (those of longer-lived fixtures)."""
+        from sqlalchemy import exc
+
         for schema in sorted(self.existing() - keep):
-            with self.admin.begin() as conn:
-                conn.exec_driver_sql("SET lock_timeout = '10s'")
-                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            for attempt in range(3):
+                try:
+                    with self.admin.begin() as conn:
+                        conn.exec_driver_sql("SET lock_timeout = '10s'")
+                        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                    break
+                except exc.OperationalError as err:
+                    # a test's last background transaction (a packer, a trainer) still reading
+                    # in the schema while the DROP locks its relations one by one: PostgreSQL
+                    # breaks the deadlock by aborting the DROP, which may simply run again
+                    if "deadlock detected" not in str(err) or attempt == 2:
+                        raise
+                    time.sleep(0.5)
 
 
 ROOT_SCHEMAS: list[RootSchemas] = []
