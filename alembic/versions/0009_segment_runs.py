@@ -87,15 +87,21 @@ def _dependent_views(conn: Connection) -> list[tuple[str, str]]:
             "AND name <> 'segment_entries' AND sql LIKE '%segment_entries%' ORDER BY rowid"
         ).all()
         return [(str(n), str(s)) for n, s in rows]
-    rows = conn.exec_driver_sql(
-        "SELECT c.relname, pg_get_viewdef(c.oid) FROM pg_class c "
+    # The names first, each definition after: in one statement the planner may call
+    # pg_get_viewdef on every view of the database before the schema filter, and fail on a
+    # view another session drops meanwhile ("could not open relation with OID").
+    names = conn.exec_driver_sql(
+        "SELECT c.oid, c.relname FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE c.relkind = 'v' AND n.nspname = current_schema() "
-        "AND c.relname <> 'segment_entries' "
-        "AND strpos(pg_get_viewdef(c.oid), 'segment_entries') > 0 "
-        "ORDER BY c.oid"
+        "AND c.relname <> 'segment_entries' ORDER BY c.oid"
     ).all()
-    return [(str(n), f"CREATE VIEW {n} AS\n{d}") for n, d in rows]
+    views = []
+    for oid, name in names:
+        (sql,) = conn.exec_driver_sql("SELECT pg_get_viewdef(%s::oid)", (int(oid),)).one()
+        if "segment_entries" in str(sql):
+            views.append((str(name), f"CREATE VIEW {name} AS\n{sql}"))
+    return views
 
 
 def _drop_dependent_views(conn: Connection) -> list[tuple[str, str]]:
