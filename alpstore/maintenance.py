@@ -12,9 +12,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, Table, delete, func, select
 
 from alpstore.archive.base import Problem, VerifyReport
+from alpstore.db import runs
 from alpstore.db.sweep import blob_root_columns, check_unreferenced
 from alpstore.db.tables import (
     blob_refs,
@@ -182,19 +183,13 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         if dry_run:
             return report
         for seg, hi in trims:
-            conn.execute(
-                delete(segment_entries).where(
-                    segment_entries.c.segment_id == seg, segment_entries.c.position >= hi
-                )
-            )
+            runs.trim(conn, seg, hi)
             conn.execute(  # sealed: the freed positions are never written again
                 segments.update()
                 .where(segments.c.id == seg)
                 .values(length=max(hi, shapes[seg][1]), sealed=True)
             )
-        for start in range(0, len(doomed_segments), 500):
-            part = doomed_segments[start : start + 500]
-            conn.execute(delete(segment_entries).where(segment_entries.c.segment_id.in_(part)))
+        runs.delete_segments(conn, doomed_segments)
         # children before parents
         order = sorted(doomed_segments, key=lambda s: -_depth(shapes, s))
         for seg in order:
@@ -222,14 +217,7 @@ def _reachable_blobs(conn: Connection, keep: set[int], need: dict[int, int]) -> 
     live: set[int] = set()
     for seg in keep:
         if need[seg] > 0:
-            live.update(
-                int(b)
-                for b in conn.execute(
-                    select(segment_entries.c.blob_id).where(
-                        segment_entries.c.segment_id == seg, segment_entries.c.position < need[seg]
-                    )
-                ).scalars()
-            )
+            live.update(runs.ids_below(conn, seg, need[seg]))
     for table_name, column in blob_root_columns():
         table = metadata.tables[table_name]
         col = table.c[column]
@@ -459,7 +447,7 @@ def _dangling_references(
     columns = [*blob_root_columns(), ("segment_entries", "blob_id"), ("blob_refs", "child_id")]
     columns += [("blob_refs", "parent_id"), ("blobs", "base_id")]
     for table_name, column in columns:
-        table = metadata.tables[table_name]
+        table = _table(table_name)
         if column not in table.c:
             continue
         col = table.c[column]
@@ -480,6 +468,11 @@ def _dangling_references(
             elif table_name == "checkpoints":
                 states.add(int(row[1]))
     return entries, states
+
+
+def _table(name: str) -> Table:
+    """A table of the archive by name, or the ``segment_entries`` view (read only)."""
+    return segment_entries if name == "segment_entries" else metadata.tables[name]
 
 
 def _view_problem(shapes: dict[int, tuple[int | None, int, int]], view: View) -> str | None:
@@ -530,7 +523,7 @@ def _referenced(conn: Connection, candidates: set[int]) -> set[int]:
     found: set[int] = set()
     columns = [*blob_root_columns(), ("segment_entries", "blob_id")]
     for table_name, column in columns:
-        col = metadata.tables[table_name].c[column]
+        col = _table(table_name).c[column]
         found.update(int(b) for b in conn.execute(select(col).where(col.is_not(None))).scalars())
     for parent, child in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
         if int(parent) not in candidates:

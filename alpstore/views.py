@@ -15,6 +15,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
+from alpstore.db.runs import insert_run
 from alpstore.errors import IntegrityError, UsageError
 
 if TYPE_CHECKING:
@@ -22,33 +23,67 @@ if TYPE_CHECKING:
 
     from alpstore.db.raw import AnyConnection
 
+RUN_ENTRIES = {
+    "postgresql": (
+        "(SELECT r.start + u.o - 1 AS position, u.blob_id FROM segment_runs r "
+        "CROSS JOIN LATERAL unnest(r.blob_ids) WITH ORDINALITY AS u (blob_id, o) "
+        "WHERE r.segment_id = ? AND r.start < ? AND r.start >= (SELECT COALESCE(MAX(s.start), 0) "
+        "FROM segment_runs s WHERE s.segment_id = ? AND s.start <= ?)) e"
+    ),
+    "sqlite": (
+        "(SELECT r.start + j.key AS position, j.value AS blob_id FROM segment_runs r, "
+        "json_each(r.blob_ids) j "
+        "WHERE r.segment_id = ? AND r.start < ? AND r.start >= (SELECT COALESCE(MAX(s.start), 0) "
+        "FROM segment_runs s WHERE s.segment_id = ? AND s.start <= ?)) e"
+    ),
+}
+"""The entries of one segment's runs that may hold positions [lo, hi): the run holding ``lo``
+found by the primary key ``(segment_id, start)``, then the runs after it up to ``hi`` (a bounded
+range scan, never the whole segment). Parameters: :func:`range_params`."""
+
 READ_RANGE = (
-    "SELECT blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? AND position < ?"
-    " ORDER BY position"
+    "SELECT e.blob_id FROM {entries} WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_BLOBS = (
     "SELECT b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
-    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+    "FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_LEAN = (
     "SELECT b.id, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
-    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+    "FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 """``READ_RANGE_BLOBS`` without the digest (see ``alpstore.archive.batch``)."""
 
 READ_RANGE_DIGESTS = (
-    "SELECT b.digest FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
-    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+    "SELECT b.digest FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_ID_DIGESTS = (
-    "SELECT b.digest, b.id FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
-    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? ORDER BY e.position"
+    "SELECT b.digest, b.id FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
+
+
+def range_sql(template: str, dialect: str) -> str:
+    """One of the ``READ_RANGE*`` templates for ``dialect``'s run encoding."""
+    return template.format(entries=RUN_ENTRIES[dialect])
+
+
+def range_params(seg: int, lo: int, hi: int) -> tuple[int, ...]:
+    """The parameters of a :func:`range_sql` statement for positions [lo, hi) of ``seg``."""
+    return (seg, hi, seg, lo, lo, hi)
+
+
+def fetch_range(conn: AnyConnection, template: str, seg: int, lo: int, hi: int) -> list[Any]:
+    """The rows ``template`` gives for positions [lo, hi) of segment ``seg``, in order."""
+    sql = range_sql(template, rsql.dialect_of(conn))
+    return rsql.fetchall(conn, sql, range_params(seg, lo, hi))
+
 
 GROW = "UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed"
 """Extend a segment in place: only at its tip, and never one `gc` trimmed (sealed), so a
@@ -56,13 +91,15 @@ position once written is never written again and ``(segment, length)`` names fix
 
 GROW_WITH_ENTRIES = (
     "WITH g AS (UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed "
-    "RETURNING id) INSERT INTO segment_entries (segment_id, position, blob_id) "
-    "SELECT (SELECT id FROM g), v.p, (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
-    "FROM (VALUES {rows}) AS v (p, d)"
+    "RETURNING id), a AS (SELECT ARRAY(SELECT (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    "FROM (VALUES {rows}) AS v (p, d) ORDER BY v.p) AS ids) "
+    "INSERT INTO segment_runs (segment_id, start, blob_ids) "
+    "SELECT (SELECT id FROM g), ?, CASE WHEN array_position(a.ids, NULL) IS NULL THEN a.ids END "
+    "FROM a"
 )
-"""PostgreSQL: :data:`GROW` and the entries in one statement, the blobs named by digest (so
-the statement that stores them need not answer first). Not grown, or a blob missing: a NULL
-in a NOT NULL column, and the transaction fails whole instead of writing a short view."""
+"""PostgreSQL: :data:`GROW` and the entries (one run) in one statement, the blobs named by
+digest (so the statement that stores them need not answer first). Not grown, or a blob missing:
+a NULL in a NOT NULL column, and the transaction fails whole instead of writing a short view."""
 
 OWN_TIP = (
     "SELECT length, sealed FROM segments WHERE id = "
@@ -263,8 +300,9 @@ class ViewStore:
             IntegrityError: a range yields fewer rows than it spans (missing entries or blobs).
         """
         rows: list[Any] = []
+        sql = range_sql(sql, rsql.dialect_of(conn))
         for seg_id, lo, hi in clip(self.chain(conn, view), start):
-            part = rsql.fetchall(conn, sql, (seg_id, lo, hi))
+            part = rsql.fetchall(conn, sql, range_params(seg_id, lo, hi))
             if len(part) != hi - lo:
                 raise IntegrityError(
                     f"view {view.archive_view_id}: segment {seg_id} {verb} {len(part)} of the "
@@ -370,7 +408,8 @@ class ViewStore:
         new_length = view.length + len(digests)
         params: list[Any] = [new_length, view.segment_id, view.length]
         for i, digest in enumerate(digests):
-            params.extend((view.length + i, digest))
+            params.extend((i, digest))
+        params.append(view.length)
         rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(digests))
         rsql.execute(conn, GROW_WITH_ENTRIES.format(rows=rows), params, defer=True)
         return View(view.segment_id, new_length)
@@ -437,12 +476,7 @@ class ViewStore:
 
     @staticmethod
     def _insert_entries(conn: Connection, seg_id: int, start: int, blob_ids: Sequence[int]) -> None:
-        rsql.executemany(
-            conn,
-            "INSERT INTO segment_entries (segment_id, position, blob_id) VALUES (?, ?, ?)",
-            [(seg_id, start + i, b) for i, b in enumerate(blob_ids)],
-            defer=True,  # nothing read back: on PostgreSQL it rides the next round trip
-        )
+        insert_run(conn, seg_id, start, blob_ids)
 
     def forget(self) -> None:
         """Drop cached segment shapes (after GC removed segments)."""

@@ -175,6 +175,12 @@ def driver_error(
         err.reconnect = not any(m in low for m in NOT_A_LOST_CONNECTION)  # type: ignore[attr-defined]
         err.connection_lost = True  # type: ignore[attr-defined]
         return err
+    if "malformed json" in low:  # SQLite's json_each over a run (0009) that is not JSON
+        return CorruptArchiveError(
+            f"archive {location} is damaged: a segment run's blob ids are not JSON ({first})",
+            hint='find it with `sqlite3 ARCHIVE.db "SELECT segment_id, start FROM segment_runs '
+            'WHERE NOT json_valid(blob_ids)"`; restore the archive from a copy',
+        )
     if (
         "file is not a database" in low
         or "malformed" in low

@@ -13,7 +13,7 @@ from alpstore.errors import NotFoundError, SchemaVersionError, UsageError
 ARCHIVE_DIR = Path("traces") / "archive"
 ARCHIVE_FILE = "archive.db"
 
-SCHEMA_HEAD = "0008"
+SCHEMA_HEAD = "0009"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
 
 DIGEST_PREFIX = 4
@@ -43,7 +43,7 @@ ARCHIVE_TABLES = (
     "blob_refs",
     "sessions",
     "segments",
-    "segment_entries",
+    "segment_runs",
     "checkpoints",
     "backtracks",
     "session_events",

@@ -14,7 +14,7 @@ def blob_root_columns() -> list[tuple[str, str]]:
     """``(table, column)`` pairs that reference ``blobs.id`` and keep a blob alive."""
     roots = []
     for table in metadata.sorted_tables:
-        if table.name in ("blob_refs", "segment_entries", "blobs"):
+        if table.name in ("blob_refs", "blobs"):
             continue
         for column in table.columns:
             if any(fk.column.table.name == "blobs" for fk in column.foreign_keys):

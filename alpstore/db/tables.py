@@ -30,6 +30,7 @@ from sqlalchemy import (
     func,
     text,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from alpstore.db.names import (  # re-exported: readers take them from names (no SQLAlchemy)
     ARCHIVE_TABLES as ARCHIVE_TABLES,
@@ -168,18 +169,30 @@ segments = Table(
     sqlite_autoincrement=True,
 )
 
-segment_entries = Table(
-    "segment_entries",
+segment_runs = Table(
+    "segment_runs",
     metadata,
     Column("segment_id", Integer, ForeignKey("segments.id"), primary_key=True),
-    Column("position", Integer, primary_key=True),
-    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False),
-    comment="One row per appended covering entry; position is absolute in the covering list.",
+    Column("start", Integer, primary_key=True),
+    # PostgreSQL INTEGER[]; SQLite JSON text "[1,2,3]" (json_each unnests it)
+    Column("blob_ids", Text().with_variant(ARRAY(Integer), "postgresql"), nullable=False),
+    comment="One row per append: the blob ids of a segment's entries from position start on.",
     sqlite_with_rowid=False,
 )
-# PostgreSQL checks the foreign key through it when a blob is deleted; SQLite does without it
-# (0008): GC, the one deleter of blobs there, checks its sweep itself in one pass
-Index("ix_segment_entries_blob_id", segment_entries.c.blob_id).ddl_if(dialect="postgresql")
+
+view_metadata = MetaData()
+"""SQL views described for Core reads (not created from here: the migrations make them)."""
+
+segment_entries = Table(
+    "segment_entries",
+    view_metadata,
+    Column("segment_id", Integer, primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("blob_id", Integer),
+    comment="VIEW since 0009: one row per entry of segment_runs (unnest / json_each).",
+)
+"""The entries one row each, as a view over ``segment_runs`` (read only): what verify, `sql`
+and the README's examples read; alpstore's range reads go to the runs through their key."""
 
 checkpoints = Table(
     "checkpoints",

@@ -11,10 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from alpstore.db import raw as rsql
 from alpstore.debug.entries import Delta, delta, load_entries
 from alpstore.sessions import CheckpointInfo, Entry
-from alpstore.views import EMPTY, READ_RANGE, View, ViewStore, clip, common_prefix
+from alpstore.views import EMPTY, READ_RANGE, View, ViewStore, clip, common_prefix, fetch_range
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -52,7 +51,7 @@ class Change:
 def _tail_ids(views: ViewStore, conn: Any, view: View, start: int) -> list[int]:
     ids: list[int] = []
     for seg, lo, hi in clip(views.chain(conn, view), start):
-        ids.extend(r[0] for r in rsql.fetchall(conn, READ_RANGE, (seg, lo, hi)))
+        ids.extend(r[0] for r in fetch_range(conn, READ_RANGE, seg, lo, hi))
     return ids
 
 

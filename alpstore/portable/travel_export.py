@@ -29,7 +29,7 @@ from alpstore.portable.travel_format import (
     with_dir,
 )
 from alpstore.rules.secrets import Finding, may_hold_secrets_canonical, scan, secret_error
-from alpstore.views import READ_RANGE_ID_DIGESTS, View, clip, common_prefix
+from alpstore.views import READ_RANGE_ID_DIGESTS, View, clip, common_prefix, fetch_range
 
 if TYPE_CHECKING:
     from alpstore.core.store import CoreStore as Store
@@ -299,7 +299,7 @@ class _Entries:
             got = self.rows.get(seg)
             if got is None and seg in self.spans:
                 a, b = self.spans.pop(seg)
-                rows = rsql.fetchall(self.conn, READ_RANGE_ID_DIGESTS, (seg, a, b))
+                rows = fetch_range(self.conn, READ_RANGE_ID_DIGESTS, seg, a, b)
                 if len(rows) == b - a:
                     self.rows[seg] = got = (a, rows)
             if got is None or not got[0] <= lo <= hi <= got[0] + len(got[1]):

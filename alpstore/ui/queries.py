@@ -23,7 +23,7 @@ from alpstore.debug.lineage import CHUNK, Node, backtracks_of, checkpoint_turns,
 from alpstore.errors import IntegrityError, NotFoundError
 from alpstore.sessions import CheckpointInfo, Entry, SessionInfo
 from alpstore.store import checkpoint_deltas
-from alpstore.views import EMPTY
+from alpstore.views import EMPTY, fetch_range
 
 if TYPE_CHECKING:
     from alpstore.store import Store
@@ -40,9 +40,9 @@ EXPAND_DEPTH = 16
 _SESSIONS = f"SELECT {SESSION_COLUMNS} FROM sessions"
 
 ENTRY_POSITIONS = (
-    "SELECT position, blob_id FROM segment_entries WHERE segment_id = ? AND position >= ? "
-    "AND position < ?"
+    "SELECT e.position, e.blob_id FROM {entries} WHERE e.position >= ? AND e.position < ?"
 )
+"""A ``views.range_sql`` template: the runs holding the range found by their key."""
 
 
 def ids_at(store: Store, chain: list[tuple[int, int, int]], positions: list[int]) -> dict[int, int]:
@@ -56,7 +56,7 @@ def ids_at(store: Store, chain: list[tuple[int, int, int]], positions: list[int]
         for seg, s_lo, s_hi in chain:
             a, b = max(s_lo, lo), min(s_hi, hi)
             if a < b:
-                for pos, blob in rsql.fetchall(conn, ENTRY_POSITIONS, (seg, a, b)):
+                for pos, blob in fetch_range(conn, ENTRY_POSITIONS, seg, a, b):
                     if int(pos) in wanted:
                         out[int(pos)] = int(blob)
     return out

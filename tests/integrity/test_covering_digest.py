@@ -23,6 +23,7 @@ from alpstore.sessions import Retention, Session
 from alpstore.store import Store
 from alpstore.views import cover_of
 from tests.conftest import Backend, run_cli
+from tests.entries import set_entry
 
 
 def turn(i: int) -> list[dict[str, str]]:
@@ -37,10 +38,7 @@ def swap_entry(store: Store, segment: int, position: int, other_digest: bytes) -
     """Point one stored entry at another valid blob (what no per-blob check can see)."""
     with store.db.atomic() as conn:
         other = store.archive.ids_for(conn, [other_digest])[other_digest]
-        conn.exec_driver_sql(
-            f"UPDATE segment_entries SET blob_id = {other} "
-            f"WHERE segment_id = {segment} AND position = {position}"
-        )
+        set_entry(conn, segment, position, other)
 
 
 def test_verify_and_hydrate_name_a_checkpoint_whose_entry_was_swapped(backend: Backend) -> None:

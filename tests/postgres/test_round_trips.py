@@ -120,8 +120,9 @@ def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: P
                 rsql.execute(conn, "UPDATE sessions SET turn = 99 WHERE name = 'whole'")
                 rsql.execute(  # a foreign key no segment has: refused at COMMIT
                     conn,
-                    "INSERT INTO segment_entries (segment_id, position, blob_id) VALUES (?, ?, ?)",
-                    (987654, 0, 987654),
+                    "INSERT INTO segment_runs (segment_id, start, blob_ids) "
+                    "VALUES (?, ?, CAST(? AS INTEGER[]))",
+                    (987654, 0, "{987654}"),
                     defer=True,
                 )
             said = caught.value.message + (caught.value.hint or "")

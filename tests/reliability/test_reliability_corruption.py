@@ -21,6 +21,7 @@ from alpstore.maintenance import repair, verify
 from alpstore.store import Store
 from tests.backend_pass import sqlite_only
 from tests.conftest import run_cli
+from tests.entries import drop_entry_sql, move_run_sql, set_entry_sql
 
 
 def _build(root: Path) -> dict[str, Any]:
@@ -180,9 +181,10 @@ def test_any_payload_damage_fails_verified_reads_and_verify(
 @pytest.mark.parametrize(
     "damage",
     [
-        "UPDATE segment_entries SET blob_id = 999999 WHERE position = 3",
-        "DELETE FROM segment_entries WHERE position = 4",
-        "UPDATE segment_entries SET position = position + 1000 WHERE position = 5",
+        set_entry_sql(3, "999999"),
+        drop_entry_sql(4),
+        move_run_sql(5, 1000),
+        "UPDATE segment_runs SET blob_ids = '[]' WHERE start = 0",
         "UPDATE checkpoints SET length = length + 7 WHERE id = (SELECT MAX(id) FROM checkpoints)",
         "UPDATE checkpoints SET segment_id = 424242 WHERE id = (SELECT MIN(id) FROM checkpoints)",
         "UPDATE segments SET parent_id = 31337 WHERE parent_id IS NOT NULL",
@@ -225,9 +227,7 @@ def test_a_swapped_view_entry_is_named_by_its_covering_digest(damaged: Path) -> 
     checkpoint records names every view the swap changed (issue 13 closed this blind spot)."""
     conn = _db(damaged)
     with conn:
-        conn.execute(
-            "UPDATE segment_entries SET blob_id = (SELECT MIN(id) FROM blobs) WHERE position = 3"
-        )
+        conn.execute(set_entry_sql(3, "(SELECT MIN(id) FROM blobs)"))
     conn.close()
     with Store.open(damaged) as store:
         report = verify(store)

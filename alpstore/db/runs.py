@@ -1,0 +1,118 @@
+"""A segment's entries as runs (migration 0009): one ``segment_runs`` row per append, the blob
+ids of positions ``start``, ``start + 1``, … in order — PostgreSQL ``INTEGER[]``, SQLite JSON
+text ``[1,2,3]``. Writing one, reading one back as ids, and cutting a segment's runs at a
+position (`gc`'s trim). Plain SQL on any connection (an import writes on the sqlite3 driver).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from alpstore.db import raw as rsql
+from alpstore.errors import IntegrityError
+
+if TYPE_CHECKING:
+    from alpstore.db.raw import AnyConnection
+
+
+def run_text(blob_ids: Sequence[int]) -> str:
+    """A run's blob ids as SQLite stores them: JSON text ``[1,2,3]`` (``json_each`` reads it)."""
+    return "[" + ",".join(map(str, blob_ids)) + "]"
+
+
+def pg_array(blob_ids: Sequence[int]) -> str:
+    """A run's blob ids as a PostgreSQL array literal ``{1,2,3}`` (cast to ``INTEGER[]``)."""
+    return "{" + ",".join(map(str, blob_ids)) + "}"
+
+
+def run_ids(stored: Any, seg_id: int, start: int) -> list[int]:
+    """A stored run's blob ids (a PostgreSQL array arrives as a list, SQLite's as JSON text).
+
+    Raises:
+        IntegrityError: the run (of segment ``seg_id`` at ``start``) is not a list of ids.
+    """
+    ids: Any = stored
+    if not isinstance(stored, list):
+        try:
+            ids = json.loads(stored)
+        except (TypeError, ValueError):
+            ids = None
+    if not isinstance(ids, list) or not all(type(b) is int for b in ids):
+        raise IntegrityError(
+            f"segment {seg_id}: the run of entries at position {start} is not a list of blob ids"
+            " (a damaged row)",
+            hint="run `alpstore archive verify` to see what it affects; restore from a copy",
+        )
+    return ids
+
+
+def insert_run(conn: AnyConnection, seg_id: int, start: int, blob_ids: Sequence[int]) -> None:
+    """Store ``blob_ids`` as the entries of ``seg_id`` from position ``start`` on: one run row,
+    nothing read back (on PostgreSQL it rides the transaction's next round trip).
+    """
+    if not blob_ids:
+        return
+    if rsql.dialect_of(conn) == "postgresql":
+        sql = (
+            "INSERT INTO segment_runs (segment_id, start, blob_ids) "
+            "VALUES (?, ?, CAST(? AS INTEGER[]))"
+        )
+        rsql.execute(conn, sql, (seg_id, start, pg_array(blob_ids)), defer=True)
+    else:
+        sql = "INSERT INTO segment_runs (segment_id, start, blob_ids) VALUES (?, ?, ?)"
+        rsql.execute(conn, sql, (seg_id, start, run_text(blob_ids)))
+
+
+def ids_below(conn: AnyConnection, seg_id: int, hi: int) -> list[int]:
+    """The blob ids of ``seg_id``'s entries at positions below ``hi``."""
+    out: list[int] = []
+    rows = rsql.fetchall(
+        conn,
+        "SELECT start, blob_ids FROM segment_runs WHERE segment_id = ? AND start < ? "
+        "ORDER BY start",
+        (seg_id, hi),
+    )
+    for start, stored in rows:
+        ids = run_ids(stored, seg_id, int(start))
+        out.extend(ids[: max(0, hi - int(start))])
+    return out
+
+
+def trim(conn: AnyConnection, seg_id: int, hi: int) -> None:
+    """Drop ``seg_id``'s entries at positions ``hi`` and after: the runs from there deleted,
+    the run holding ``hi`` cut to the positions before it.
+    """
+    rsql.execute(conn, "DELETE FROM segment_runs WHERE segment_id = ? AND start >= ?", (seg_id, hi))
+    row = rsql.fetchone(
+        conn,
+        "SELECT start, blob_ids FROM segment_runs WHERE segment_id = ? AND start < ? "
+        "ORDER BY start DESC LIMIT 1",
+        (seg_id, hi),
+    )
+    if row is None:
+        return
+    start = int(row[0])
+    ids = run_ids(row[1], seg_id, start)
+    if start + len(ids) <= hi:
+        return
+    kept = ids[: hi - start]
+    if rsql.dialect_of(conn) == "postgresql":
+        sql = (
+            "UPDATE segment_runs SET blob_ids = CAST(? AS INTEGER[]) "
+            "WHERE segment_id = ? AND start = ?"
+        )
+        value = pg_array(kept)
+    else:
+        sql = "UPDATE segment_runs SET blob_ids = ? WHERE segment_id = ? AND start = ?"
+        value = run_text(kept)
+    rsql.execute(conn, sql, (value, seg_id, start))
+
+
+def delete_segments(conn: AnyConnection, seg_ids: Sequence[int]) -> None:
+    """Delete every run of the segments ``seg_ids``."""
+    for at in range(0, len(seg_ids), 500):
+        part = list(seg_ids[at : at + 500])
+        marks = ", ".join("?" * len(part))
+        rsql.execute(conn, f"DELETE FROM segment_runs WHERE segment_id IN ({marks})", part)
