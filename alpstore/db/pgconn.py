@@ -107,6 +107,11 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_taken, self.alp_sinks = tuple(self.alp_sinks or ()), None
         return b"; ".join(queue) if queue else None
 
+    alp_ended: type[BaseException] | None = None
+    """Set by ``raw.fetch_and_end``: this read transaction was ended with its reads, so the
+    next statement before the block's commit or rollback raises it, unsent (it would read
+    another snapshot)."""
+
     alp_taken: tuple[Sink | None, ...] = ()
     """The sinks of the statements :meth:`alp_take` took last, in order."""
 
@@ -189,6 +194,7 @@ class BoundedConnection(psycopg.Connection[Any]):
                 sink(result)
 
     def _commit_gen(self) -> Any:
+        self.alp_ended = None
         if self.alp_begun_later and self.alp_deferred and not self._pipeline and not self._tpc:
             statements, sinks = self.alp_deferred, self.alp_sinks or []
             self.alp_deferred = self.alp_sinks = None
@@ -227,9 +233,9 @@ class BoundedConnection(psycopg.Connection[Any]):
                 with contextlib.suppress(psycopg.Error):
                     yield from self._exec_command(b"ROLLBACK")
             raise
-        return None
 
     def _rollback_gen(self) -> Any:
+        self.alp_ended = None
         self.alp_deferred = self.alp_sinks = None  # never sent: nothing to undo
         self.alp_begun_later = False
         self.alp_taken = ()
@@ -250,6 +256,9 @@ class BoundedConnection(psycopg.Connection[Any]):
             ) from err
 
     def _start_query(self) -> Any:
+        ended = self.alp_ended
+        if ended is not None and self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            raise ended("the read transaction was ended with its reads; not sent")
         pending = self.alp_take() if self.alp_deferred else None
         if pending is not None:  # anything else the driver sends goes after the queue
             yield from self._alp_run(pending)

@@ -45,24 +45,56 @@ _NEWEST = (
 """The newest checkpoint id of a thread namespace, as ``_lgdb.find_latest`` picks it."""
 
 
+_VALUE_BLOBS = (
+    "SELECT b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM lg_checkpoint_blobs cb JOIN blobs b ON b.id = cb.blob_id "
+    "WHERE cb.checkpoint_ref = (SELECT lc.id FROM lg_checkpoints lc "
+    "JOIN lg_threads t ON t.id = lc.thread_ref "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND lc.checkpoint_id = {checkpoint})"
+)
+"""The blobs a checkpoint's channel values refer to (``lg_checkpoint_blobs``), the checkpoint
+named as in :data:`_WRITES_WITH_BLOBS`."""
+
+
 def find_latest_with_writes(
-    saver: SaverState, conn: Any, thread_id: str, ns: str, checkpoint_id: str | None
-) -> tuple[tuple[lgdb.HeadRow, lgdb.CheckpointRow] | None, tuple[WritesFound, Docs]]:
+    saver: SaverState,
+    conn: Any,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    *,
+    end: bool = False,
+) -> tuple[tuple[lgdb.HeadRow, lgdb.CheckpointRow] | None, tuple[WritesFound, Docs]] | None:
     """``_lgdb.find_latest`` and that checkpoint's pending writes with their blobs decoded,
     read in one round trip (one snapshot: the read transaction's first statements).
+
+    ``end``: the blobs its channel values refer to are read too, and the read transaction
+    ends in the same round trip (``raw.fetch_and_end``): ONE wait for the whole read, the
+    value blobs among the docs. Anything read after it on ``conn`` raises ``raw.ReadEnded``
+    (the caller reads again the usual way). None when it cannot be ended so (nothing sent).
     """
     latest_sql, latest_params = lgdb.latest_query(thread_id, ns, checkpoint_id)
     params: list[Any] = [thread_id, ns]
     if checkpoint_id is None:
         params.extend((thread_id, ns))
-        writes_sql = _WRITES_WITH_BLOBS.format(checkpoint=_NEWEST)
+        checkpoint = _NEWEST
     else:
         params.append(id_bytes(str(checkpoint_id)))
-        writes_sql = _WRITES_WITH_BLOBS.format(checkpoint="?")
-    latest, rows = rsql.fetch_together(conn, [(latest_sql, latest_params), (writes_sql, params)])
+        checkpoint = "?"
+    writes_sql = _WRITES_WITH_BLOBS.format(checkpoint=checkpoint)
+    statements: list[tuple[str, list[Any]]] = [(latest_sql, latest_params), (writes_sql, params)]
+    values: list[Any] = []
+    if end:
+        statements.append((_VALUE_BLOBS.format(checkpoint=checkpoint), params))
+        ended = rsql.fetch_and_end(conn, statements)
+        if ended is None:
+            return None
+        latest, rows, values = ended
+    else:
+        latest, rows = rsql.fetch_together(conn, statements)
     found = lgdb.latest_row(latest[0] if latest else None)
     writes: dict[int, tuple[int, str, tuple[int, int | None, int, bytes], list[int]]] = {}
-    blob_rows: dict[int, Any] = {}
+    blob_rows: dict[int, Any] = {int(r[0]): r for r in values}
     for r in rows:
         write_id = int(r[0])
         entry = writes.get(write_id)

@@ -6,6 +6,7 @@ Functions of the saver (its first argument), called straight from its protocol m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
@@ -31,15 +32,17 @@ def checkpoint_tuple(
     filter: dict[str, Any] | None = None,
     writes_read: tuple[Any, Any] | None = None,
 ) -> CheckpointTuple | None:
-    """The tuple of checkpoint ``row``; ``writes_read``: its pending writes and their blobs,
-    read already (``_lgfast.find_latest_with_writes``).
+    """The tuple of checkpoint ``row``; ``writes_read``: its pending writes and their blobs
+    (and the blobs its values refer to, when read too), read already
+    (``_lgfast.find_latest_with_writes``).
     """
     state = saver._packer.unpack(conn, row.packed)
     md = unwrap(saver.serde, state["m"])
     if filter and not all(md.get(k) == v for k, v in filter.items()):
         return None
     skeleton = {"id": row.checkpoint_id, **unwrap(saver.serde, state["c"])}
-    values = channel_values(saver, conn, th, head, row, state, None)
+    read = None if writes_read is None else writes_read[1]
+    values = channel_values(saver, conn, th, head, row, state, None, read=read)
     writes = pending_writes(saver, conn, head.ref, row.checkpoint_id, read=writes_read)
     base = {"thread_id": thread_id, "checkpoint_ns": ns}
     return CheckpointTuple(
@@ -89,7 +92,12 @@ def channel_values(
     row: lgdb.CheckpointRow,
     state: dict[str, Any],
     channels: set[str] | None,
+    *,
+    read: Mapping[int, tuple[bytes, int, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The checkpoint's channel values (``channels`` only, when given); ``read``: blobs by id
+    read already (used when it holds every one the values refer to).
+    """
     values: dict[str, Any] = {}
     split = state.get("s")
     if split is not None and (channels is None or split in channels):
@@ -103,7 +111,11 @@ def channel_values(
         else:
             stored.append((channel, ref[1], ref[2]))
     if stored:
-        docs = saver.store.archive.load_by_ids(conn, [b for _, _, b in stored])
+        docs: Mapping[int, tuple[bytes, int, Any]]
+        if read is not None and all(b in read for _, _, b in stored):
+            docs = read
+        else:
+            docs = saver.store.archive.load_by_ids(conn, [b for _, _, b in stored])
         for channel, kind, blob_id in stored:
             values[channel] = value_from_doc(saver.serde, kind, copy_json(docs[blob_id][2]))
     return values
