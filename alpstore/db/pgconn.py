@@ -199,15 +199,7 @@ class BoundedConnection(psycopg.Connection[Any]):
             statements, sinks = self.alp_deferred, self.alp_sinks or []
             self.alp_deferred = self.alp_sinks = None
             self.alp_begun_later, self.alp_taken = False, ()
-            try:
-                yield from self._alp_pipeline(statements, sinks)
-            except psycopg.Error:
-                if self.pgconn.status != pq.ConnStatus.OK:
-                    raise  # the connection broke: the caller reads back whether it landed
-                if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        yield from self._exec_command(b"ROLLBACK")
-                raise
+            yield from self._alp_commit_or_roll_back(self._alp_pipeline(statements, sinks))
             return None
         pending = self.alp_take()
         if (
@@ -221,14 +213,22 @@ class BoundedConnection(psycopg.Connection[Any]):
                 yield from self._alp_run(pending)
             self.alp_taken = ()
             return (yield from super()._commit_gen())
+        yield from self._alp_commit_or_roll_back(self._alp_run(pending + b"; COMMIT"))
+        return None
+
+    def _alp_commit_or_roll_back(self, commit: Any) -> Any:
+        """Run ``commit`` (a generator sending statements and the COMMIT). When it fails on a
+        live connection (a queued statement refused: a constraint, a deadlock the server
+        broke, a guard), the COMMIT after the failed statement never ran: the transaction is
+        ended as a refused COMMIT ends it (rolled back), so the connection goes back to the
+        pool clean, and the failure is raised. A broken connection is raised as it is: the
+        caller reads back whether the transaction landed.
+        """
         try:
-            yield from self._alp_run(pending + b"; COMMIT")
+            yield from commit
         except psycopg.Error:
             if self.pgconn.status != pq.ConnStatus.OK:
-                raise  # the connection broke: the caller reads back whether it landed
-            # a queued statement failed (a constraint, a deadlock the server broke), so the
-            # COMMIT after it never ran: end the transaction as a refused COMMIT does (rolled
-            # back) — the connection goes back to the pool clean — then report the failure
+                raise
             if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                 with contextlib.suppress(psycopg.Error):
                     yield from self._exec_command(b"ROLLBACK")

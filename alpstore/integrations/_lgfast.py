@@ -8,8 +8,8 @@ function call, not a round trip.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from alpstore.archive.reading import Encoded, parse_documents
 from alpstore.db import raw as rsql
@@ -180,39 +180,64 @@ def put_writes_later(
     """
     store = saver.store
     cid, tid = id_bytes(checkpoint_id), id_bytes(task_id)
-    writes = _INSERT_WRITES
-    try:
-        with store.db.atomic() as conn:
-            if rsql.begin_later(conn, []):
-                thread: list[Any] = [thread_id, ns]
-                writes = _INSERT_WRITES_BY_NAME
-            else:
-                found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
-                if found is None or found[1]:
-                    return False
-                thread, writes = [int(found[0])], _INSERT_WRITES
-            every = [item for _, _, items in planned.values() for item in items]
-            store.archive.store_encoded_later(conn, every)
-            digests = iter([digest for digest, _, _ in every])
-            entries = {
-                widx: (channel, ref, [next(digests) for _ in items])
-                for widx, (channel, ref, items) in planned.items()
-            }
-            packed, items = pack_writes(saver, task_path, entries)
-            params: list[Any] = [*thread, cid, tid, *packed]
-            if not items:
-                rsql.execute(conn, writes, params, defer=True)
-                return True
-            for position, digest in enumerate(items):
-                params.extend((position, digest))
-            rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(items))
-            statement = _INSERT_WRITES_WITH_ITEMS.format(writes=writes, rows=rows)
-            rsql.execute(conn, statement, params, defer=True)
-    except DatabaseError as err:
-        if not _duplicate(err, _UNSENT_READ if writes is _INSERT_WRITES_BY_NAME else ("23505",)):
-            raise
-        return False
+    with store.db.atomic() as conn:
+        if rsql.begin_later(conn, []):
+            thread: list[Any] = [thread_id, ns]
+            writes = _INSERT_WRITES_BY_NAME
+        else:
+            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
+            if found is None or found[1]:
+                return False
+            thread, writes = [int(found[0])], _INSERT_WRITES
+        every = [item for _, _, items in planned.values() for item in items]
+        store.archive.store_encoded_later(conn, every)
+        digests = iter([digest for digest, _, _ in every])
+        entries = {
+            widx: (channel, ref, [next(digests) for _ in items])
+            for widx, (channel, ref, items) in planned.items()
+        }
+        packed, items = pack_writes(saver, task_path, entries)
+        params: list[Any] = [*thread, cid, tid, *packed]
+        if not items:
+            rsql.execute(conn, writes, params, defer=True)
+            return True
+        for position, digest in enumerate(items):
+            params.extend((position, digest))
+        rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(items))
+        statement = _INSERT_WRITES_WITH_ITEMS.format(writes=writes, rows=rows)
+        rsql.execute(conn, statement, params, defer=True)
     return True
+
+
+def writes_refused(err: BaseException) -> bool:
+    """``err`` is a ``put_writes_later`` the plain path must redo (:data:`_UNSENT_READ`)."""
+    return _duplicate(err, _UNSENT_READ)
+
+
+T = TypeVar("T")
+
+
+def fast_or_plain(
+    fast: Callable[[], T | None],
+    plain: Callable[[], T],
+    *,
+    refused: Callable[[BaseException], bool],
+    forget: Callable[[], None] | None = None,
+) -> T:
+    """A write's fast way (sent unread, or with fewer round trips) first, its plain way when
+    the fast one does not apply (``fast`` answers None, nothing written) or is refused at the
+    COMMIT (``refused(err)``: the head moved, the task has writes, the thread is new — rolled
+    back whole; ``forget`` then drops what this process assumed). Any other failure is raised.
+    """
+    try:
+        done = fast()
+    except DatabaseError as err:
+        if not refused(err):
+            raise
+        if forget is not None:
+            forget()
+        done = None
+    return plain() if done is None else done
 
 
 def _duplicate(err: BaseException, states: tuple[str, ...] = ("23505",)) -> bool:

@@ -305,11 +305,10 @@ class AlpstoreSaver(SaverState):
                 continue
             planned[widx] = lgwrite.plan_write(self, channel, value)
         store = self.store
-        args = (self, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all)
         with self._state(thread_id, ns).lock:
-            if not (store.db.is_postgresql and lgfast.put_writes_later(*args)):
-                what = f"pending writes of LangGraph thread {thread_id!r}"
-                store.db.retrying(lambda: lgwrite.store_writes(*args), what=what)
+            lgwrite.put_writes(
+                self, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
+            )
         store.archive.after_commit()
         lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes)
 
