@@ -53,23 +53,18 @@ except ImportError as err:
     raise missing("langgraph", "alpstore.integrations.langgraph (AlpstoreSaver)", err) from err
 
 from alpstore.archive.sql import Encoded
-from alpstore.db import raw as rsql
 from alpstore.db.engine import pool_per_worker
 from alpstore.integrations import _lgdb as lgdb
-from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
 from alpstore.integrations import _lgread as lgread
 from alpstore.integrations import _lgwrite as lgwrite
 from alpstore.integrations._lgpolicy import step_events
-from alpstore.integrations._lgthread import SaverState, ThreadState, thread_key
+from alpstore.integrations._lgthread import SaverState, thread_key
 from alpstore.integrations._lgwrite import TRIGGER_PREFIX
 from alpstore.store import Store
 
 T = TypeVar("T")
-
-_NOT_ENDED = object()
-"""``AlpstoreSaver._read_tuple``: the read could not end with its reads (nothing sent)."""
 
 __all__ = ["TRIGGER_PREFIX", "AlpstoreSaver", "AsyncAlpstoreSaver", "step_events"]
 
@@ -325,43 +320,7 @@ class AlpstoreSaver(SaverState):
         th = self._state(thread_id, ns)
         checkpoint_id = conf.get("checkpoint_id")
         with th.lock:
-            if self.store.db.is_postgresql and th.private is not None and th.key is not None:
-                # a thread this process holds: ONE wait, the read transaction ended with its
-                # reads; anything more to read (the head moved, a blob packed since, a
-                # dictionary not loaded) and it is read again the usual way, in two
-                try:
-                    with self.store.db.read() as conn:
-                        done = self._read_tuple(conn, th, thread_id, ns, checkpoint_id, True)
-                    if done is not _NOT_ENDED:
-                        return cast("CheckpointTuple | None", done)
-                except rsql.ReadEnded:
-                    pass
-            with self.store.db.read() as conn:
-                return cast(
-                    "CheckpointTuple | None",
-                    self._read_tuple(conn, th, thread_id, ns, checkpoint_id, False),
-                )
-
-    def _read_tuple(
-        self, conn: Any, th: ThreadState, thread_id: str, ns: str, checkpoint_id: Any, end: bool
-    ) -> object:
-        """``get_tuple`` inside its read transaction: the tuple or None. ``end``
-        (PostgreSQL): the transaction ends with the reads; ``_NOT_ENDED`` when it cannot
-        (nothing sent).
-        """
-        writes = None
-        if self.store.db.is_postgresql:  # one round trip for all, not three
-            read = lgfast.find_latest_with_writes(self, conn, thread_id, ns, checkpoint_id, end=end)
-            if read is None:
-                return _NOT_ENDED
-            found, writes = read
-        else:
-            found = lgdb.find_latest(conn, thread_id, ns, checkpoint_id)
-        if found is None:
-            return None
-        head, row = found
-        th.validate(head)
-        return lgread.checkpoint_tuple(self, conn, th, head, thread_id, ns, row, writes_read=writes)
+            return lgread.get_tuple(self, th, thread_id, ns, checkpoint_id)
 
     def list(
         self,
