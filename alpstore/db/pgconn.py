@@ -107,6 +107,11 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_taken, self.alp_sinks = tuple(self.alp_sinks or ()), None
         return b"; ".join(queue) if queue else None
 
+    alp_ended: type[BaseException] | None = None
+    """Set by ``raw.fetch_and_end``: this read transaction was ended with its reads, so the
+    next statement before the block's commit or rollback raises it, unsent (it would read
+    another snapshot)."""
+
     alp_taken: tuple[Sink | None, ...] = ()
     """The sinks of the statements :meth:`alp_take` took last, in order."""
 
@@ -189,19 +194,12 @@ class BoundedConnection(psycopg.Connection[Any]):
                 sink(result)
 
     def _commit_gen(self) -> Any:
+        self.alp_ended = None
         if self.alp_begun_later and self.alp_deferred and not self._pipeline and not self._tpc:
             statements, sinks = self.alp_deferred, self.alp_sinks or []
             self.alp_deferred = self.alp_sinks = None
             self.alp_begun_later, self.alp_taken = False, ()
-            try:
-                yield from self._alp_pipeline(statements, sinks)
-            except psycopg.Error:
-                if self.pgconn.status != pq.ConnStatus.OK:
-                    raise  # the connection broke: the caller reads back whether it landed
-                if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                    with contextlib.suppress(psycopg.Error):
-                        yield from self._exec_command(b"ROLLBACK")
-                raise
+            yield from self._alp_commit_or_roll_back(self._alp_pipeline(statements, sinks))
             return None
         pending = self.alp_take()
         if (
@@ -215,21 +213,29 @@ class BoundedConnection(psycopg.Connection[Any]):
                 yield from self._alp_run(pending)
             self.alp_taken = ()
             return (yield from super()._commit_gen())
+        yield from self._alp_commit_or_roll_back(self._alp_run(pending + b"; COMMIT"))
+        return None
+
+    def _alp_commit_or_roll_back(self, commit: Any) -> Any:
+        """Run ``commit`` (a generator sending statements and the COMMIT). When it fails on a
+        live connection (a queued statement refused: a constraint, a deadlock the server
+        broke, a guard), the COMMIT after the failed statement never ran: the transaction is
+        ended as a refused COMMIT ends it (rolled back), so the connection goes back to the
+        pool clean, and the failure is raised. A broken connection is raised as it is: the
+        caller reads back whether the transaction landed.
+        """
         try:
-            yield from self._alp_run(pending + b"; COMMIT")
+            yield from commit
         except psycopg.Error:
             if self.pgconn.status != pq.ConnStatus.OK:
-                raise  # the connection broke: the caller reads back whether it landed
-            # a queued statement failed (a constraint, a deadlock the server broke), so the
-            # COMMIT after it never ran: end the transaction as a refused COMMIT does (rolled
-            # back) — the connection goes back to the pool clean — then report the failure
+                raise
             if self.pgconn.transaction_status != pq.TransactionStatus.IDLE:
                 with contextlib.suppress(psycopg.Error):
                     yield from self._exec_command(b"ROLLBACK")
             raise
-        return None
 
     def _rollback_gen(self) -> Any:
+        self.alp_ended = None
         self.alp_deferred = self.alp_sinks = None  # never sent: nothing to undo
         self.alp_begun_later = False
         self.alp_taken = ()
@@ -250,6 +256,9 @@ class BoundedConnection(psycopg.Connection[Any]):
             ) from err
 
     def _start_query(self) -> Any:
+        ended = self.alp_ended
+        if ended is not None and self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            raise ended("the read transaction was ended with its reads; not sent")
         pending = self.alp_take() if self.alp_deferred else None
         if pending is not None:  # anything else the driver sends goes after the queue
             yield from self._alp_run(pending)

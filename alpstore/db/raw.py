@@ -122,6 +122,55 @@ def fetch_together(
     return found
 
 
+class ReadEnded(Exception):
+    """A statement was about to run on a connection whose read transaction
+    :func:`fetch_and_end` ended already: it would have read another snapshot. Nothing was
+    sent; the caller runs its read again the usual way (one transaction, read then ended).
+    """
+
+
+def fetch_and_end(
+    conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]
+) -> list[list[Any]] | None:
+    """PostgreSQL, first thing in a read transaction: its ``BEGIN``, ``statements`` and its
+    COMMIT in ONE round trip; the rows of each. The transaction is over when this returns, so
+    any later statement on ``conn`` before the block ends raises :class:`ReadEnded` instead
+    of reading a later snapshot (``pgconn.BoundedConnection.alp_ended``): everything the
+    caller builds from the rows must come from them. None, with nothing sent, where this
+    cannot be (SQLite, a transaction under way, a write transaction, another driver, a
+    statement too large to bind client-side).
+    """
+    if isinstance(conn, LiteConnection) or dialect_of(conn) != "postgresql":
+        return None
+    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    dbapi = cur.connection
+    bound = [(_translate(sql, "postgresql"), tuple(params)) for sql, params in statements]
+    if (
+        not _batchable(dbapi)
+        or dbapi.pgconn.transaction_status != 0
+        or dbapi.alp_waiting()
+        or dbapi.alp_begun_later
+        or dbapi.alp_want_xid
+        or not all(_small(params) for _, params in bound)
+    ):
+        return None
+    parts = [dbapi._get_tx_start_command()]
+    parts.extend(_bound(dbapi, sql, params) for sql, params in bound)
+    parts.append(b"COMMIT")
+    dbapi._autocommit = True  # the BEGIN and the COMMIT are in the batch: the driver adds none
+    try:
+        cur.execute(b"; ".join(parts))
+    finally:
+        dbapi._autocommit = False
+    dbapi.alp_ended = ReadEnded
+    cur.nextset()  # the BEGIN's
+    found: list[list[Any]] = []
+    for _ in bound:
+        found.append(list(cur.fetchall()) if cur.description is not None else [])
+        cur.nextset()
+    return found
+
+
 def begin_later(conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
     """PostgreSQL, first thing in a transaction: queue its ``BEGIN`` and ``statements`` (each
     small enough to bind client-side) without sending anything, so that they, the statements

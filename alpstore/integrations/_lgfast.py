@@ -8,8 +8,8 @@ function call, not a round trip.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from alpstore.archive.reading import Encoded, parse_documents
 from alpstore.db import raw as rsql
@@ -45,24 +45,56 @@ _NEWEST = (
 """The newest checkpoint id of a thread namespace, as ``_lgdb.find_latest`` picks it."""
 
 
+_VALUE_BLOBS = (
+    "SELECT b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM lg_checkpoint_blobs cb JOIN blobs b ON b.id = cb.blob_id "
+    "WHERE cb.checkpoint_ref = (SELECT lc.id FROM lg_checkpoints lc "
+    "JOIN lg_threads t ON t.id = lc.thread_ref "
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND lc.checkpoint_id = {checkpoint})"
+)
+"""The blobs a checkpoint's channel values refer to (``lg_checkpoint_blobs``), the checkpoint
+named as in :data:`_WRITES_WITH_BLOBS`."""
+
+
 def find_latest_with_writes(
-    saver: SaverState, conn: Any, thread_id: str, ns: str, checkpoint_id: str | None
-) -> tuple[tuple[lgdb.HeadRow, lgdb.CheckpointRow] | None, tuple[WritesFound, Docs]]:
+    saver: SaverState,
+    conn: Any,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str | None,
+    *,
+    end: bool = False,
+) -> tuple[tuple[lgdb.HeadRow, lgdb.CheckpointRow] | None, tuple[WritesFound, Docs]] | None:
     """``_lgdb.find_latest`` and that checkpoint's pending writes with their blobs decoded,
     read in one round trip (one snapshot: the read transaction's first statements).
+
+    ``end``: the blobs its channel values refer to are read too, and the read transaction
+    ends in the same round trip (``raw.fetch_and_end``): ONE wait for the whole read, the
+    value blobs among the docs. Anything read after it on ``conn`` raises ``raw.ReadEnded``
+    (the caller reads again the usual way). None when it cannot be ended so (nothing sent).
     """
     latest_sql, latest_params = lgdb.latest_query(thread_id, ns, checkpoint_id)
     params: list[Any] = [thread_id, ns]
     if checkpoint_id is None:
         params.extend((thread_id, ns))
-        writes_sql = _WRITES_WITH_BLOBS.format(checkpoint=_NEWEST)
+        checkpoint = _NEWEST
     else:
         params.append(id_bytes(str(checkpoint_id)))
-        writes_sql = _WRITES_WITH_BLOBS.format(checkpoint="?")
-    latest, rows = rsql.fetch_together(conn, [(latest_sql, latest_params), (writes_sql, params)])
+        checkpoint = "?"
+    writes_sql = _WRITES_WITH_BLOBS.format(checkpoint=checkpoint)
+    statements: list[tuple[str, list[Any]]] = [(latest_sql, latest_params), (writes_sql, params)]
+    values: list[Any] = []
+    if end:
+        statements.append((_VALUE_BLOBS.format(checkpoint=checkpoint), params))
+        ended = rsql.fetch_and_end(conn, statements)
+        if ended is None:
+            return None
+        latest, rows, values = ended
+    else:
+        latest, rows = rsql.fetch_together(conn, statements)
     found = lgdb.latest_row(latest[0] if latest else None)
     writes: dict[int, tuple[int, str, tuple[int, int | None, int, bytes], list[int]]] = {}
-    blob_rows: dict[int, Any] = {}
+    blob_rows: dict[int, Any] = {int(r[0]): r for r in values}
     for r in rows:
         write_id = int(r[0])
         entry = writes.get(write_id)
@@ -148,39 +180,64 @@ def put_writes_later(
     """
     store = saver.store
     cid, tid = id_bytes(checkpoint_id), id_bytes(task_id)
-    writes = _INSERT_WRITES
-    try:
-        with store.db.atomic() as conn:
-            if rsql.begin_later(conn, []):
-                thread: list[Any] = [thread_id, ns]
-                writes = _INSERT_WRITES_BY_NAME
-            else:
-                found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
-                if found is None or found[1]:
-                    return False
-                thread, writes = [int(found[0])], _INSERT_WRITES
-            every = [item for _, _, items in planned.values() for item in items]
-            store.archive.store_encoded_later(conn, every)
-            digests = iter([digest for digest, _, _ in every])
-            entries = {
-                widx: (channel, ref, [next(digests) for _ in items])
-                for widx, (channel, ref, items) in planned.items()
-            }
-            packed, items = pack_writes(saver, task_path, entries)
-            params: list[Any] = [*thread, cid, tid, *packed]
-            if not items:
-                rsql.execute(conn, writes, params, defer=True)
-                return True
-            for position, digest in enumerate(items):
-                params.extend((position, digest))
-            rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(items))
-            statement = _INSERT_WRITES_WITH_ITEMS.format(writes=writes, rows=rows)
-            rsql.execute(conn, statement, params, defer=True)
-    except DatabaseError as err:
-        if not _duplicate(err, _UNSENT_READ if writes is _INSERT_WRITES_BY_NAME else ("23505",)):
-            raise
-        return False
+    with store.db.atomic() as conn:
+        if rsql.begin_later(conn, []):
+            thread: list[Any] = [thread_id, ns]
+            writes = _INSERT_WRITES_BY_NAME
+        else:
+            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
+            if found is None or found[1]:
+                return False
+            thread, writes = [int(found[0])], _INSERT_WRITES
+        every = [item for _, _, items in planned.values() for item in items]
+        store.archive.store_encoded_later(conn, every)
+        digests = iter([digest for digest, _, _ in every])
+        entries = {
+            widx: (channel, ref, [next(digests) for _ in items])
+            for widx, (channel, ref, items) in planned.items()
+        }
+        packed, items = pack_writes(saver, task_path, entries)
+        params: list[Any] = [*thread, cid, tid, *packed]
+        if not items:
+            rsql.execute(conn, writes, params, defer=True)
+            return True
+        for position, digest in enumerate(items):
+            params.extend((position, digest))
+        rows = ", ".join(["(CAST(? AS INTEGER), CAST(? AS BYTEA))"] * len(items))
+        statement = _INSERT_WRITES_WITH_ITEMS.format(writes=writes, rows=rows)
+        rsql.execute(conn, statement, params, defer=True)
     return True
+
+
+def writes_refused(err: BaseException) -> bool:
+    """``err`` is a ``put_writes_later`` the plain path must redo (:data:`_UNSENT_READ`)."""
+    return _duplicate(err, _UNSENT_READ)
+
+
+T = TypeVar("T")
+
+
+def fast_or_plain(
+    fast: Callable[[], T | None],
+    plain: Callable[[], T],
+    *,
+    refused: Callable[[BaseException], bool],
+    forget: Callable[[], None] | None = None,
+) -> T:
+    """A write's fast way (sent unread, or with fewer round trips) first, its plain way when
+    the fast one does not apply (``fast`` answers None, nothing written) or is refused at the
+    COMMIT (``refused(err)``: the head moved, the task has writes, the thread is new — rolled
+    back whole; ``forget`` then drops what this process assumed). Any other failure is raised.
+    """
+    try:
+        done = fast()
+    except DatabaseError as err:
+        if not refused(err):
+            raise
+        if forget is not None:
+            forget()
+        done = None
+    return plain() if done is None else done
 
 
 def _duplicate(err: BaseException, states: tuple[str, ...] = ("23505",)) -> bool:

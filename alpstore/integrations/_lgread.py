@@ -6,17 +6,77 @@ Functions of the saver (its first argument), called straight from its protocol m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite, writes_sort_key
 
+from alpstore.db import raw as rsql
 from alpstore.gcpause import no_gc_pause
 from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations._lgbuild import build_message, copy_json
 from alpstore.integrations._lgcodec import unwrap, value_from_doc
 from alpstore.integrations._lgthread import SaverState, ThreadState
 from alpstore.views import View
+
+_NOT_ENDED = object()
+""":func:`_read_tuple`: the read could not end with its reads (nothing sent)."""
+
+
+def get_tuple(
+    saver: SaverState, th: ThreadState, thread_id: str, ns: str, checkpoint_id: Any
+) -> CheckpointTuple | None:
+    """``AlpstoreSaver.get_tuple`` (``th``'s lock held): the checkpoint and its thread's head.
+
+    PostgreSQL, a thread this process holds: ONE wait, the read transaction ended with its
+    reads (``_lgfast.find_latest_with_writes(end=True)``); anything more to read (the head
+    moved, a blob packed since, a dictionary not loaded) raises ``raw.ReadEnded`` unsent, and
+    it is read again the usual way, in two.
+    """
+    db = saver.store.db
+    if db.is_postgresql and th.private is not None and th.key is not None:
+        try:
+            with db.read() as conn:
+                done = _read_tuple(saver, conn, th, thread_id, ns, checkpoint_id, True)
+            if done is not _NOT_ENDED:
+                return cast("CheckpointTuple | None", done)
+        except rsql.ReadEnded:
+            pass
+    with db.read() as conn:
+        return cast(
+            "CheckpointTuple | None",
+            _read_tuple(saver, conn, th, thread_id, ns, checkpoint_id, False),
+        )
+
+
+def _read_tuple(
+    saver: SaverState,
+    conn: Any,
+    th: ThreadState,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: Any,
+    end: bool,
+) -> object:
+    """:func:`get_tuple` inside its read transaction: the tuple or None. ``end``
+    (PostgreSQL): the transaction ends with the reads; ``_NOT_ENDED`` when it cannot
+    (nothing sent).
+    """
+    writes = None
+    if saver.store.db.is_postgresql:  # one round trip for all, not three
+        read = lgfast.find_latest_with_writes(saver, conn, thread_id, ns, checkpoint_id, end=end)
+        if read is None:
+            return _NOT_ENDED
+        found, writes = read
+    else:
+        found = lgdb.find_latest(conn, thread_id, ns, checkpoint_id)
+    if found is None:
+        return None
+    head, row = found
+    th.validate(head)
+    return checkpoint_tuple(saver, conn, th, head, thread_id, ns, row, writes_read=writes)
 
 
 def checkpoint_tuple(
@@ -31,15 +91,17 @@ def checkpoint_tuple(
     filter: dict[str, Any] | None = None,
     writes_read: tuple[Any, Any] | None = None,
 ) -> CheckpointTuple | None:
-    """The tuple of checkpoint ``row``; ``writes_read``: its pending writes and their blobs,
-    read already (``_lgfast.find_latest_with_writes``).
+    """The tuple of checkpoint ``row``; ``writes_read``: its pending writes and their blobs
+    (and the blobs its values refer to, when read too), read already
+    (``_lgfast.find_latest_with_writes``).
     """
     state = saver._packer.unpack(conn, row.packed)
     md = unwrap(saver.serde, state["m"])
     if filter and not all(md.get(k) == v for k, v in filter.items()):
         return None
     skeleton = {"id": row.checkpoint_id, **unwrap(saver.serde, state["c"])}
-    values = channel_values(saver, conn, th, head, row, state, None)
+    read = None if writes_read is None else writes_read[1]
+    values = channel_values(saver, conn, th, head, row, state, None, read=read)
     writes = pending_writes(saver, conn, head.ref, row.checkpoint_id, read=writes_read)
     base = {"thread_id": thread_id, "checkpoint_ns": ns}
     return CheckpointTuple(
@@ -89,7 +151,12 @@ def channel_values(
     row: lgdb.CheckpointRow,
     state: dict[str, Any],
     channels: set[str] | None,
+    *,
+    read: Mapping[int, tuple[bytes, int, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The checkpoint's channel values (``channels`` only, when given); ``read``: blobs by id
+    read already (used when it holds every one the values refer to).
+    """
     values: dict[str, Any] = {}
     split = state.get("s")
     if split is not None and (channels is None or split in channels):
@@ -103,7 +170,11 @@ def channel_values(
         else:
             stored.append((channel, ref[1], ref[2]))
     if stored:
-        docs = saver.store.archive.load_by_ids(conn, [b for _, _, b in stored])
+        docs: Mapping[int, tuple[bytes, int, Any]]
+        if read is not None and all(b in read for _, _, b in stored):
+            docs = read
+        else:
+            docs = saver.store.archive.load_by_ids(conn, [b for _, _, b in stored])
         for channel, kind, blob_id in stored:
             values[channel] = value_from_doc(saver.serde, kind, copy_json(docs[blob_id][2]))
     return values

@@ -15,7 +15,7 @@ from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMet
 
 from alpstore.archive.sql import Encoded
 from alpstore.db.names import BLOB_MESSAGE
-from alpstore.errors import DatabaseError, SessionStateError
+from alpstore.errors import SessionStateError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
@@ -56,16 +56,47 @@ def put_checkpoint(
     the checkpoint id is stored already, and it is run again reading and locking first.
     """
     known, th.known = th.known, None
-    if known is not None and known.key == th.key and saver.store.db.is_postgresql:
-        try:
-            return _put_checkpoint(
-                saver, th, thread_id, ns, parent, checkpoint, md, new_versions, known
-            )
-        except DatabaseError as err:
-            if not lgfast.head_moved(err):
-                raise
-            th.forget()
-    return _put_checkpoint(saver, th, thread_id, ns, parent, checkpoint, md, new_versions, None)
+    args = (saver, th, thread_id, ns, parent, checkpoint, md, new_versions)
+    if known is None or known.key != th.key or not saver.store.db.is_postgresql:
+        return _put_checkpoint(*args, None)
+    return lgfast.fast_or_plain(
+        lambda: _put_checkpoint(*args, known),
+        lambda: _put_checkpoint(*args, None),
+        refused=lgfast.head_moved,
+        forget=th.forget,
+    )
+
+
+def put_writes(
+    saver: SaverState,
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    planned: Planned,
+    replace_all: bool,
+) -> None:
+    """``put_writes``' transaction: on PostgreSQL sent unread first
+    (``_lgfast.put_writes_later``), else (or refused: a merge, a new thread) the plain
+    :func:`store_writes`, retried on transient conflicts.
+    """
+    args = (saver, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all)
+    db = saver.store.db
+
+    def plain() -> bool:
+        what = f"pending writes of LangGraph thread {thread_id!r}"
+        db.retrying(lambda: store_writes(*args), what=what)
+        return True
+
+    if not db.is_postgresql:
+        plain()
+        return
+    lgfast.fast_or_plain(
+        lambda: True if lgfast.put_writes_later(*args) else None,
+        plain,
+        refused=lgfast.writes_refused,
+    )
 
 
 def _put_checkpoint(

@@ -55,7 +55,6 @@ except ImportError as err:
 from alpstore.archive.sql import Encoded
 from alpstore.db.engine import pool_per_worker
 from alpstore.integrations import _lgdb as lgdb
-from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
 from alpstore.integrations import _lgread as lgread
@@ -301,11 +300,10 @@ class AlpstoreSaver(SaverState):
                 continue
             planned[widx] = lgwrite.plan_write(self, channel, value)
         store = self.store
-        args = (self, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all)
         with self._state(thread_id, ns).lock:
-            if not (store.db.is_postgresql and lgfast.put_writes_later(*args)):
-                what = f"pending writes of LangGraph thread {thread_id!r}"
-                store.db.retrying(lambda: lgwrite.store_writes(*args), what=what)
+            lgwrite.put_writes(
+                self, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
+            )
         store.archive.after_commit()
         lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes)
 
@@ -321,21 +319,8 @@ class AlpstoreSaver(SaverState):
         ns = str(conf.get("checkpoint_ns") or "")
         th = self._state(thread_id, ns)
         checkpoint_id = conf.get("checkpoint_id")
-        with th.lock, self.store.db.read() as conn:
-            writes = None
-            if self.store.db.is_postgresql:  # one round trip for both, not three
-                found, writes = lgfast.find_latest_with_writes(
-                    self, conn, thread_id, ns, checkpoint_id
-                )
-            else:
-                found = lgdb.find_latest(conn, thread_id, ns, checkpoint_id)
-            if found is None:
-                return None
-            head, row = found
-            th.validate(head)
-            return lgread.checkpoint_tuple(
-                self, conn, th, head, thread_id, ns, row, writes_read=writes
-            )
+        with th.lock:
+            return lgread.get_tuple(self, th, thread_id, ns, checkpoint_id)
 
     def list(
         self,

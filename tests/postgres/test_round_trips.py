@@ -162,13 +162,13 @@ def test_a_deferred_statement_that_fails_fails_its_transaction_whole(tmp_path: P
             store.close()
 
 
-SAVER_MAX_ROUND_TRIPS = {"put": 1, "put_writes": 1, "get_tuple": 2}
+SAVER_MAX_ROUND_TRIPS = {"put": 1, "put_writes": 1, "get_tuple": 1}
 """Each AlpstoreSaver call of a steady thread, called directly (every put with a new message):
-13, 7 and 7 before issue 45, 9, 5 and 6 after its first round, 2, 2 and 2 after its second.
-put: the BEGIN's round trip with what decides the path (rows locked, the tip, whether the ids
-are new), then the rest with the COMMIT; put_writes: one pipeline, nothing read first (a task
-with writes already or no thread fails it whole, and the plain path runs); get_tuple: the
-checkpoint and its writes with their blobs, then the COMMIT."""
+13, 7 and 7 before issue 45, 9, 5 and 6 after its first round, 2, 2 and 2 after its second,
+1, 1 and 2 after its third. put: one pipeline behind a guard (the head as this process left
+it); put_writes: one pipeline, nothing read first (a task with writes already or no thread
+fails it whole, and the plain path runs); get_tuple: the BEGIN, the checkpoint, its writes
+with their blobs, its values' blobs and the COMMIT in one query (raw.fetch_and_end)."""
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -365,6 +365,81 @@ def test_a_put_sent_unread_after_another_writer_moved_the_thread_reads_it_first(
                 conn.execute(text("UPDATE sessions SET status = 'paused'"))
             with pytest.raises(SessionStateError):
                 saver.put(config, checkpoint(7), {"source": "loop", "step": 7}, {"messages": 7})
+        finally:
+            other.close()
+            saver.close()
+
+
+def test_a_read_ended_with_its_reads_refuses_a_later_statement_unsent(tmp_path: Path) -> None:
+    """raw.fetch_and_end: BEGIN, the reads and the COMMIT in one round trip; a statement after
+    it inside the same block would read another snapshot, so it raises ReadEnded with nothing
+    sent, and the connection is clean for the next transaction."""
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        store = Store.open(tmp_path, url=url)
+        try:
+            with proxy.counting() as n, store.db.read() as conn:
+                found = rsql.fetch_and_end(conn, [("SELECT 1", ()), ("SELECT 2", ())])
+            assert found == [[(1,)], [(2,)]]
+            assert n[0] == 1
+            with proxy.counting() as n, pytest.raises(rsql.ReadEnded), store.db.read() as conn:
+                assert rsql.fetch_and_end(conn, [("SELECT 1", ())]) is not None
+                rsql.fetchone(conn, "SELECT 2")
+            assert n[0] == 1  # the second statement was never sent
+            with store.db.read() as conn:  # the connection is usable: a new transaction
+                assert rsql.fetchone(conn, "SELECT 3")[0] == 3
+            with store.db.atomic() as conn:  # a write transaction never ends so
+                assert rsql.fetch_and_end(conn, [("SELECT 1", ())]) is None
+        finally:
+            store.close()
+
+
+def test_get_tuple_in_one_wait_reads_again_when_it_needs_more(tmp_path: Path) -> None:
+    """get_tuple of a thread this process holds: one wait, a large channel value's blob read
+    with it; after another process moved the head (the kept messages no longer describe it)
+    the one-wait read needs the archive's messages, so it is read again the usual way — the
+    answer is the other process's head, never this process's stale one."""
+    pytest.importorskip("langgraph.checkpoint.base", reason="langgraph is not installed")
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from alpstore.integrations.langgraph import AlpstoreSaver
+
+    big = {"notes": "x" * 4000}
+
+    def checkpoint(n: int) -> Any:
+        ck = empty_checkpoint()
+        ck["channel_values"] = {
+            "messages": [HumanMessage(content=f"m{i}", id=f"m{i}") for i in range(n)],
+            "big": {**big, "n": n},
+        }
+        ck["channel_versions"] = {"messages": n, "big": n}
+        return ck
+
+    with postgres_schema() as direct, proxied(direct) as (proxy, url):
+        saver = AlpstoreSaver.open(tmp_path, url=url)
+        other = AlpstoreSaver.open(tmp_path / "other", url=url)
+        try:
+            config: Any = {"configurable": {"thread_id": "gt", "checkpoint_ns": ""}}
+            versions = {"messages": 0, "big": 0}
+            for n in range(1, 4):
+                config = saver.put(config, checkpoint(n), {"source": "loop", "step": n}, versions)
+            with proxy.counting() as waits:
+                tup = saver.get_tuple(config)
+            assert tup is not None and waits[0] == 1
+            assert tup.checkpoint["channel_values"]["big"] == {**big, "n": 3}
+            got = [m.content for m in tup.checkpoint["channel_values"]["messages"]]
+            assert got == ["m0", "m1", "m2"]
+            config = other.put(config, checkpoint(5), {"source": "loop", "step": 5}, versions)
+            with proxy.counting() as waits:
+                tup = saver.get_tuple(config)
+            assert tup is not None
+            assert waits[0] > 2  # the one-wait try, then the usual read and the messages
+            got = [m.content for m in tup.checkpoint["channel_values"]["messages"]]
+            assert got == [f"m{i}" for i in range(5)]
+            assert tup.checkpoint["channel_values"]["big"] == {**big, "n": 5}
+            with proxy.counting() as waits:
+                assert saver.get_tuple(config) is not None
+            assert waits[0] == 1  # held again
         finally:
             other.close()
             saver.close()
