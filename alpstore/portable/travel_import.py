@@ -1,8 +1,10 @@
 """Import a session file (``alpstore.session``, see ``travel``) into an archive, in one transaction.
 
-The file is read twice: once with no archive (every check; a refused file leaves the run root as
-it was, no archive created), then again inside one write transaction that checks each line once
-more as it writes it (the file may have changed in between) — an error rolls everything back.
+Into SQLite the file is read once, inside one write transaction that checks every line as it
+writes it (``SessionReader``): a refused line rolls everything back (a run-root archive the
+command created for it is removed again, ``sqlitefile.discard_new_archives``). Into PostgreSQL
+it is read twice: once with no archive (every check), then inside the write transaction, each
+run of lines compared with the seals of the first read (the file may have changed in between).
 
 Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide,
 and a file's ids are not in its digest, so they are claims, never trusted. The import keeps the
@@ -10,10 +12,15 @@ file's ids only when every one of them (its checkpoints', its backtracks', and t
 references name a checkpoint the session no longer holds by) lies above the highest id this
 archive has ever handed out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never
 reused, so that is the only way an id is free) and at most :data:`KEEP_ID_BOUND` (a file cannot
-move this archive's sequences near their end). Those ids are reserved before the first row is
-written, in a short transaction of their own that holds the table against writers while it moves
-the sequence past them (PostgreSQL's sequences do not wait for the import's commit: a live
-writer checkpointing meanwhile gets the next free id). Otherwise the rows are numbered here as
+move this archive's sequences near their end). On PostgreSQL those ids are reserved before the
+first row is written, in a short transaction of their own that holds the table against writers
+while it moves the sequence past them (PostgreSQL's sequences do not wait for the import's
+commit: a live writer checkpointing meanwhile gets the next free id). On SQLite the import's
+own transaction holds the write lock from its first statement, so the decision is made there,
+at the first id of each table the file names (the ids after it come in increasing order, but
+for references by id); an id after it that contradicts it (below the high water mark, or past
+the bound) rolls the transaction back and the file is read again with that table renumbered —
+the same outcome as deciding on the whole file first. Otherwise the rows are numbered here as
 any new rows are, and a reference by id only gets a fresh id no row holds (the session digest
 does not change; `session log`'s numbers do), and the result says so. A reference by id always
 stays inside the imported session.
@@ -146,6 +153,70 @@ def reserve_ids(store: Store, checked: Checked) -> tuple[bool, bool]:
     return kept["checkpoints"], kept["backtracks"]
 
 
+class _Renumber(Exception):
+    """SQLite's one read: an id of ``table`` contradicts the decision to keep the file's ids
+    (made at its first id): the import rolls back and starts again, renumbering that table.
+    """
+
+    def __init__(self, table: str) -> None:
+        super().__init__(table)
+        self.table = table
+
+
+class _Reserved:
+    """Ids kept or not as :func:`reserve_ids` decided before the transaction (PostgreSQL, or a
+    file checked first): a kept id must lie in the span reserved for it.
+    """
+
+    def __init__(self, keep: bool, span: tuple[int, int]) -> None:
+        self.keep = keep
+        self.span = span
+
+    def claim(self, value: int, *, ref: bool = False) -> bool:
+        """True when ``value`` is kept (it lies in the reserved span)."""
+        if self.keep:
+            _Writer._reserved(value, self.span)
+        return self.keep
+
+    @property
+    def kept(self) -> bool:
+        return self.keep
+
+
+class _DecidedHere:
+    """SQLite's one read (see the module): whether the file's ids of ``table`` are kept,
+    decided at the first one inside the import's transaction, which holds the write lock, so
+    the high water mark read at its start stays the highest id handed out.
+    """
+
+    def __init__(self, store: Store, conn: Connection, table: str, *, renumber: bool) -> None:
+        self.store = store
+        self.conn = conn
+        self.table = table
+        self.high = _high_water(store, conn, table)
+        self.keep: bool | None = False if renumber else None
+
+    def claim(self, value: int, *, ref: bool = False) -> bool:
+        """True when ``value`` is kept. ``ref``: an id a reference names (no row takes it):
+        the sequence is moved past it, so no later row of this archive is handed it.
+
+        Raises:
+            _Renumber: ``value`` cannot be kept, an id kept before it was.
+        """
+        free = self.high < value <= KEEP_ID_BOUND
+        if self.keep is None:
+            self.keep = free
+        elif self.keep and not free:
+            raise _Renumber(self.table)
+        if self.keep and ref:
+            _move_sequence(self.store, self.conn, self.table, value)
+        return self.keep
+
+    @property
+    def kept(self) -> bool:
+        return self.keep is not False  # (None: the file names no id of this table)
+
+
 def _fresh_id(store: Store, conn: Connection, table: str) -> int:
     """An id of ``table`` no row holds or ever will (taken from its sequence, never used)."""
     if not store.db.is_sqlite:
@@ -173,7 +244,11 @@ def _local_origin(text: str | None, root: Path) -> str | None:
 
 class _Writer:
     def __init__(
-        self, store: Store, conn: Connection, name: str | None, keep: tuple[bool, bool]
+        self,
+        store: Store,
+        conn: Connection,
+        name: str | None,
+        ids: tuple[_Reserved | _DecidedHere, _Reserved | _DecidedHere],
     ) -> None:
         self.store = store
         self.conn = conn
@@ -190,9 +265,8 @@ class _Writer:
         self.orphaned = False
         self.seq_ids: dict[int, int] = {}
         self.view: View = EMPTY
-        self.keep_cks, self.keep_bts = keep
-        self.spans = ((0, 0), (0, 0))
-        """The id ranges reserved for this import (checkpoints, backtracks)."""
+        self.cks, self.bts = ids
+        """Whether the file's checkpoint / backtrack ids are kept (see the module)."""
         self.fresh: dict[int, int] = {}
         """A reference by id only (a checkpoint the session no longer holds), renumbered: the
         file's id → a fresh id no checkpoint holds."""
@@ -226,13 +300,15 @@ class _Writer:
     def flush(self) -> None:
         """Store the batch: its small blobs packed from the start, a frame of them
         (``SqlArchive.store_packed``, issue 41: compressed once, never loose first), the rest
-        loose; then every blob's id.
+        loose; then every blob's id (the packed ones' as the frame found or stored them, not
+        looked up again).
         """
         if not self.batch:
             return
         archive = self.store.archive
-        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead)
-        ids, inserted = archive.store_encoded_counted(self.conn, self.batch)
+        known: dict[bytes, int] = {}
+        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead, known=known)
+        ids, inserted = archive.store_encoded_counted(self.conn, self.batch, known=known)
         self.inserted += inserted
         for (digest, _, _), blob_id in zip(self.batch, ids, strict=True):
             self.ids[digest] = blob_id
@@ -317,9 +393,7 @@ class _Writer:
 
     def checkpoint(self, rec: dict[str, Any]) -> None:
         view = self._view(rec)
-        own = self.keep_cks
-        if own:
-            self._reserved(rec["id"], self.spans[0])
+        own = self.cks.claim(rec["id"])
         (ck_id,) = rsql.fetchone(
             self.conn,
             INSERT_CHECKPOINT.format(id="id, " if own else "", q="?, " if own else ""),
@@ -372,16 +446,14 @@ class _Writer:
             return None
         if "seq" in ref:
             return self.seq_ids[ref["seq"]]
-        if self.keep_cks:
-            return self._reserved(ref["id"], self.spans[0])
+        if self.cks.claim(ref["id"], ref=True):
+            return int(ref["id"])
         if ref["id"] not in self.fresh:
             self.fresh[ref["id"]] = _fresh_id(self.store, self.conn, "checkpoints")
         return self.fresh[ref["id"]]
 
     def backtrack(self, rec: dict[str, Any]) -> None:
-        own = self.keep_bts
-        if own:
-            self._reserved(rec["id"], self.spans[1])
+        own = self.bts.claim(rec["id"])
         to = self._ref(rec["to"])
         assert to is not None  # the schema: a backtrack goes somewhere
         rsql.execute(
@@ -464,7 +536,9 @@ def import_session_file(
     """Import the session file at ``path`` as a new session with the file's id (one
     transaction). ``name`` overrides the file's name (the rules of `session new`: printable, at
     most 200 characters, one spelling (NFC); refused when taken); the file's name, when taken
-    here, gets a ``#2``… suffix. ``checked``: what :func:`check_session_file` gave the caller.
+    here, gets a ``#2``… suffix. ``checked``: what :func:`check_session_file` gave the caller
+    (the file is then read once more, against its seals); without it an SQLite archive reads
+    the file once, checking it inside the transaction, and PostgreSQL checks it first.
 
     Raises:
         NotFoundError, CheckpointFileError, SecretError, PolicyError: the file (nothing written).
@@ -472,17 +546,46 @@ def import_session_file(
     """
     if name is not None:
         name = normal_name(check_text(name, "--name"))
+    if checked is None and store.db.is_sqlite:
+        renumber: set[str] = set()
+        while True:
+            try:
+                return _import(store, path, name, None, renumber)
+            except _Renumber as again:  # (rolled back: read it again, that table renumbered)
+                renumber.add(again.table)
     if checked is None:
         checked = check_session_file(path)
     if checked.session is not None:  # refused before anything moves (ids are reserved next)
         with store.db.read() as conn:
             store._require_free_id(conn, checked.session["uuid"])
             store._require_free_name(conn, name)
-    keep = reserve_ids(store, checked)
-    reader = SessionReader(path, sealed=checked)  # the bytes checked, not checked again
+    return _import(store, path, name, checked, set())
+
+
+def _import(
+    store: Store, path: Path, name: str | None, checked: Checked | None, renumber: set[str]
+) -> SessionImport:
+    """The import's transaction: with ``checked``, the ids reserved first and the file read
+    against its seals; without, the one checking read deciding the ids as it goes
+    (``renumber``: the tables whose ids are not kept whatever the file says).
+    """
+    if checked is not None:
+        keep = reserve_ids(store, checked)
+    # a checked file's bytes are not checked again; one read alone needs no seals
+    reader = SessionReader(path, sealed=checked, seal=checked is not None)
     with store.db.atomic() as conn:
-        w = _Writer(store, conn, name, keep)
-        w.spans = (checked.checkpoint_ids, checked.backtrack_ids)
+        ids: tuple[_Reserved | _DecidedHere, _Reserved | _DecidedHere]
+        if checked is not None:
+            ids = (
+                _Reserved(keep[0], checked.checkpoint_ids),
+                _Reserved(keep[1], checked.backtrack_ids),
+            )
+        else:
+            ids = (
+                _DecidedHere(store, conn, "checkpoints", renumber="checkpoints" in renumber),
+                _DecidedHere(store, conn, "backtracks", renumber="backtracks" in renumber),
+            )
+        w = _Writer(store, conn, name, ids)
         try:
             for kind, rec, raw in reader.records():
                 if kind == "blob":
@@ -502,7 +605,7 @@ def import_session_file(
             checkpoints=reader.result.checkpoints,
             blobs=reader.result.blobs,
             inserted=w.inserted,
-            ids_kept=w.keep_cks and w.keep_bts,
+            ids_kept=w.cks.kept and w.bts.kept,
             parent=w.parent,
             orphaned=w.orphaned,
             threads=tuple(dict.fromkeys(t for t, _ in reader.result.threads)),
