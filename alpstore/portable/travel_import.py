@@ -39,12 +39,13 @@ from alpstore.archive.packing import FRAME_TARGET
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
+from alpstore.db.runs import insert_run
 from alpstore.errors import CheckpointFileError, IntegrityError, UsageError
 from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
 from alpstore.rules.ids import check_text
 from alpstore.rules.names import normal_name
-from alpstore.views import EMPTY, EMPTY_COVER, View
+from alpstore.views import EMPTY, EMPTY_COVER, GROW, View
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -59,11 +60,15 @@ BATCH_BYTES: Final = FRAME_TARGET
 """A batch of blobs is stored at this many blobs or bytes: about one frame of the small ones
 (issue 41: they are stored packed, a frame a batch)."""
 
-INSERT_CHECKPOINT: Final = (
+INSERT_CHECKPOINTS: Final = (
     "INSERT INTO checkpoints ({id}session_id, seq, turn, segment_id, length, kernel_blob_id, "
-    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES ({q}?, ?, ?, ?, "
-    "?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES {values} "
+    "RETURNING id, seq"
 )
+CHECKPOINT_VALUES: Final = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+CHECKPOINT_ROWS: Final = 100
+"""Checkpoints held and inserted together (13 parameters a row: well within either driver's
+limit)."""
 INSERT_BACKTRACK: Final = (
     "INSERT INTO backtracks ({id}session_id, from_checkpoint_id, to_checkpoint_id, steps, "
     "steering_blob_id, automatic, error_signature, created_at) VALUES ({q}?, ?, ?, ?, ?, ?, ?, ?)"
@@ -267,6 +272,10 @@ class _Writer:
         self.view: View = EMPTY
         self.cks, self.bts = ids
         """Whether the file's checkpoint / backtrack ids are kept (see the module)."""
+        self.held: list[tuple[bool, dict[str, Any], int, list[int]]] = []
+        """Checkpoints that only append, not written yet: ``(own id, line, at, blob ids)``."""
+        self.tip: tuple[int | None, int] | None = None
+        """``(segment, length)``: the tip of the segment the import appended to last."""
         self.fresh: dict[int, int] = {}
         """A reference by id only (a checkpoint the session no longer holds), renumbered: the
         file's id → a fresh id no checkpoint holds."""
@@ -385,19 +394,69 @@ class _Writer:
             rsql.execute(conn, "UPDATE sessions SET root_id = ? WHERE id = ?", (self.sid, self.sid))
 
     def _view(self, rec: dict[str, Any]) -> View:
+        self.flush_checkpoints()  # (the segments as the held checkpoints leave them)
         views = self.store.views
         base = views.cut(self.conn, self.view, rec["keep"]) if rec["keep"] else EMPTY
-        return views.append(
+        view = views.append(
             self.conn, base, self.sid, [self.ids[bytes.fromhex(d)] for d in rec["add"]]
         )
+        if rec["add"]:  # appended: at the tip of the segment it names (grown or new)
+            self.tip = (view.segment_id, view.length)
+        return view
 
     def checkpoint(self, rec: dict[str, Any]) -> None:
-        view = self._view(rec)
+        """A checkpoint that only appends at the tip of the segment the last one grew (a
+        turn: most of a file's checkpoints) is held and written with the ones after it
+        (:meth:`flush_checkpoints`); any other its own way.
+        """
         own = self.cks.claim(rec["id"])
-        (ck_id,) = rsql.fetchone(
-            self.conn,
-            INSERT_CHECKPOINT.format(id="id, " if own else "", q="?, " if own else ""),
-            (
+        at = self.view.length
+        if (
+            rec["add"]
+            and rec["keep"] == at
+            and self.tip == (self.view.segment_id, at)
+            and (not self.held or self.held[-1][0] == own)
+        ):
+            ids = [self.ids[bytes.fromhex(d)] for d in rec["add"]]
+            self.view = View(self.view.segment_id, at + len(ids))
+            self.tip = (self.view.segment_id, self.view.length)
+            self.held.append((own, rec, at, ids))
+            if len(self.held) >= CHECKPOINT_ROWS:
+                self.flush_checkpoints()
+            return
+        view = self._view(rec)
+        self._insert_checkpoints(own, [(rec, view)])
+        self.view = view
+
+    def flush_checkpoints(self) -> None:
+        """Write the held checkpoints: their segment grown once (at its tip, as
+        ``ViewStore.append`` grows it), one run per checkpoint's entries (the same rows as
+        one append each), the checkpoints in one multi-row insert.
+
+        Raises:
+            IntegrityError: the segment was not at the tip the checkpoints were held at.
+        """
+        if not self.held:
+            return
+        held, self.held = self.held, []
+        seg = self.view.segment_id
+        assert seg is not None
+        first, last = held[0], held[-1]
+        end = last[2] + len(last[3])
+        grown = rsql.execute(self.conn, GROW, (end, seg, first[2]))
+        if grown.rowcount != 1:  # pragma: no cover - a segment this import made and holds
+            raise IntegrityError(f"segment {seg} moved while the import wrote it")
+        for _, _, at, ids in held:
+            insert_run(self.conn, seg, at, ids)
+        self._insert_checkpoints(
+            first[0], [(rec, View(seg, at + len(ids))) for _, rec, at, ids in held]
+        )
+
+    def _insert_checkpoints(self, own: bool, rows: list[tuple[dict[str, Any], View]]) -> None:
+        """Insert checkpoints (the file's ids when ``own``) in one statement."""
+        params: list[Any] = []
+        for rec, view in rows:
+            params += (
                 *((rec["id"],) if own else ()),
                 self.sid,
                 rec["seq"],
@@ -411,10 +470,11 @@ class _Writer:
                 rec["abandoned"],
                 rec["created_at"],
                 bytes.fromhex(rec["covering"]),
-            ),
-        )
-        self.seq_ids[rec["seq"]] = int(ck_id)
-        self.view = view
+            )
+        values = ", ".join([f"({'?, ' if own else ''}{CHECKPOINT_VALUES})"] * len(rows))
+        sql = INSERT_CHECKPOINTS.format(id="id, " if own else "", values=values)
+        for ck_id, seq in rsql.fetchall(self.conn, sql, params):
+            self.seq_ids[int(seq)] = int(ck_id)
 
     def head(self, rec: dict[str, Any]) -> None:
         view = self._view(rec)
@@ -453,6 +513,7 @@ class _Writer:
         return self.fresh[ref["id"]]
 
     def backtrack(self, rec: dict[str, Any]) -> None:
+        self.flush_checkpoints()
         own = self.bts.claim(rec["id"])
         to = self._ref(rec["to"])
         assert to is not None  # the schema: a backtrack goes somewhere
@@ -473,6 +534,7 @@ class _Writer:
         )
 
     def event(self, rec: dict[str, Any]) -> None:
+        self.flush_checkpoints()
         rsql.execute(
             self.conn,
             "INSERT INTO session_events (session_id, checkpoint_id, kind, detail, created_at) "
@@ -482,6 +544,7 @@ class _Writer:
 
     # ---------------------------------------------------------------- a LangGraph thread
     def _threads(self) -> Any:
+        self.flush_checkpoints()
         if self.lg is None:
             from alpstore.portable.travel_lg import ThreadWriter
 
@@ -524,6 +587,7 @@ class _Writer:
         return None
 
     def finish(self) -> None:
+        self.flush_checkpoints()
         self.flush()
         self.ahead.finish()  # every frame's data in its row
         if self.lg is not None:
