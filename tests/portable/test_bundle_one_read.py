@@ -21,6 +21,11 @@ from alpstore.portable.travel_import import KEEP_ID_BOUND, import_session_file
 from alpstore.store import Store
 from tests.portable.test_hostile_bundles import other_session, read, seal, source_file
 
+pytestmark = pytest.mark.sqlite_only(
+    "the one read is SQLite's (PostgreSQL checks first and reserves the ids: "
+    "test_hostile_bundles, test_session_travel)"
+)
+
 
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every read of a session file's lines from now on (its path, once a read)."""
