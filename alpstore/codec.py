@@ -496,15 +496,16 @@ def decompress_file_bytes(data: bytes, *, limit: int, what: str) -> bytes:
     return bytes(out)
 
 
-def train_dictionary(samples: Sequence[bytes], size: int) -> bytes:
-    """Train a zstd dictionary of at most ``size`` bytes from ``samples``.
+def train_dictionary(samples: Sequence[bytes], size: int, *, f: int = 0) -> bytes:
+    """Train a zstd dictionary of at most ``size`` bytes from ``samples``; ``f``: fastCover's
+    log2 of its frequency table (0: zstd's default, 20).
 
     Raises:
         UsageError: too few or too uniform samples to learn from.
     """
     try:
         trained = zstandard.train_dictionary(
-            size, list(samples), k=min(TRAIN_SEGMENT, size), d=TRAIN_DMER
+            size, list(samples), k=min(TRAIN_SEGMENT, size), d=TRAIN_DMER, f=f
         )
         return bytes(trained.as_bytes())
     except zstandard.ZstdError as exc:

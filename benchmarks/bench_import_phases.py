@@ -4,8 +4,9 @@ Run: ``python benchmarks/bench_import_phases.py [--runs 5] [--turns 1000]``. Eac
 interpreter that times, one after the other, what ``alpstore session import`` /
 ``alpstore checkpoint import`` does into a new SQLite run root: the CLI (Typer and alpstore's
 CLI modules) imported, the job's own modules imported, the archive created (``import_store``:
-on the ``sqlite3`` driver alone), the session file checked (bundle only: its first read), the
-one transaction (read, check, encode, compress, write), the settle (``VACUUM``) and the close.
+on the ``sqlite3`` driver alone), the one transaction (read, check, encode, compress, write;
+a session file read once, as the command reads it into SQLite), the settle (``VACUUM``) and
+the close.
 The bare loop of ``bench_jobs.py`` and ``python -c pass`` are timed beside them. Medians.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_jobs import ALPSTORE, BARE_IMPORT
+from benchmarks.bench_jobs import byte_compile, prepare
 
 CHILD = r"""
 import json, sys, time
@@ -42,19 +43,16 @@ from alpstore.store import Store
 if kind == "transcript":
     from alpstore.importers import import_history_file
 elif kind == "bundle":
-    from alpstore.portable.travel import check_session_file
     from alpstore.portable.travel_import import import_session_file
 else:
     from alpstore.portable.importing import import_file
 t.append(time.perf_counter())
 st = Store.open(Path(root), lite_write=True)
 t.append(time.perf_counter())
-checked = check_session_file(Path(path)) if kind == "bundle" else None
-t.append(time.perf_counter())
 if kind == "transcript":
     import_history_file(st, Path(path), name="conv", suffix=True)
 elif kind == "bundle":
-    import_session_file(st, Path(path), checked=checked)
+    import_session_file(st, Path(path))  # one read, as the command does on SQLite
 else:
     import_file(st, Path(path))
 t.append(time.perf_counter())
@@ -69,7 +67,6 @@ PHASES = (
     "CLI and Typer imported",
     "the job's own modules imported",
     "archive created (sqlite3 driver, schema snapshot)",
-    "the session file checked (first read)",
     "the one transaction: read, check, encode, compress, write",
     "settle (VACUUM)",
     "close (WAL folded)",
@@ -83,28 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPSTORE_")}
     py = sys.executable
+    byte_compile()  # as bench_jobs: the commands run as installed
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        conv = work / "conv.jsonl"
-        with conv.open("wb") as out:
-            subprocess.run(
-                [ALPSTORE, "samples", "conversation", "--turns", str(args.turns)],
-                stdout=out,
-                check=True,
-                env=env,
-            )
-        src = work / "src"
-        for cmd in (
-            ["session", "import", str(conv), "--name", "c"],
-            ["session", "export", "c", "-o", str(work / "bundle.jsonl")],
-            ["checkpoint", "export", "c@latest", "-o", str(work / "deep.json")],
-        ):
-            subprocess.run(
-                [ALPSTORE, "--root", str(src), *cmd], check=True, env=env, capture_output=True
-            )
+        prep = prepare(work, args.turns, env)  # (bench_jobs' set-up, its bare loop's script)
         (work / "child.py").write_text(CHILD, encoding="utf-8")
-        (work / "bare.py").write_text(BARE_IMPORT, encoding="utf-8")
-        files = {"transcript": conv, "bundle": work / "bundle.jsonl", "deep": work / "deep.json"}
+        conv = prep.conv
+        files = {"transcript": conv, "bundle": prep.bundle, "deep": prep.deep}
         phases: dict[str, list[list[float]]] = {k: [] for k in files}
         bare: list[float] = []
         python: list[float] = []
@@ -124,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
                 phases[kind].append([*json.loads(done.stdout), whole])
             (work / "b.db").unlink(missing_ok=True)
             began = time.perf_counter()
-            subprocess.run([py, str(work / "bare.py"), str(conv), str(work / "b.db")], check=True)
+            subprocess.run(
+                [py, str(work / "bare_import.py"), str(conv), str(work / "b.db")], check=True
+            )
             bare.append(time.perf_counter() - began)
             began = time.perf_counter()
             subprocess.run([py, "-c", "pass"], check=True)
@@ -140,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = []
         for kind in files:
             value = statistics.median(run[i] for run in phases[kind])
-            cells.append("—" if kind != "bundle" and i == 3 else f"{value:.3f} s")
+            cells.append(f"{value:.3f} s")
         print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
 

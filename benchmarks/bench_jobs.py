@@ -166,6 +166,70 @@ def fresh(path: Path) -> Callable[[], None]:
     return run
 
 
+@dataclass
+class Prepared:
+    """What every job reads (see :func:`prepare`)."""
+
+    conv: Path
+    """The generated conversation (OpenAI chat JSON lines)."""
+    src: Path
+    """A run root holding it imported as session ``c`` (what the exports read)."""
+    bundle: Path
+    """``session export c`` of it."""
+    deep: Path
+    """``checkpoint export c@latest`` of it."""
+    bare_db: Path
+    """The bare loop's table of it (what the bare exports and hydrate read)."""
+
+
+def prepare(work: Path, turns: int, env: dict[str, str]) -> Prepared:
+    """Write the bare loops' scripts into ``work`` (``bare_import.py`` …), generate the
+    ``turns``-turn conversation, import it into a run root, export its bundle and deep file,
+    and fill the bare loop's table: the set-up of this benchmark and of
+    ``bench_import_phases.py``.
+    """
+    for name, text in (
+        ("bare_import.py", BARE_IMPORT),
+        ("bare_export.py", BARE_EXPORT),
+        ("bare_deep_export.py", BARE_DEEP_EXPORT),
+        ("bare_deep_import.py", BARE_DEEP_IMPORT),
+    ):
+        (work / name).write_text(text, encoding="utf-8")
+    conv = work / "conv.jsonl"
+    with conv.open("wb") as out:
+        subprocess.run(
+            [ALPSTORE, "samples", "conversation", "--turns", str(turns)],
+            stdout=out,
+            check=True,
+            env=env,
+        )
+    src = work / "src"
+    src.mkdir()
+    bundle, deep, bare_db = work / "bundle.jsonl", work / "deep.json", work / "bare.db"
+    for cmd in (
+        ["session", "import", str(conv), "--name", "c"],
+        ["session", "export", "c", "-o", str(bundle)],
+        ["checkpoint", "export", "c@latest", "-o", str(deep)],
+    ):
+        subprocess.run(
+            [ALPSTORE, "--root", str(src), *cmd], check=True, capture_output=True, env=env
+        )
+    subprocess.run(
+        [sys.executable, str(work / "bare_import.py"), str(conv), str(bare_db)], check=True
+    )
+    return Prepared(conv, src, bundle, deep, bare_db)
+
+
+def byte_compile() -> None:
+    """Byte-compile the package, as an install does (a source tree run with
+    ``PYTHONDONTWRITEBYTECODE=1`` compiles every changed module it imports on every start,
+    5-10 ms each, which whole-process timings would count).
+    """
+    import alpstore
+
+    compileall.compile_dir(Path(alpstore.__file__).parent, quiet=1)
+
+
 def hydrate_ratio(root: Path, bare_db: Path, runs: int) -> tuple[float, float, float]:
     """``(alpstore ms, bare ms, bare ÷ alpstore)``, medians of ``runs`` alternating calls."""
     import sqlite3
@@ -211,64 +275,21 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALPSTORE_")}
     py = sys.executable
-    # the commands run as installed: byte-compiled (a wheel's install compiles its modules; a
-    # source tree run with PYTHONDONTWRITEBYTECODE=1 compiles every changed module it imports
-    # on every start, 5-10 ms each, which the ratios would count)
-    import alpstore
-
-    compileall.compile_dir(Path(alpstore.__file__).parent, quiet=1)
+    byte_compile()  # the commands run as installed: byte-compiled
     load = os.getloadavg()[0]
     rows: list[Row] = []
     notes: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        for name, text in (
-            ("bare_import.py", BARE_IMPORT),
-            ("bare_export.py", BARE_EXPORT),
-            ("bare_deep_export.py", BARE_DEEP_EXPORT),
-            ("bare_deep_import.py", BARE_DEEP_IMPORT),
-        ):
-            (work / name).write_text(text, encoding="utf-8")
-        conv = work / "conv.jsonl"
-        with conv.open("wb") as out:
-            subprocess.run(
-                [ALPSTORE, "samples", "conversation", "--turns", str(args.turns)],
-                stdout=out,
-                check=True,
-                env=env,
-            )
+        prep = prepare(work, args.turns, env)
+        conv, src, bundle, deep, bare_db = prep.conv, prep.src, prep.bundle, prep.deep, prep.bare_db
         raw = conv.stat().st_size
-        # the archive every export reads, and the bare table every bare export reads
-        src = work / "src"
-        src.mkdir()
-        subprocess.run(
-            [ALPSTORE, "--root", str(src), "session", "import", str(conv), "--name", "c"],
-            check=True,
-            capture_output=True,
-            env=env,
-        )
         from alpstore.db import sqlite_path_for_root
 
         on_disk = checkpointed_bytes(sqlite_path_for_root(src))
         notes.append(
             f"- The imported archive: {on_disk:,} bytes on disk, **{on_disk / raw:.3f}×** the "
             f"{raw:,}-byte transcript (goal ≤ 0.30×)."
-        )
-        bare_db = work / "bare.db"
-        subprocess.run([py, str(work / "bare_import.py"), str(conv), str(bare_db)], check=True)
-        bundle = work / "bundle.jsonl"
-        deep = work / "deep.json"
-        subprocess.run(
-            [ALPSTORE, "--root", str(src), "session", "export", "c", "-o", str(bundle)],
-            check=True,
-            capture_output=True,
-            env=env,
-        )
-        subprocess.run(
-            [ALPSTORE, "--root", str(src), "checkpoint", "export", "c@latest", "-o", str(deep)],
-            check=True,
-            capture_output=True,
-            env=env,
         )
         root, db, out = work / "root", work / "b.db", work / "out.jsonl"
         deep_export = [ALPSTORE, "--root", str(src), "checkpoint", "export", "c@latest", "-q"]

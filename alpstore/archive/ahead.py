@@ -44,6 +44,13 @@ if TYPE_CHECKING:
 AHEAD_LEVEL = 9
 """zstd level of an import's frames (see the module's docstring)."""
 
+AHEAD_TRAIN_F = 18
+"""fastCover's frequency table of an import's dictionary, 2**18 entries (zstd's default 2**20):
+trained from the 1,000-turn benchmark corpus's first frame (400 messages, 192 KB) in 7 ms
+instead of 22 ms (CPU), its frames 268,077 bytes instead of 268,427 and the dictionary stored
+in 14,890 bytes instead of 14,807: the same size, a third of the time, inside every fresh
+import's transaction."""
+
 AHEAD_TRAIN_MIN = 64
 """Fewest messages in an import's first frame to train its dictionary from (fewer: no
 dictionary; such an import is a few frames at most)."""
@@ -138,7 +145,7 @@ class FramesAhead:
             data = archive._dec.dictionary(dict_id)
         elif archive.auto_train and len(raws) >= AHEAD_TRAIN_MIN:
             try:
-                data = train_dictionary(raws, self._dict_size)
+                data = train_dictionary(raws, self._dict_size, f=AHEAD_TRAIN_F)
             except UsageError:  # too uniform to learn from: frames without one
                 data = None
             if data is not None:

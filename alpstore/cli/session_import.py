@@ -113,7 +113,7 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
         UsageError: a source that does not exist, an empty folder, a bad --format.
         InputError: some files were refused (each named on stderr as it was).
     """
-    from alpstore.cli.session_travel import is_session_file
+    from alpstore.cli.session_travel import is_session_file, read_once
     from alpstore.importers import import_history_file
     from alpstore.portable.travel import check_session_file
     from alpstore.portable.travel_import import import_session_file
@@ -123,6 +123,7 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
         raise UsageError(f"--format {fmt!r}: expected auto, openai, claude or codex")
     files = transcript_files(sources)
     sizes = [p.stat().st_size for p in files]
+    once = read_once(ctx)  # (before the archive is opened: it may be created)
     st = import_store(ctx)
     tally = Tally()
     began = time.monotonic()
@@ -130,7 +131,7 @@ def import_many(ctx: typer.Context, sources: list[Path], fmt: str) -> None:
         for path, size in zip(files, sizes, strict=True):
             try:
                 if fmt == "auto" and is_session_file(path):
-                    checked = check_session_file(path)
+                    checked = None if once else check_session_file(path)
                     done = import_session_file(st, path, name=None, checked=checked)
                     tally.messages += done.blobs
                 elif fmt in ("claude", "codex") or (

@@ -63,6 +63,27 @@ def digest_command(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = F
     echo(done.digest)
 
 
+def read_once(ctx: typer.Context) -> bool:
+    """True when a session file is imported in one read, checked inside the import's
+    transaction (issue 41): the archive is an SQLite file at head, or a new run-root archive
+    (removed again when the file is refused). Otherwise (PostgreSQL, an archive the opening
+    would migrate, a new file a URL names) the file is checked before the archive is opened,
+    so a refused file leaves it as it was.
+    """
+    from alpstore.cli._common import options
+
+    opts = options(ctx)
+    return reads_once(opts.root, opts.db_url)
+
+
+def reads_once(root: Path, url: str | None) -> bool:
+    """:func:`read_once` for the archive of run root ``root`` or at ``url``."""
+    from alpstore.db.litewrite import writable_path
+
+    path = writable_path(root, url)
+    return path is not None and (url is None or path.exists())
+
+
 def is_session_file(source: Path) -> bool:
     """The file starts with a session file's header (any version)."""
     from alpstore.portable.travel_header import header_of  # (not the reader: issue 41)
@@ -81,7 +102,9 @@ def import_session(
         raise UsageError("--id: a session file keeps its session's id")
     if name is not None:
         check_text(name, "--name")  # the rules of `session new`, before anything is opened
-    checked = check_session_file(source)  # a refused file leaves the run root as it was
+    # a refused file leaves the run root as it was: checked first, or (SQLite) read once inside
+    # the import's transaction, a run-root archive created for it removed again
+    checked = None if read_once(ctx) else check_session_file(source)
     st = import_store(ctx)  # SQLite: written on the sqlite3 driver alone (issue 41)
     done = import_session_file(st, source, name=name, checked=checked)
     st.archive.settle(compact=True)  # the file compacted (the import wrote packed)

@@ -21,7 +21,6 @@ from alpstore import fileio
 from alpstore.codec import (
     MAX_DEPTH,
     MAX_RAW_SIZE,
-    brackets,
     canonical_json,
     canonical_json_parsed,
     decompress_file_bytes,
@@ -83,11 +82,11 @@ def canonical_bytes(value: Any, where: str, *, parsed: bool = False) -> bytes:
         CheckpointFileError: too deep, or larger than :data:`MAX_MESSAGE_BYTES`.
         CanonicalJSONError: not canonical JSON (NaN, a lone surrogate …), naming the path.
     """
-    try:
+    try:  # (both check the depth: NestedTooDeepError)
         raw = canonical_json_parsed(value) if parsed else canonical_json(value)
     except (RecursionError, NestedTooDeepError):
         raw = None
-    if raw is None or (brackets(raw) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH):
+    if raw is None:
         raise CheckpointFileError(
             f"{where}: nested deeper than {MAX_DEPTH} levels; refused",
             hint="deep files carry content at most 256 levels deep, on export and on import",

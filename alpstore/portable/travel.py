@@ -158,15 +158,18 @@ class SessionReader:
     digest. ``records()`` yields ``(line type, record, canonical bytes of a blob or None)``.
     """
 
-    def __init__(self, path: Path, *, sealed: Checked | None = None) -> None:
-        """``sealed``: what an earlier read of this file (:func:`check_session_file`) found. The
-        lines are then compared with its seals before they are used (a file changed since is
-        refused, whatever the change) and the checks that only repeat what that read proved
+    def __init__(self, path: Path, *, sealed: Checked | None = None, seal: bool = True) -> None:
+        """``sealed``: what an earlier read of this file (:func:`check_session_file`) found.
+        The lines are then compared with its seals before they are used (a file changed since
+        is refused, whatever the change) and the checks that only repeat what that read proved
         of these very bytes are skipped: the line schemas, blob digests, secret scan of blobs.
+        ``seal`` False: the lines are not sealed as they pass (a read that is the only one: an
+        SQLite import's).
         """
         self.path = path
         self.result = Checked()
         self._seals = sealed.seals if sealed is not None else None
+        self._seal = seal
         self._digester = Digester()
         self._kinds: dict[str, int] = {}
         self._seqs: set[int] = set()
@@ -194,7 +197,13 @@ class SessionReader:
         schemas: dict[str, Any] = {}
         ended = False
         trusted = self._seals is not None
-        lines = self._sealed_lines(self._seals) if self._seals is not None else self._sealing()
+        lines = (
+            self._sealed_lines(self._seals)
+            if self._seals is not None
+            else self._sealing()
+            if self._seal
+            else raw_lines(self.path)
+        )
         try:
             for n, line in lines:
                 if n == 1:

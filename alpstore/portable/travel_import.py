@@ -1,8 +1,10 @@
 """Import a session file (``alpstore.session``, see ``travel``) into an archive, in one transaction.
 
-The file is read twice: once with no archive (every check; a refused file leaves the run root as
-it was, no archive created), then again inside one write transaction that checks each line once
-more as it writes it (the file may have changed in between) — an error rolls everything back.
+Into SQLite the file is read once, inside one write transaction that checks every line as it
+writes it (``SessionReader``): a refused line rolls everything back (a run-root archive the
+command created for it is removed again, ``sqlitefile.discard_new_archives``). Into PostgreSQL
+it is read twice: once with no archive (every check), then inside the write transaction, each
+run of lines compared with the seals of the first read (the file may have changed in between).
 
 Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide,
 and a file's ids are not in its digest, so they are claims, never trusted. The import keeps the
@@ -10,10 +12,15 @@ file's ids only when every one of them (its checkpoints', its backtracks', and t
 references name a checkpoint the session no longer holds by) lies above the highest id this
 archive has ever handed out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never
 reused, so that is the only way an id is free) and at most :data:`KEEP_ID_BOUND` (a file cannot
-move this archive's sequences near their end). Those ids are reserved before the first row is
-written, in a short transaction of their own that holds the table against writers while it moves
-the sequence past them (PostgreSQL's sequences do not wait for the import's commit: a live
-writer checkpointing meanwhile gets the next free id). Otherwise the rows are numbered here as
+move this archive's sequences near their end). On PostgreSQL those ids are reserved before the
+first row is written, in a short transaction of their own that holds the table against writers
+while it moves the sequence past them (PostgreSQL's sequences do not wait for the import's
+commit: a live writer checkpointing meanwhile gets the next free id). On SQLite the import's
+own transaction holds the write lock from its first statement, so the decision is made there,
+at the first id of each table the file names (the ids after it come in increasing order, but
+for references by id); an id after it that contradicts it (below the high water mark, or past
+the bound) rolls the transaction back and the file is read again with that table renumbered —
+the same outcome as deciding on the whole file first. Otherwise the rows are numbered here as
 any new rows are, and a reference by id only gets a fresh id no row holds (the session digest
 does not change; `session log`'s numbers do), and the result says so. A reference by id always
 stays inside the imported session.
@@ -32,12 +39,13 @@ from alpstore.archive.packing import FRAME_TARGET
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
+from alpstore.db.runs import insert_run
 from alpstore.errors import CheckpointFileError, IntegrityError, UsageError
 from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
 from alpstore.rules.ids import check_text
 from alpstore.rules.names import normal_name
-from alpstore.views import EMPTY, EMPTY_COVER, View
+from alpstore.views import EMPTY, EMPTY_COVER, GROW, View
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -52,11 +60,15 @@ BATCH_BYTES: Final = FRAME_TARGET
 """A batch of blobs is stored at this many blobs or bytes: about one frame of the small ones
 (issue 41: they are stored packed, a frame a batch)."""
 
-INSERT_CHECKPOINT: Final = (
+INSERT_CHECKPOINTS: Final = (
     "INSERT INTO checkpoints ({id}session_id, seq, turn, segment_id, length, kernel_blob_id, "
-    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES ({q}?, ?, ?, ?, "
-    "?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    "wm_blob_id, label, trigger, abandoned, created_at, covering_digest) VALUES {values} "
+    "RETURNING id, seq"
 )
+CHECKPOINT_VALUES: Final = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?"
+CHECKPOINT_ROWS: Final = 100
+"""Checkpoints held and inserted together (13 parameters a row: well within either driver's
+limit)."""
 INSERT_BACKTRACK: Final = (
     "INSERT INTO backtracks ({id}session_id, from_checkpoint_id, to_checkpoint_id, steps, "
     "steering_blob_id, automatic, error_signature, created_at) VALUES ({q}?, ?, ?, ?, ?, ?, ?, ?)"
@@ -146,6 +158,70 @@ def reserve_ids(store: Store, checked: Checked) -> tuple[bool, bool]:
     return kept["checkpoints"], kept["backtracks"]
 
 
+class _Renumber(Exception):
+    """SQLite's one read: an id of ``table`` contradicts the decision to keep the file's ids
+    (made at its first id): the import rolls back and starts again, renumbering that table.
+    """
+
+    def __init__(self, table: str) -> None:
+        super().__init__(table)
+        self.table = table
+
+
+class _Reserved:
+    """Ids kept or not as :func:`reserve_ids` decided before the transaction (PostgreSQL, or a
+    file checked first): a kept id must lie in the span reserved for it.
+    """
+
+    def __init__(self, keep: bool, span: tuple[int, int]) -> None:
+        self.keep = keep
+        self.span = span
+
+    def claim(self, value: int, *, ref: bool = False) -> bool:
+        """True when ``value`` is kept (it lies in the reserved span)."""
+        if self.keep:
+            _Writer._reserved(value, self.span)
+        return self.keep
+
+    @property
+    def kept(self) -> bool:
+        return self.keep
+
+
+class _DecidedHere:
+    """SQLite's one read (see the module): whether the file's ids of ``table`` are kept,
+    decided at the first one inside the import's transaction, which holds the write lock, so
+    the high water mark read at its start stays the highest id handed out.
+    """
+
+    def __init__(self, store: Store, conn: Connection, table: str, *, renumber: bool) -> None:
+        self.store = store
+        self.conn = conn
+        self.table = table
+        self.high = _high_water(store, conn, table)
+        self.keep: bool | None = False if renumber else None
+
+    def claim(self, value: int, *, ref: bool = False) -> bool:
+        """True when ``value`` is kept. ``ref``: an id a reference names (no row takes it):
+        the sequence is moved past it, so no later row of this archive is handed it.
+
+        Raises:
+            _Renumber: ``value`` cannot be kept, an id kept before it was.
+        """
+        free = self.high < value <= KEEP_ID_BOUND
+        if self.keep is None:
+            self.keep = free
+        elif self.keep and not free:
+            raise _Renumber(self.table)
+        if self.keep and ref:
+            _move_sequence(self.store, self.conn, self.table, value)
+        return self.keep
+
+    @property
+    def kept(self) -> bool:
+        return self.keep is not False  # (None: the file names no id of this table)
+
+
 def _fresh_id(store: Store, conn: Connection, table: str) -> int:
     """An id of ``table`` no row holds or ever will (taken from its sequence, never used)."""
     if not store.db.is_sqlite:
@@ -173,7 +249,11 @@ def _local_origin(text: str | None, root: Path) -> str | None:
 
 class _Writer:
     def __init__(
-        self, store: Store, conn: Connection, name: str | None, keep: tuple[bool, bool]
+        self,
+        store: Store,
+        conn: Connection,
+        name: str | None,
+        ids: tuple[_Reserved | _DecidedHere, _Reserved | _DecidedHere],
     ) -> None:
         self.store = store
         self.conn = conn
@@ -190,9 +270,12 @@ class _Writer:
         self.orphaned = False
         self.seq_ids: dict[int, int] = {}
         self.view: View = EMPTY
-        self.keep_cks, self.keep_bts = keep
-        self.spans = ((0, 0), (0, 0))
-        """The id ranges reserved for this import (checkpoints, backtracks)."""
+        self.cks, self.bts = ids
+        """Whether the file's checkpoint / backtrack ids are kept (see the module)."""
+        self.held: list[tuple[bool, dict[str, Any], int, list[int]]] = []
+        """Checkpoints that only append, not written yet: ``(own id, line, at, blob ids)``."""
+        self.tip: tuple[int | None, int] | None = None
+        """``(segment, length)``: the tip of the segment the import appended to last."""
         self.fresh: dict[int, int] = {}
         """A reference by id only (a checkpoint the session no longer holds), renumbered: the
         file's id → a fresh id no checkpoint holds."""
@@ -226,13 +309,15 @@ class _Writer:
     def flush(self) -> None:
         """Store the batch: its small blobs packed from the start, a frame of them
         (``SqlArchive.store_packed``, issue 41: compressed once, never loose first), the rest
-        loose; then every blob's id.
+        loose; then every blob's id (the packed ones' as the frame found or stored them, not
+        looked up again).
         """
         if not self.batch:
             return
         archive = self.store.archive
-        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead)
-        ids, inserted = archive.store_encoded_counted(self.conn, self.batch)
+        known: dict[bytes, int] = {}
+        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead, known=known)
+        ids, inserted = archive.store_encoded_counted(self.conn, self.batch, known=known)
         self.inserted += inserted
         for (digest, _, _), blob_id in zip(self.batch, ids, strict=True):
             self.ids[digest] = blob_id
@@ -309,21 +394,69 @@ class _Writer:
             rsql.execute(conn, "UPDATE sessions SET root_id = ? WHERE id = ?", (self.sid, self.sid))
 
     def _view(self, rec: dict[str, Any]) -> View:
+        self.flush_checkpoints()  # (the segments as the held checkpoints leave them)
         views = self.store.views
         base = views.cut(self.conn, self.view, rec["keep"]) if rec["keep"] else EMPTY
-        return views.append(
+        view = views.append(
             self.conn, base, self.sid, [self.ids[bytes.fromhex(d)] for d in rec["add"]]
         )
+        if rec["add"]:  # appended: at the tip of the segment it names (grown or new)
+            self.tip = (view.segment_id, view.length)
+        return view
 
     def checkpoint(self, rec: dict[str, Any]) -> None:
+        """A checkpoint that only appends at the tip of the segment the last one grew (a
+        turn: most of a file's checkpoints) is held and written with the ones after it
+        (:meth:`flush_checkpoints`); any other its own way.
+        """
+        own = self.cks.claim(rec["id"])
+        at = self.view.length
+        if (
+            rec["add"]
+            and rec["keep"] == at
+            and self.tip == (self.view.segment_id, at)
+            and (not self.held or self.held[-1][0] == own)
+        ):
+            ids = [self.ids[bytes.fromhex(d)] for d in rec["add"]]
+            self.view = View(self.view.segment_id, at + len(ids))
+            self.tip = (self.view.segment_id, self.view.length)
+            self.held.append((own, rec, at, ids))
+            if len(self.held) >= CHECKPOINT_ROWS:
+                self.flush_checkpoints()
+            return
         view = self._view(rec)
-        own = self.keep_cks
-        if own:
-            self._reserved(rec["id"], self.spans[0])
-        (ck_id,) = rsql.fetchone(
-            self.conn,
-            INSERT_CHECKPOINT.format(id="id, " if own else "", q="?, " if own else ""),
-            (
+        self._insert_checkpoints(own, [(rec, view)])
+        self.view = view
+
+    def flush_checkpoints(self) -> None:
+        """Write the held checkpoints: their segment grown once (at its tip, as
+        ``ViewStore.append`` grows it), one run per checkpoint's entries (the same rows as
+        one append each), the checkpoints in one multi-row insert.
+
+        Raises:
+            IntegrityError: the segment was not at the tip the checkpoints were held at.
+        """
+        if not self.held:
+            return
+        held, self.held = self.held, []
+        seg = self.view.segment_id
+        assert seg is not None
+        first, last = held[0], held[-1]
+        end = last[2] + len(last[3])
+        grown = rsql.execute(self.conn, GROW, (end, seg, first[2]))
+        if grown.rowcount != 1:  # pragma: no cover - a segment this import made and holds
+            raise IntegrityError(f"segment {seg} moved while the import wrote it")
+        for _, _, at, ids in held:
+            insert_run(self.conn, seg, at, ids)
+        self._insert_checkpoints(
+            first[0], [(rec, View(seg, at + len(ids))) for _, rec, at, ids in held]
+        )
+
+    def _insert_checkpoints(self, own: bool, rows: list[tuple[dict[str, Any], View]]) -> None:
+        """Insert checkpoints (the file's ids when ``own``) in one statement."""
+        params: list[Any] = []
+        for rec, view in rows:
+            params += (
                 *((rec["id"],) if own else ()),
                 self.sid,
                 rec["seq"],
@@ -337,10 +470,11 @@ class _Writer:
                 rec["abandoned"],
                 rec["created_at"],
                 bytes.fromhex(rec["covering"]),
-            ),
-        )
-        self.seq_ids[rec["seq"]] = int(ck_id)
-        self.view = view
+            )
+        values = ", ".join([f"({'?, ' if own else ''}{CHECKPOINT_VALUES})"] * len(rows))
+        sql = INSERT_CHECKPOINTS.format(id="id, " if own else "", values=values)
+        for ck_id, seq in rsql.fetchall(self.conn, sql, params):
+            self.seq_ids[int(seq)] = int(ck_id)
 
     def head(self, rec: dict[str, Any]) -> None:
         view = self._view(rec)
@@ -372,16 +506,15 @@ class _Writer:
             return None
         if "seq" in ref:
             return self.seq_ids[ref["seq"]]
-        if self.keep_cks:
-            return self._reserved(ref["id"], self.spans[0])
+        if self.cks.claim(ref["id"], ref=True):
+            return int(ref["id"])
         if ref["id"] not in self.fresh:
             self.fresh[ref["id"]] = _fresh_id(self.store, self.conn, "checkpoints")
         return self.fresh[ref["id"]]
 
     def backtrack(self, rec: dict[str, Any]) -> None:
-        own = self.keep_bts
-        if own:
-            self._reserved(rec["id"], self.spans[1])
+        self.flush_checkpoints()
+        own = self.bts.claim(rec["id"])
         to = self._ref(rec["to"])
         assert to is not None  # the schema: a backtrack goes somewhere
         rsql.execute(
@@ -401,6 +534,7 @@ class _Writer:
         )
 
     def event(self, rec: dict[str, Any]) -> None:
+        self.flush_checkpoints()
         rsql.execute(
             self.conn,
             "INSERT INTO session_events (session_id, checkpoint_id, kind, detail, created_at) "
@@ -410,6 +544,7 @@ class _Writer:
 
     # ---------------------------------------------------------------- a LangGraph thread
     def _threads(self) -> Any:
+        self.flush_checkpoints()
         if self.lg is None:
             from alpstore.portable.travel_lg import ThreadWriter
 
@@ -452,6 +587,7 @@ class _Writer:
         return None
 
     def finish(self) -> None:
+        self.flush_checkpoints()
         self.flush()
         self.ahead.finish()  # every frame's data in its row
         if self.lg is not None:
@@ -464,7 +600,9 @@ def import_session_file(
     """Import the session file at ``path`` as a new session with the file's id (one
     transaction). ``name`` overrides the file's name (the rules of `session new`: printable, at
     most 200 characters, one spelling (NFC); refused when taken); the file's name, when taken
-    here, gets a ``#2``… suffix. ``checked``: what :func:`check_session_file` gave the caller.
+    here, gets a ``#2``… suffix. ``checked``: what :func:`check_session_file` gave the caller
+    (the file is then read once more, against its seals); without it an SQLite archive reads
+    the file once, checking it inside the transaction, and PostgreSQL checks it first.
 
     Raises:
         NotFoundError, CheckpointFileError, SecretError, PolicyError: the file (nothing written).
@@ -472,17 +610,46 @@ def import_session_file(
     """
     if name is not None:
         name = normal_name(check_text(name, "--name"))
+    if checked is None and store.db.is_sqlite:
+        renumber: set[str] = set()
+        while True:
+            try:
+                return _import(store, path, name, None, renumber)
+            except _Renumber as again:  # (rolled back: read it again, that table renumbered)
+                renumber.add(again.table)
     if checked is None:
         checked = check_session_file(path)
     if checked.session is not None:  # refused before anything moves (ids are reserved next)
         with store.db.read() as conn:
             store._require_free_id(conn, checked.session["uuid"])
             store._require_free_name(conn, name)
-    keep = reserve_ids(store, checked)
-    reader = SessionReader(path, sealed=checked)  # the bytes checked, not checked again
+    return _import(store, path, name, checked, set())
+
+
+def _import(
+    store: Store, path: Path, name: str | None, checked: Checked | None, renumber: set[str]
+) -> SessionImport:
+    """The import's transaction: with ``checked``, the ids reserved first and the file read
+    against its seals; without, the one checking read deciding the ids as it goes
+    (``renumber``: the tables whose ids are not kept whatever the file says).
+    """
+    if checked is not None:
+        keep = reserve_ids(store, checked)
+    # a checked file's bytes are not checked again; one read alone needs no seals
+    reader = SessionReader(path, sealed=checked, seal=checked is not None)
     with store.db.atomic() as conn:
-        w = _Writer(store, conn, name, keep)
-        w.spans = (checked.checkpoint_ids, checked.backtrack_ids)
+        ids: tuple[_Reserved | _DecidedHere, _Reserved | _DecidedHere]
+        if checked is not None:
+            ids = (
+                _Reserved(keep[0], checked.checkpoint_ids),
+                _Reserved(keep[1], checked.backtrack_ids),
+            )
+        else:
+            ids = (
+                _DecidedHere(store, conn, "checkpoints", renumber="checkpoints" in renumber),
+                _DecidedHere(store, conn, "backtracks", renumber="backtracks" in renumber),
+            )
+        w = _Writer(store, conn, name, ids)
         try:
             for kind, rec, raw in reader.records():
                 if kind == "blob":
@@ -502,7 +669,7 @@ def import_session_file(
             checkpoints=reader.result.checkpoints,
             blobs=reader.result.blobs,
             inserted=w.inserted,
-            ids_kept=w.keep_cks and w.keep_bts,
+            ids_kept=w.cks.kept and w.bts.kept,
             parent=w.parent,
             orphaned=w.orphaned,
             threads=tuple(dict.fromkeys(t for t, _ in reader.result.threads)),
