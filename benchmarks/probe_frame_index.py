@@ -31,6 +31,7 @@ or $ALPSTORE_TEST_POSTGRES_URL; fresh schemas, dropped after). Writes
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import statistics
@@ -93,6 +94,25 @@ def _frame_table(name: str, bits: int, digests: bool) -> list[str]:
     ]
 
 
+PG_VIEW = (
+    "SELECT f.first_id + u.i - 1 AS id, {digest} AS digest, get_byte(f.kinds, (u.i - 1)::int) "
+    "AS kind, coalesce(lead(u.at) OVER (PARTITION BY f.id ORDER BY u.at), f.raw_size) - u.at "
+    "AS raw_size FROM {frames} f CROSS JOIN LATERAL unnest(f.offsets) WITH ORDINALITY AS u (at, i)"
+)
+"""The packed blobs as rows of the old ``blobs`` shape, from a variant's frame table (what a
+``blobs`` view would union with the loose rows; ids contiguous here, as the probe checks)."""
+
+
+def _check_view(run: Any, frames: str, digests: bool) -> None:
+    """The variant's frame rows give back every packed blob's row (its digest when kept)."""
+    digest = "substring(f.digests from (32 * (u.i - 1) + 1)::int for 32)" if digests else "NULL"
+    got = run(f"{PG_VIEW.format(digest=digest, frames=frames)} ORDER BY 1").all()
+    want = run("SELECT id, digest, kind, raw_size FROM blobs WHERE codec = 4 ORDER BY id").all()
+    assert [tuple(r) for r in got] == [
+        (w[0], w[1] if digests else None, w[2], w[3]) for w in want
+    ], frames
+
+
 def real_path(base: str) -> tuple[list[str], dict[str, Any]]:
     """Part 1: growth per raw byte 400 → 2,000 turns, today's layout and each variant."""
     from sqlalchemy import create_engine
@@ -137,6 +157,8 @@ def real_path(base: str) -> tuple[list[str], dict[str, Any]]:
                             for name, bits, digests in variants:
                                 for stmt in _frame_table(name, bits, digests):
                                     run(stmt)
+                            for name, _, digests in variants:
+                                _check_view(run, name, digests)
                             run("VACUUM")
                             after = dict(run(SIZES).all())
                             if turns == 2000:
@@ -207,11 +229,32 @@ DESCRIBED = (
 )
 
 
-def range_reads(run: Any, rounds: int = 30) -> list[str]:
+BUCKETED = (
+    "WITH e AS (SELECT r.start + u.o - 1 AS position, u.blob_id FROM segment_runs r "
+    "CROSS JOIN LATERAL unnest(r.blob_ids) WITH ORDINALITY AS u (blob_id, o) "
+    "WHERE r.segment_id = %(s)s), b AS (SELECT min(blob_id) AS lo, max(blob_id) AS hi FROM e), "
+    "fr AS (SELECT array_agg(g.first_id ORDER BY g.first_id) AS firsts, "
+    "array_agg(g.id ORDER BY g.first_id) AS ids FROM nf_32_0 g, b WHERE g.first_id <= b.hi "
+    "AND g.first_id >= COALESCE((SELECT max(h.first_id) FROM nf_32_0 h "
+    "WHERE h.first_id <= b.lo), 0)) "
+    "SELECT e.position, e.blob_id, l.digest, l.kind, l.raw_size, l.codec, l.payload, "
+    "fr.ids[width_bucket(e.blob_id, fr.firsts)] FROM e CROSS JOIN fr "
+    "LEFT JOIN loose l ON l.id = e.blob_id ORDER BY 1"
+)
+"""The frame-described range read without a probe per entry: the frames whose id ranges can
+hold the segment's ids (by the b-tree on ``first_id``) gathered into one sorted array, and each
+packed id's frame found in it by ``width_bucket`` (a binary search). Needs frames whose id
+ranges do not overlap."""
+
+
+def range_reads(run: Any, rounds: int = 15) -> list[str]:
     """Part 3: the head's whole range read as hydrate's statement does it, today's join with
-    ``blobs`` against the frame-described layout (loose rows left-joined, each packed id's
-    frame found through a GiST index on the frame's id range, ``int4range``: one entry a
-    frame; ranges may overlap when another writer's ids interleave with an import's)."""
+    ``blobs`` against the frame-described layout: loose rows ``LEFT JOIN``ed and each packed
+    id's frame found through a GiST index on the frame's id range (``int4range``, one entry a
+    frame), or by :data:`BUCKETED`. Server time (``EXPLAIN ANALYZE``) and the time the client
+    waited (rows fetched), medians, the three alternating."""
+    import json
+
     run("CREATE TABLE loose AS SELECT * FROM blobs WHERE codec <> 4")
     run("ALTER TABLE loose ADD PRIMARY KEY (id)")
     run("ALTER TABLE nf_32_0 ADD COLUMN ids int4range")
@@ -222,20 +265,28 @@ def range_reads(run: Any, rounds: int = 30) -> list[str]:
         "SELECT segment_id, sum(cardinality(blob_ids)) FROM segment_runs GROUP BY 1 "
         "ORDER BY 2 DESC LIMIT 1"
     ).one()
-    times: dict[str, list[float]] = {"today": [], "described": []}
+    queries = {"today": TODAY, "gist": DESCRIBED, "bucketed": BUCKETED}
+    server: dict[str, list[float]] = {k: [] for k in queries}
+    client: dict[str, list[float]] = {k: [] for k in queries}
     for r in range(rounds):
-        for name in ("today", "described") if r % 2 else ("described", "today"):
+        for name in list(queries) if r % 2 else list(queries)[::-1]:
+            sql = queries[name]
+            plan = run(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", {"s": seg}).scalar_one()
+            plan = json.loads(plan) if isinstance(plan, str) else plan
+            server[name].append(float(plan[0]["Execution Time"]))
             t = time.perf_counter()
-            rows = run(TODAY if name == "today" else DESCRIBED, {"s": seg}).all()
-            times[name].append(time.perf_counter() - t)
+            rows = run(sql, {"s": seg}).all()
+            client[name].append(1e3 * (time.perf_counter() - t))
             assert len(rows) == count
-    today, described = (1e3 * statistics.median(times[k]) for k in ("today", "described"))
+    med = {k: (statistics.median(server[k]), statistics.median(client[k])) for k in queries}
     return [
-        f"| the head's {count:,} entries in one statement (median of {rounds}, ms) | today: "
-        "`JOIN blobs` | described: loose `LEFT JOIN` + frame by GiST id range | ratio |",
+        f"| the head's {count:,} entries in one statement, medians of {rounds} (ms): server "
+        "/ client | today: `JOIN blobs` | loose `LEFT JOIN` + frame by GiST id range | "
+        "loose `LEFT JOIN` + frame by `width_bucket` |",
         "|---|---:|---:|---:|",
-        f"| PostgreSQL, 2,000-turn import | {today:.1f} | {described:.1f} | "
-        f"{described / today:.2f} |",
+        "| PostgreSQL, 2,000-turn import | "
+        + " | ".join(f"{med[k][0]:.1f} / {med[k][1]:.1f}" for k in queries)
+        + " |",
     ]
 
 
@@ -326,6 +377,173 @@ def scale(base: str, frames: int = 3000, per: int = 400, rounds: int = 400) -> l
     return lines
 
 
+SQLITE_VIEW = (
+    "CREATE VIEW packed_rows AS SELECT id, digest, kind, coalesce(lead(at) OVER (PARTITION BY "
+    "frame ORDER BY at), size) - at AS raw_size, frame, at FROM (SELECT coalesce(i.value, "
+    "f.first_id + o.key) AS id, {digest} AS digest, CAST(substr(f.kinds, o.key + 1, 1) AS "
+    "INTEGER) AS kind, o.value AS at, f.id AS frame, f.raw_size AS size FROM nf f "
+    "JOIN json_each(f.offsets) o LEFT JOIN json_each(f.ids) i ON i.key = o.key)"
+)
+"""The packed blobs as rows of the old ``blobs`` shape (what a ``blobs`` view would union with
+the loose rows): ids from ``first_id`` or ``ids``, a blob's length the distance to the next
+offset in content order."""
+
+SQLITE_DIGEST = {True: "substr(f.digests, 32 * o.key + 1, 32)", False: "NULL"}
+
+
+def sqlite_path(turns: int = 1000) -> list[str]:
+    """Part 4, SQLite: the ``turns``-turn import's file (``import_history`` + ``settle``, as
+    ``bench_import_bytes.py``) against copies of it where the packed blobs' rows are folded into
+    their frames' rows and found by digest through a ``WITHOUT ROWID`` table ``(prefix,
+    frame_id)`` — with and without the 32-byte digests in the frame row — each ``VACUUM``-ed.
+    The frame row's description is what a SQL view of the old ``blobs`` shape can unnest
+    (``json_each``; :data:`SQLITE_VIEW`, checked here to give back every packed row):
+    ``first_id``, ``last_id`` (under a b-tree), ``offsets`` (JSON array, in id order),
+    ``kinds`` (one digit a blob), ``ids`` (JSON array; NULL when the ids are ``first_id`` …
+    ``last_id`` without a gap)."""
+    import shutil
+    import sqlite3
+
+    from alpstore.archive.frames import parse_pointer
+    from alpstore.db import sqlite_path_for_root
+    from alpstore.importers import import_history, parse_history
+    from alpstore.samples import write_jsonl
+    from alpstore.store import Store
+
+    lines = [
+        "",
+        f"| SQLite, `session import` of {turns:,} turns + settle, file ÷ raw | today | "
+        "frame-described + `(prefix, frame_id)` table, with digests | without digests |",
+        "|---|---:|---:|---:|",
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "c.jsonl"
+        write_jsonl(src, turns, seed=7)
+        raw = src.stat().st_size
+        store = Store.open(Path(tmp) / "r")
+        try:
+            import_history(store, parse_history(src, "auto"), name="bench")
+            store.archive.settle()
+        finally:
+            store.close()
+        db = sqlite_path_for_root(Path(tmp) / "r")
+        sizes = [db.stat().st_size]
+        for digests in (True, False):
+            copy = Path(tmp) / f"v{int(digests)}.db"
+            shutil.copyfile(db, copy)
+            conn = sqlite3.connect(copy, isolation_level=None)
+            try:
+                rows = conn.execute(
+                    "SELECT id, digest, kind, payload FROM blobs WHERE codec = 4 ORDER BY id"
+                ).fetchall()
+                frames: dict[int, list[tuple[int, bytes, int, int]]] = {}
+                for bid, digest, kind, payload in rows:
+                    fid, offset = parse_pointer(payload)
+                    frames.setdefault(fid, []).append((bid, digest, kind, offset))
+                conn.execute("BEGIN")
+                conn.execute(
+                    "CREATE TABLE nf AS SELECT *, 0 AS first_id, 0 AS last_id, '' AS offsets, "
+                    "'' AS kinds, NULL AS ids"
+                    + (", x'' AS digests" if digests else "")
+                    + " FROM pack_frames"
+                )
+                conn.execute(
+                    "CREATE TABLE pack_digests (prefix INTEGER NOT NULL, frame_id INTEGER NOT "
+                    "NULL, PRIMARY KEY (prefix, frame_id)) WITHOUT ROWID"
+                )
+                for fid, members in frames.items():
+                    first, last = members[0][0], members[-1][0]
+                    ids = [m[0] for m in members]
+                    conn.execute(
+                        "UPDATE nf SET first_id = ?, last_id = ?, offsets = ?, kinds = ?, ids = ?"
+                        + (", digests = ?" if digests else "")
+                        + " WHERE id = ?",
+                        (
+                            first,
+                            last,
+                            json.dumps([m[3] for m in members], separators=(",", ":")),
+                            "".join(str(m[2]) for m in members),
+                            None if last - first + 1 == len(ids) else json.dumps(ids),
+                            *([b"".join(m[1] for m in members)] if digests else []),
+                            fid,
+                        ),
+                    )
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO pack_digests VALUES (?, ?)",
+                        [(int.from_bytes(m[1][:4], "big", signed=True), fid) for m in members],
+                    )
+                conn.execute("CREATE INDEX nf_first ON nf (first_id)")
+                conn.execute(SQLITE_VIEW.format(digest=SQLITE_DIGEST[digests]))
+                got = conn.execute(
+                    "SELECT id, digest, kind, raw_size FROM packed_rows ORDER BY id"
+                ).fetchall()
+                want = conn.execute(
+                    "SELECT id, digest, kind, raw_size FROM blobs WHERE codec = 4 ORDER BY id"
+                ).fetchall()
+                assert got == [w if digests else (w[0], None, *w[2:]) for w in want]
+                conn.execute("DELETE FROM blobs WHERE codec = 4")
+                conn.execute("DROP TABLE pack_frames")
+                conn.execute("COMMIT")
+                conn.execute("VACUUM")
+            finally:
+                conn.close()
+            sizes.append(copy.stat().st_size)
+        today, described = _sqlite_range_reads(db, Path(tmp) / "v0.db")
+    lines.append(
+        f"| {raw / 1e6:.2f} MB raw | {sizes[0] / raw:.3f}× | {sizes[1] / raw:.3f}× | "
+        f"{sizes[2] / raw:.3f}× |"
+    )
+    lines += [
+        "",
+        "| SQLite, the head's entries in one statement (median of 15, ms) | today: `JOIN blobs` "
+        "| loose `LEFT JOIN` + frame by the b-tree on `first_id` | ratio |",
+        "|---|---:|---:|---:|",
+        f"| {turns:,}-turn import | {today:.1f} | {described:.1f} | {described / today:.2f} |",
+    ]
+    return lines
+
+
+SQLITE_TODAY = (
+    "SELECT r.start + j.key, b.id, b.digest, b.kind, b.raw_size, b.codec, b.payload "
+    "FROM segment_runs r, json_each(r.blob_ids) j JOIN blobs b ON b.id = j.value "
+    "WHERE r.segment_id = ? ORDER BY 1"
+)
+SQLITE_DESCRIBED = (
+    "SELECT r.start + j.key, j.value, l.digest, l.kind, l.raw_size, l.codec, l.payload, "
+    "(SELECT f.id FROM nf f WHERE f.first_id <= j.value ORDER BY f.first_id DESC LIMIT 1) "
+    "FROM segment_runs r, json_each(r.blob_ids) j LEFT JOIN blobs l ON l.id = j.value "
+    "WHERE r.segment_id = ? ORDER BY 1"
+)
+
+
+def _sqlite_range_reads(today_db: Path, described_db: Path, rounds: int = 15) -> tuple[float, ...]:
+    """Median ms of the longest segment's range read: today's file, then the described copy."""
+    import sqlite3
+
+    conns = [sqlite3.connect(today_db), sqlite3.connect(described_db)]
+    try:
+        seg, count = (
+            conns[0]
+            .execute(
+                "SELECT r.segment_id, count(*) FROM segment_runs r, json_each(r.blob_ids) "
+                "GROUP BY 1 ORDER BY 2 DESC LIMIT 1"
+            )
+            .fetchone()
+        )
+        times: list[list[float]] = [[], []]
+        for r in range(rounds):
+            for k in (0, 1) if r % 2 else (1, 0):
+                t = time.perf_counter()
+                sql = SQLITE_TODAY if k == 0 else SQLITE_DESCRIBED
+                rows = conns[k].execute(sql, (seg,)).fetchall()
+                times[k].append(1e3 * (time.perf_counter() - t))
+                assert len(rows) == count
+        return tuple(statistics.median(t) for t in times)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
 def main() -> str:
     base = os.environ.get("ALPSTORE_BENCH_POSTGRES_URL") or os.environ.get(
         "ALPSTORE_TEST_POSTGRES_URL"
@@ -337,6 +555,7 @@ def main() -> str:
     part1, _ = real_path(base)
     lines += part1
     lines += scale(base)
+    lines += sqlite_path()
     lines.append(f"\nLoad average at end: {os.getloadavg()[0]:.1f}")
     return "\n".join(lines) + "\n"
 
