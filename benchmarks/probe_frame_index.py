@@ -13,16 +13,21 @@ in the same schema, every packed blob's row folded into a copy of its frame's ro
 id order; a blob's length is the distance to the next offset in content order, the frame's
 ``raw_size`` closing the last), ``kinds`` (bytea, one byte a blob), ``prefixes`` (int4[] of the
 first four digest bytes, in id order) with a GIN index on the key array, and, in the variants
-that keep them, ``digests`` (bytea, 32 bytes a blob, ``STORAGE EXTERNAL``). Growth per raw
-byte 400 → 2,000 turns = the tables' bytes with ``blobs`` and ``pack_frames`` replaced by the
-variant's frame table.
+that keep them, ``digests`` (bytea, 32 bytes a blob, ``STORAGE EXTERNAL``; two of those
+variants index an expression over it, :data:`KEY_FUNCTIONS`, and store no prefix array).
+Each variant's rows are checked to give back every packed blob's row (:data:`PG_VIEW`).
+Growth per raw byte 400 → 2,000 turns = the tables' bytes with ``blobs`` and ``pack_frames``
+replaced by the variant's frame table.
 
 Part 2, scale: 3,000 frames of 400 blobs (1.2 M blobs, random digests) in scratch tables: the
 GIN's bytes per blob for keys of 32, 24, 20 and 16 bits of the digest, and the median time
 of one deduplication lookup of six digests (five new, one stored: a turn's) — GIN ``&&``
 then the candidates' positions rechecked against the full four-byte prefixes, in one
 statement — beside today's unique b-tree on the 32-byte digest over the same 1.2 M digests,
-alternating, in one connection.
+alternating, in one connection; and the GIN over an expression of a digests column.
+
+Part 3: hydrate's range read of the 2,000-turn head, today's against two frame-described
+forms (:func:`range_reads`). Part 4: the same layout on SQLite (:func:`sqlite_path`).
 
 Run: ``python benchmarks/probe_frame_index.py`` (PostgreSQL from $ALPSTORE_BENCH_POSTGRES_URL
 or $ALPSTORE_TEST_POSTGRES_URL; fresh schemas, dropped after). Writes
@@ -73,13 +78,35 @@ def _key(bits: int, expr: str) -> str:
     return expr if bits == 32 else f"({expr} >> {32 - bits})"
 
 
-def _frame_table(name: str, bits: int, digests: bool) -> list[str]:
-    """Statements building the variant's frame table from ``pack_frames`` and ``blobs``."""
-    keys = "" if bits == 32 else f", array_agg({_key(bits, PREFIX)} ORDER BY id) AS keys"
+KEY_FUNCTIONS = [
+    f"CREATE FUNCTION digest_keys{bits}(d bytea) RETURNS int4[] LANGUAGE sql IMMUTABLE STRICT "
+    f"PARALLEL SAFE AS $$ SELECT array_agg({expr} ORDER BY o) "
+    "FROM generate_series(0, length(d) - 32, 32) o $$"
+    for bits, expr in (
+        (
+            32,
+            "(get_byte(d, o) << 24) | (get_byte(d, o + 1) << 16) | (get_byte(d, o + 2) << 8) "
+            "| get_byte(d, o + 3)",
+        ),
+        (24, "(get_byte(d, o) << 16) | (get_byte(d, o + 1) << 8) | get_byte(d, o + 2)"),
+    )
+]
+"""The GIN keys of a frame's digests column (its 32-byte digests concatenated): the top 32 or
+24 bits of each, for an index on the expression (no array of prefixes stored beside them)."""
+
+
+def _frame_table(name: str, bits: int, digests: bool, expr: bool = False) -> list[str]:
+    """Statements building the variant's frame table from ``pack_frames`` and ``blobs``: the
+    GIN over the prefixes array (``keys``, the top ``bits`` bits, when narrower), or with
+    ``expr`` over ``digest_keys<bits>(digests)`` and no array beside the digests."""
+    keys = "" if bits == 32 or expr else f", array_agg({_key(bits, PREFIX)} ORDER BY id) AS keys"
     dcol = ", string_agg(digest, ''::bytea ORDER BY id) AS digests" if digests else ""
+    column = "prefixes" if bits == 32 else "keys"
+    index = f"(digest_keys{bits}(digests))" if expr else f"({column})"
     return [
-        f"CREATE TABLE {name} AS SELECT f.*, m.first_id, m.n, m.offsets, m.kinds, m.prefixes"
-        + (", m.keys" if bits != 32 else "")
+        f"CREATE TABLE {name} AS SELECT f.*, m.first_id, m.n, m.offsets, m.kinds"
+        + ("" if expr else ", m.prefixes")
+        + (", m.keys" if keys else "")
         + (", m.digests" if digests else "")
         + " FROM pack_frames f JOIN (SELECT get_byte(payload, 0) AS fid, min(id) AS first_id, "
         f"count(*) AS n, array_agg({OFFSET} ORDER BY id) AS offsets, "
@@ -90,7 +117,7 @@ def _frame_table(name: str, bits: int, digests: bool) -> list[str]:
         f"ALTER TABLE {name} ALTER data SET STORAGE EXTERNAL",
         *([f"ALTER TABLE {name} ALTER digests SET STORAGE EXTERNAL"] if digests else []),
         f"CREATE INDEX {name}_first ON {name} (first_id)",
-        f"CREATE INDEX {name}_key ON {name} USING gin ({'prefixes' if bits == 32 else 'keys'})",
+        f"CREATE INDEX {name}_key ON {name} USING gin {index}",
     ]
 
 
@@ -123,7 +150,8 @@ def real_path(base: str) -> tuple[list[str], dict[str, Any]]:
     from alpstore.store import Store
     from alpstore.testing.postgres import fresh_schema
 
-    variants = [(f"nf_{bits}_{int(d)}", bits, d) for d in (True, False) for bits in (32, 20)]
+    variants = [(f"nf_{bits}_{int(d)}", bits, d, False) for d in (True, False) for bits in (32, 20)]
+    variants += [(f"nf_{bits}_x", bits, True, True) for bits in (32, 24)]
     out: dict[str, Any] = {}
     admin = create_engine(base, poolclass=NullPool)
     try:
@@ -154,10 +182,12 @@ def real_path(base: str) -> tuple[list[str], dict[str, Any]]:
                             ).one()
                             top = run("SELECT max(id) FROM pack_frames").scalar_one()
                             assert top < 128, "the probe reads pointers of frame ids < 128"
-                            for name, bits, digests in variants:
-                                for stmt in _frame_table(name, bits, digests):
+                            for stmt in KEY_FUNCTIONS:
+                                run(stmt)
+                            for name, bits, digests, expr in variants:
+                                for stmt in _frame_table(name, bits, digests, expr):
                                     run(stmt)
-                            for name, _, digests in variants:
+                            for name, _, digests, _ in variants:
                                 _check_view(run, name, digests)
                             run("VACUUM")
                             after = dict(run(SIZES).all())
@@ -206,11 +236,12 @@ def real_path(base: str) -> tuple[list[str], dict[str, Any]]:
         "all tables |",
         "|---|---:|---:|---:|",
     ]
-    for name, bits, digests in variants:
+    for name, bits, digests, expr in variants:
         frames = (b["after"][name] - a["after"][name]) / dr
         whole = (total(b, name) - total(a, name)) / dr
         what = "with the 32-byte digests" if digests else "without digests (recomputed)"
-        lines.append(f"| {what} | {bits} bits | {frames:.3f}× | **{whole:.3f}×** |")
+        key = f"{bits} bits" + (" of `digests` (expression, no array)" if expr else "")
+        lines.append(f"| {what} | {key} | {frames:.3f}× | **{whole:.3f}×** |")
     lines += ["", *ranges]
     return lines, out
 
@@ -315,15 +346,23 @@ def scale(base: str, frames: int = 3000, per: int = 400, rounds: int = 400) -> l
                 for d in digests:
                     cp.write_row((d,))
             cols = ", ".join(f"k{bits} int4[]" for bits in WIDTHS[1:])
-            cur.execute(f"CREATE TABLE f (id serial PRIMARY KEY, first_id int, p int4[], {cols})")
-            with cur.copy(f"COPY f (first_id, p, {cols.replace(' int4[]', '')}) FROM STDIN") as cp:
+            cur.execute(
+                f"CREATE TABLE f (id serial PRIMARY KEY, first_id int, p int4[], {cols}, d bytea)"
+            )
+            cur.execute("ALTER TABLE f ALTER d SET STORAGE EXTERNAL")
+            names = cols.replace(" int4[]", "")
+            with cur.copy(f"COPY f (first_id, p, {names}, d) FROM STDIN") as cp:
                 for i in range(frames):
                     ps = [
                         int.from_bytes(d[:4], "big", signed=True) for d in digests[i * per :][:per]
                     ]
-                    cp.write_row(
-                        (i * per + 1, ps, *[[x >> (32 - w) for x in ps] for w in WIDTHS[1:]])
-                    )
+                    narrow = [[x >> (32 - w) for x in ps] for w in WIDTHS[1:]]
+                    cp.write_row((i * per + 1, ps, *narrow, b"".join(digests[i * per :][:per])))
+            for stmt in KEY_FUNCTIONS:
+                cur.execute(stmt)
+            cur.execute(
+                "CREATE INDEX f_x24 ON f USING gin (digest_keys24(d)) WITH (fastupdate = off)"
+            )
             for bits in WIDTHS:
                 col = "p" if bits == 32 else f"k{bits}"
                 cur.execute(f"CREATE INDEX f_{col} ON f USING gin ({col}) WITH (fastupdate = off)")
@@ -333,16 +372,26 @@ def scale(base: str, frames: int = 3000, per: int = 400, rounds: int = 400) -> l
                 "pg_relation_size('b')"
             )
             today = cur.fetchone()[0] / len(digests)  # type: ignore[index]
-            times: dict[int, list[float]] = {0: [], **{w: [] for w in WIDTHS}}
-            seen: dict[int, list[int]] = {w: [] for w in WIDTHS}
+            kinds = [*WIDTHS, -24]  # -24: the expression over the digests column
+            times: dict[int, list[float]] = {0: [], **{w: [] for w in kinds}}
+            seen: dict[int, list[int]] = {w: [] for w in kinds}
             for r in range(rounds):
                 want = [rng.randbytes(32) for _ in range(5)] + [rng.choice(digests)]
                 prefixes = [int.from_bytes(d[:4], "big", signed=True) for d in want]
-                order = [0, *WIDTHS] if r % 2 else [*WIDTHS, 0]
+                order = [0, *kinds] if r % 2 else [*kinds, 0]
+                short = [int.from_bytes(d[:3], "big") for d in want]
                 for w in order:
                     t = time.perf_counter()
                     if w == 0:
                         cur.execute("SELECT id FROM b WHERE digest = ANY(%s)", (want,))
+                        assert len(cur.fetchall()) == 1
+                    elif w == -24:
+                        cur.execute(
+                            "SELECT f.id, f.first_id + (position(x IN f.d) - 1) / 32 FROM f, "
+                            "unnest(%s::bytea[]) x WHERE digest_keys24(f.d) && %s::int4[] "
+                            "AND position(x IN f.d) %% 32 = 1",
+                            (want, short),
+                        )
                         assert len(cur.fetchall()) == 1
                     else:
                         col = "p" if w == 32 else f"k{w}"
@@ -356,7 +405,12 @@ def scale(base: str, frames: int = 3000, per: int = 400, rounds: int = 400) -> l
                         hits = cur.fetchall()
                         assert len(hits) >= 1
                     times[w].append(time.perf_counter() - t)
-                    if w:
+                    if w == -24:
+                        cur.execute(
+                            "SELECT count(*) FROM f WHERE digest_keys24(d) && %s::int4[]", (short,)
+                        )
+                        seen[w].append(cur.fetchone()[0])  # type: ignore[index]
+                    elif w:
                         cur.execute(f"SELECT count(*) FROM f WHERE {col} && %s::int4[]", (keys,))
                         seen[w].append(cur.fetchone()[0])  # type: ignore[index]
             lines.append(
@@ -372,6 +426,14 @@ def scale(base: str, frames: int = 3000, per: int = 400, rounds: int = 400) -> l
                     f"{size:.1f} | {1e6 * statistics.median(times[w]):.0f} | "
                     f"{statistics.mean(seen[w]):.1f} |"
                 )
+            cur.execute("SELECT pg_relation_size('f_x24')")
+            size = cur.fetchone()[0] / len(digests)  # type: ignore[index]
+            lines.append(
+                "| GIN over 24 bits of each digest, an expression over the frame's digests "
+                "column (no prefix array; rechecked by the digest's place in it) | "
+                f"{size:.1f} | {1e6 * statistics.median(times[-24]):.0f} | "
+                f"{statistics.mean(seen[-24]):.1f} |"
+            )
         finally:
             cur.execute(f"DROP SCHEMA {schema} CASCADE")
     return lines
