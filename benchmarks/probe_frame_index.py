@@ -27,7 +27,8 @@ statement — beside today's unique b-tree on the 32-byte digest over the same 1
 alternating, in one connection; and the GIN over an expression of a digests column.
 
 Part 3: hydrate's range read of the 2,000-turn head, today's against two frame-described
-forms (:func:`range_reads`). Part 4: the same layout on SQLite (:func:`sqlite_path`).
+forms (:func:`range_reads`). Part 4: the same layout on SQLite (:func:`sqlite_path`). Part 5:
+whether a frame's ids are contiguous and frames' id ranges disjoint (:func:`id_ranges`).
 
 Run: ``python benchmarks/probe_frame_index.py`` (PostgreSQL from $ALPSTORE_BENCH_POSTGRES_URL
 or $ALPSTORE_TEST_POSTGRES_URL; fresh schemas, dropped after). Writes
@@ -43,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -606,6 +608,100 @@ def _sqlite_range_reads(today_db: Path, described_db: Path, rounds: int = 15) ->
             conn.close()
 
 
+def _ranges(store: Any) -> str:
+    """How the packed blobs' ids lie per frame: gaps, overlapping frames, loose ids inside."""
+    from alpstore.archive.frames import parse_pointer
+
+    with store.db.read() as conn:
+        rows = conn.exec_driver_sql("SELECT id, payload, codec FROM blobs ORDER BY id").all()
+    frames: dict[int, list[int]] = {}
+    loose = []
+    for bid, payload, codec in rows:
+        if codec == 4:
+            frames.setdefault(parse_pointer(bytes(payload))[0], []).append(bid)
+        else:
+            loose.append(bid)
+    gaps = sum(1 for v in frames.values() if max(v) - min(v) + 1 != len(v))
+    spans = sorted((min(v), max(v)) for v in frames.values())
+    over = sum(1 for a, b in pairwise(spans) if b[0] <= a[1])
+    inside = sum(1 for i in loose if any(lo < i < hi for lo, hi in spans))
+    return f"| {len(frames)} | {gaps} | {over} | {inside} | {len(loose)} |"
+
+
+def id_ranges(base: str) -> list[str]:
+    """Part 5: are a frame's ids contiguous, and do frames' id ranges overlap? SQLite: 600
+    native turns with a 20 KB tool result every seventh (over ``PACK_BLOB_MAX``: stays loose),
+    packed twice as the background packer does (``keep_loose=1000``). PostgreSQL: a 1,500-turn
+    import while a live writer commits turns beside it on another thread, then ``archive
+    pack``."""
+    import threading
+
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from alpstore.importers import import_history, parse_history
+    from alpstore.samples import write_jsonl
+    from alpstore.store import Store
+    from alpstore.testing.postgres import fresh_schema
+    from benchmarks._util import conversation_turns
+
+    lines = [
+        "",
+        "| packed ids per frame | frames | frames with gaps | overlapping neighbours | loose "
+        "ids inside a frame's range | loose blobs |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    turns = conversation_turns(600)[:600]
+    for t, turn in enumerate(turns):
+        if t % 7 == 3:
+            turn.append({"role": "tool", "content": "x" * 20000 + str(t)})
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store.open(Path(tmp))
+        try:
+            session = store.create_session(name="bench")
+            for turn in turns[:400]:
+                session.commit_turn(turn)
+            store.archive.wait_for_training()
+            store.archive.pack_cold(keep_loose=1000)
+            for turn in turns[400:]:
+                session.commit_turn(turn)
+            store.archive.pack_cold(keep_loose=1000)
+            lines.append("| SQLite, native, large blobs, packed twice " + _ranges(store))
+        finally:
+            store.close()
+    admin = create_engine(base, poolclass=NullPool)
+    try:
+        with tempfile.TemporaryDirectory() as tmp, fresh_schema(admin, base, "probe_ids_") as url:
+            src = Path(tmp) / "c.jsonl"
+            write_jsonl(src, 1500, seed=9)
+            store = Store.open(Path(tmp) / "r", url=url)
+            try:
+                live = store.create_session(name="live")
+                stop = threading.Event()
+
+                def writer() -> None:
+                    for turn in conversation_turns(3000, seed=11):
+                        if stop.is_set():
+                            break
+                        live.commit_turn(turn)
+
+                thread = threading.Thread(target=writer)
+                thread.start()
+                try:
+                    import_history(store, parse_history(src, "auto"), name="imp")
+                finally:
+                    stop.set()
+                    thread.join()
+                lines.append("| PostgreSQL, an import beside a live writer " + _ranges(store))
+                store.archive.pack_cold()
+                lines.append("| the same, then `archive pack` " + _ranges(store))
+            finally:
+                store.close()
+    finally:
+        admin.dispose()
+    return lines
+
+
 def main() -> str:
     base = os.environ.get("ALPSTORE_BENCH_POSTGRES_URL") or os.environ.get(
         "ALPSTORE_TEST_POSTGRES_URL"
@@ -618,6 +714,7 @@ def main() -> str:
     lines += part1
     lines += scale(base)
     lines += sqlite_path()
+    lines += id_ranges(base)
     lines.append(f"\nLoad average at end: {os.getloadavg()[0]:.1f}")
     return "\n".join(lines) + "\n"
 
