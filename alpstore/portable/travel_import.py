@@ -6,24 +6,23 @@ command created for it is removed again, ``sqlitefile.discard_new_archives``). I
 it is read twice: once with no archive (every check), then inside the write transaction, each
 run of lines compared with the seals of the first read (the file may have changed in between).
 
-Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide,
-and a file's ids are not in its digest, so they are claims, never trusted. The import keeps the
-file's ids only when every one of them (its checkpoints', its backtracks', and the ids its
-references name a checkpoint the session no longer holds by) lies above the highest id this
-archive has ever handed out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never
-reused, so that is the only way an id is free) and at most :data:`KEEP_ID_BOUND` (a file cannot
-move this archive's sequences near their end). On PostgreSQL those ids are reserved before the
-first row is written, in a short transaction of their own that holds the table against writers
-while it moves the sequence past them (PostgreSQL's sequences do not wait for the import's
-commit: a live writer checkpointing meanwhile gets the next free id). On SQLite the import's
-own transaction holds the write lock from its first statement, so the decision is made there,
-at the first id of each table the file names (the ids after it come in increasing order, but
-for references by id); an id after it that contradicts it (below the high water mark, or past
-the bound) rolls the transaction back and the file is read again with that table renumbered —
-the same outcome as deciding on the whole file first. Otherwise the rows are numbered here as
-any new rows are, and a reference by id only gets a fresh id no row holds (the session digest
-does not change; `session log`'s numbers do), and the result says so. A reference by id always
-stays inside the imported session.
+Checkpoint and backtrack numbers: `session log` prints checkpoint ids, which are archive-wide, and a
+file's ids are not in its digest, so they are claims, never trusted. The import keeps the file's ids
+only when every one of them (its checkpoints', its backtracks', and the ids its references name a
+checkpoint the session no longer holds by) lies above the highest id this archive has ever handed
+out (SQLite's ``sqlite_sequence``, PostgreSQL's sequence; ids are never reused, so that is the only
+way an id is free) and at most ``travel_ids.KEEP_ID_BOUND`` (a file cannot move this archive's
+sequences near their end). On PostgreSQL those ids are reserved before the first row is written, in
+a short transaction of their own that holds the table against writers while it moves the sequence
+past them (PostgreSQL's sequences do not wait for the import's commit: a live writer checkpointing
+meanwhile gets the next free id). On SQLite the import's own transaction holds the write lock from
+its first statement, so the decision is made there, at the first id of each table the file names
+(the ids after it come in increasing order, but for references by id); an id after it that
+contradicts it (below the high water mark, or past the bound) rolls the transaction back and the
+file is read again with that table renumbered — the same outcome as deciding on the whole file
+first. Otherwise the rows are numbered here as any new rows are, and a reference by id only gets a
+fresh id no row holds (the session digest does not change; `session log`'s numbers do), and the
+result says so. A reference by id always stays inside the imported session.
 """
 
 from __future__ import annotations
@@ -40,9 +39,16 @@ from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.db.runs import insert_run
-from alpstore.errors import CheckpointFileError, IntegrityError, UsageError
+from alpstore.errors import IntegrityError, UsageError
 from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
+from alpstore.portable.travel_ids import (
+    DecidedHere,
+    Renumber,
+    Reserved,
+    fresh_id,
+    reserve_ids,
+)
 from alpstore.rules.ids import check_text
 from alpstore.rules.names import normal_name
 from alpstore.views import EMPTY, EMPTY_COVER, GROW, View
@@ -52,9 +58,6 @@ if TYPE_CHECKING:
 
     from alpstore.core.store import CoreStore as Store
 
-KEEP_ID_BOUND: Final = 2**30
-"""The highest checkpoint or backtrack id an import keeps (half the 32-bit range: whatever a file
-claims, this archive keeps a billion ids of its own)."""
 BATCH_ITEMS: Final = 1024
 BATCH_BYTES: Final = FRAME_TARGET
 """A batch of blobs is stored at this many blobs or bytes: about one frame of the small ones
@@ -106,133 +109,6 @@ class SessionImport:
     carries none of its rows), said in words; None when there is none."""
 
 
-def _high_water(store: Store, conn: Connection, table: str) -> int:
-    """The highest id ``table`` has ever handed out (or holds)."""
-    top = rsql.fetchone(conn, f"SELECT COALESCE(MAX(id), 0) FROM {table}")[0]
-    if store.db.is_sqlite:
-        row = rsql.fetchone(conn, "SELECT seq FROM sqlite_sequence WHERE name = ?", (table,))
-    else:
-        row = rsql.fetchone(
-            conn,
-            "SELECT pg_sequence_last_value(CAST(pg_get_serial_sequence(?, 'id') AS regclass))",
-            (table,),
-        )
-    return max(int(top), int(row[0]) if row and row[0] is not None else 0)
-
-
-def _move_sequence(store: Store, conn: Connection, table: str, upto: int) -> None:
-    """The next id ``table`` hands out is above ``upto`` (nothing at or below it is free)."""
-    if not store.db.is_sqlite:
-        rsql.fetchone(conn, "SELECT setval(pg_get_serial_sequence(?, 'id'), ?)", (table, upto))
-        return
-    updated = rsql.execute(
-        conn, "UPDATE sqlite_sequence SET seq = ? WHERE name = ? AND seq < ?", (upto, table, upto)
-    )
-    if not updated.rowcount and not rsql.fetchone(
-        conn, "SELECT 1 FROM sqlite_sequence WHERE name = ?", (table,)
-    ):
-        rsql.execute(conn, "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, upto))
-
-
-def reserve_ids(store: Store, checked: Checked) -> tuple[bool, bool]:
-    """Decide whether the file's checkpoint and backtrack ids are kept, and reserve the kept
-    ones: ``(checkpoint ids kept, backtrack ids kept)``. One short transaction that holds both
-    tables against writers (PostgreSQL: ``LOCK … IN EXCLUSIVE MODE``, which waits for every
-    transaction that took an id and has not committed; SQLite: the write lock), reads the high
-    water marks and moves the sequences past the kept ranges, so no concurrent writer can be
-    handed one of them (before this, PostgreSQL moved its sequence only when the import
-    committed: a live writer's checkpoint collided and its turn was lost).
-    """
-    spans = {"checkpoints": checked.checkpoint_ids, "backtracks": checked.backtrack_ids}
-    kept: dict[str, bool] = {}
-    with store.db.atomic() as conn:
-        if not store.db.is_sqlite:
-            rsql.execute(conn, "LOCK TABLE checkpoints, backtracks IN EXCLUSIVE MODE")
-        for table, (low, high) in spans.items():
-            if (low, high) == (0, 0):
-                kept[table] = True  # nothing to keep
-                continue
-            kept[table] = low > _high_water(store, conn, table) and high <= KEEP_ID_BOUND
-            if kept[table]:
-                _move_sequence(store, conn, table, high)
-    return kept["checkpoints"], kept["backtracks"]
-
-
-class _Renumber(Exception):
-    """SQLite's one read: an id of ``table`` contradicts the decision to keep the file's ids
-    (made at its first id): the import rolls back and starts again, renumbering that table.
-    """
-
-    def __init__(self, table: str) -> None:
-        super().__init__(table)
-        self.table = table
-
-
-class _Reserved:
-    """Ids kept or not as :func:`reserve_ids` decided before the transaction (PostgreSQL, or a
-    file checked first): a kept id must lie in the span reserved for it.
-    """
-
-    def __init__(self, keep: bool, span: tuple[int, int]) -> None:
-        self.keep = keep
-        self.span = span
-
-    def claim(self, value: int, *, ref: bool = False) -> bool:
-        """True when ``value`` is kept (it lies in the reserved span)."""
-        if self.keep:
-            _Writer._reserved(value, self.span)
-        return self.keep
-
-    @property
-    def kept(self) -> bool:
-        return self.keep
-
-
-class _DecidedHere:
-    """SQLite's one read (see the module): whether the file's ids of ``table`` are kept,
-    decided at the first one inside the import's transaction, which holds the write lock, so
-    the high water mark read at its start stays the highest id handed out.
-    """
-
-    def __init__(self, store: Store, conn: Connection, table: str, *, renumber: bool) -> None:
-        self.store = store
-        self.conn = conn
-        self.table = table
-        self.high = _high_water(store, conn, table)
-        self.keep: bool | None = False if renumber else None
-
-    def claim(self, value: int, *, ref: bool = False) -> bool:
-        """True when ``value`` is kept. ``ref``: an id a reference names (no row takes it):
-        the sequence is moved past it, so no later row of this archive is handed it.
-
-        Raises:
-            _Renumber: ``value`` cannot be kept, an id kept before it was.
-        """
-        free = self.high < value <= KEEP_ID_BOUND
-        if self.keep is None:
-            self.keep = free
-        elif self.keep and not free:
-            raise _Renumber(self.table)
-        if self.keep and ref:
-            _move_sequence(self.store, self.conn, self.table, value)
-        return self.keep
-
-    @property
-    def kept(self) -> bool:
-        return self.keep is not False  # (None: the file names no id of this table)
-
-
-def _fresh_id(store: Store, conn: Connection, table: str) -> int:
-    """An id of ``table`` no row holds or ever will (taken from its sequence, never used)."""
-    if not store.db.is_sqlite:
-        return int(
-            rsql.fetchone(conn, "SELECT nextval(pg_get_serial_sequence(?, 'id'))", (table,))[0]
-        )
-    fresh = _high_water(store, conn, table) + 1
-    _move_sequence(store, conn, table, fresh)
-    return fresh
-
-
 def _local_origin(text: str | None, root: Path) -> str | None:
     """The file's ``origin`` for this run root: a recorded policy's checkpoint directory (kept
     relative to the run root in the file, checked by the reader) under this one.
@@ -253,7 +129,7 @@ class _Writer:
         store: Store,
         conn: Connection,
         name: str | None,
-        ids: tuple[_Reserved | _DecidedHere, _Reserved | _DecidedHere],
+        ids: tuple[Reserved | DecidedHere, Reserved | DecidedHere],
     ) -> None:
         self.store = store
         self.conn = conn
@@ -485,18 +361,6 @@ class _Writer:
             (view.segment_id, view.length, bytes.fromhex(rec["covering"]), self.sid),
         )
 
-    @staticmethod
-    def _reserved(value: int, span: tuple[int, int]) -> int:
-        """``value`` when it lies in the range reserved for this import (the file was read
-        before the reservation; it cannot have changed since without saying so here).
-        """
-        if not span[0] <= value <= span[1]:
-            raise CheckpointFileError(
-                f"id {value} was not in the file when it was checked: the file changed while it "
-                "was imported; nothing was imported"
-            )
-        return value
-
     def _ref(self, ref: dict[str, int] | None) -> int | None:
         """A checkpoint reference here, always inside the imported session: by seq, else (a
         checkpoint the session no longer has) the file's id when ids are kept (reserved for
@@ -509,7 +373,7 @@ class _Writer:
         if self.cks.claim(ref["id"], ref=True):
             return int(ref["id"])
         if ref["id"] not in self.fresh:
-            self.fresh[ref["id"]] = _fresh_id(self.store, self.conn, "checkpoints")
+            self.fresh[ref["id"]] = fresh_id(self.store, self.conn, "checkpoints")
         return self.fresh[ref["id"]]
 
     def backtrack(self, rec: dict[str, Any]) -> None:
@@ -615,7 +479,7 @@ def import_session_file(
         while True:
             try:
                 return _import(store, path, name, None, renumber)
-            except _Renumber as again:  # (rolled back: read it again, that table renumbered)
+            except Renumber as again:  # (rolled back: read it again, that table renumbered)
                 renumber.add(again.table)
     if checked is None:
         checked = check_session_file(path)
@@ -638,16 +502,16 @@ def _import(
     # a checked file's bytes are not checked again; one read alone needs no seals
     reader = SessionReader(path, sealed=checked, seal=checked is not None)
     with store.db.atomic() as conn:
-        ids: tuple[_Reserved | _DecidedHere, _Reserved | _DecidedHere]
+        ids: tuple[Reserved | DecidedHere, Reserved | DecidedHere]
         if checked is not None:
             ids = (
-                _Reserved(keep[0], checked.checkpoint_ids),
-                _Reserved(keep[1], checked.backtrack_ids),
+                Reserved(keep[0], checked.checkpoint_ids),
+                Reserved(keep[1], checked.backtrack_ids),
             )
         else:
             ids = (
-                _DecidedHere(store, conn, "checkpoints", renumber="checkpoints" in renumber),
-                _DecidedHere(store, conn, "backtracks", renumber="backtracks" in renumber),
+                DecidedHere(store, conn, "checkpoints", renumber="checkpoints" in renumber),
+                DecidedHere(store, conn, "backtracks", renumber="backtracks" in renumber),
             )
         w = _Writer(store, conn, name, ids)
         try:

@@ -17,7 +17,8 @@ from alpstore.cli.session_travel import reads_once
 from alpstore.db import sqlite_path_for_root
 from alpstore.maintenance import verify
 from alpstore.portable.travel import check_session_file
-from alpstore.portable.travel_import import KEEP_ID_BOUND, import_session_file
+from alpstore.portable.travel_ids import KEEP_ID_BOUND
+from alpstore.portable.travel_import import import_session_file
 from alpstore.store import Store
 from tests.portable.test_hostile_bundles import other_session, read, seal, source_file
 
