@@ -130,9 +130,9 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
 
 def _gc_once(store: Store, dry_run: bool) -> GcReport:
     report = GcReport(dry_run=dry_run)
-    # foreign keys unenforced on SQLite: the sweep checks its blobs itself, in one pass per
-    # referring table (db.sweep.check_unreferenced), where SQLite would scan segment_entries
-    # once per deleted blob (its blob_id has no index there since 0008)
+    # foreign keys unenforced on SQLite, and none on a segment run's blob ids (0009): the sweep
+    # checks its blobs itself, in one pass per referring table (db.sweep.check_unreferenced),
+    # where SQLite would scan the entries once per deleted blob
     with store.db.atomic(snapshot=True, foreign_keys=False) as conn:
         store.db.exclude_writers(conn)  # no blob may gain a reference between mark and sweep
         shapes = _shapes(conn)
@@ -194,8 +194,7 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         order = sorted(doomed_segments, key=lambda s: -_depth(shapes, s))
         for seg in order:
             conn.execute(delete(segments).where(segments.c.id == seg))
-        if store.db.is_sqlite:
-            check_unreferenced(conn, doomed_blobs)
+        check_unreferenced(conn, doomed_blobs)
         for start in range(0, len(doomed_blobs), 500):
             part = doomed_blobs[start : start + 500]
             conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))

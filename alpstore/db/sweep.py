@@ -1,10 +1,13 @@
 """What a sweep that deletes blobs checks itself (GC on SQLite runs with foreign keys off,
-migration 0008): which columns refer to blobs, and that none of them names a doomed one.
+migration 0008; a segment run's blob ids have no foreign key, 0009): which columns refer to
+blobs, and that none of them names a doomed one.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
+from typing import Any
+
+from sqlalchemy import Connection, Row, text
 
 from alpstore.db.tables import metadata
 from alpstore.errors import IntegrityError
@@ -27,11 +30,24 @@ def check_unreferenced(conn: Connection, doomed: list[int]) -> None:
     table that refers to blobs: no row left after the sweep names one of them (a summary's
     references go with it). Runs after the entries and segments are deleted, before the blobs.
 
+    Both backends: a segment run's blob ids (0009: an array / JSON text) have no foreign key
+    anywhere, and SQLite's GC runs with its foreign keys off.
+
     Raises:
         IntegrityError: a row still refers to a blob about to be deleted (nothing is deleted:
             the transaction rolls back).
     """
     if not doomed:
+        return
+    if conn.dialect.name != "sqlite":  # its foreign keys check the rest; no temp table needed
+        found = conn.execute(
+            text(
+                "SELECT blob_id FROM segment_entries "
+                "WHERE blob_id = ANY(CAST(:ids AS INTEGER[])) LIMIT 1"
+            ),
+            {"ids": doomed},
+        ).first()
+        _refuse(found, "segment_entries", "blob_id")
         return
     conn.exec_driver_sql("CREATE TEMP TABLE IF NOT EXISTS gc_doomed (id INTEGER PRIMARY KEY)")
     try:
@@ -47,10 +63,14 @@ def check_unreferenced(conn: Connection, doomed: list[int]) -> None:
                 f"SELECT {column} FROM {table} WHERE {column} IN "
                 f"(SELECT id FROM temp.gc_doomed){extra} LIMIT 1"
             ).first()
-            if found is not None:
-                raise IntegrityError(
-                    f"archive gc: {table}.{column} still refers to blob id {found[0]}, which the "
-                    "sweep would delete; nothing was removed"
-                )
+            _refuse(found, table, column)
     finally:
         conn.exec_driver_sql("DROP TABLE IF EXISTS temp.gc_doomed")
+
+
+def _refuse(found: Row[Any] | None, table: str, column: str) -> None:
+    if found is not None:
+        raise IntegrityError(
+            f"archive gc: {table}.{column} still refers to blob id {found[0]}, which the "
+            "sweep would delete; nothing was removed"
+        )
