@@ -350,6 +350,15 @@ class BoundedConnection(psycopg.Connection[Any]):
             if sink is not None:
                 sink(result)
 
+    def _deallocate(self, name: bytes | None) -> Any:
+        """The driver's ``DEALLOCATE`` (None: ALL, which it sends after a ROLLBACK, a DROP or an
+        ALTER once it prepared statements of its own): that takes this connection's prepared
+        pipeline statements with it, so they are prepared again.
+        """
+        if name is None:
+            self._alp_prepared = None
+        return (yield from super()._deallocate(name))
+
     def _commit_gen(self) -> Any:
         self.alp_ended = None
         if self.alp_begun_later and self.alp_deferred and not self._pipeline and not self._tpc:

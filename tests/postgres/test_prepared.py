@@ -92,3 +92,28 @@ def test_a_statement_the_server_cannot_prepare_goes_on_bound_failing_nothing() -
     # "could not determine data type of parameter $1": never prepared, every turn committed;
     # the other one's PREPARE, skipped after it the first time, made the next
     assert list(known) == [(preparable[0], (0, 23))] and names == ["_alp_3"]
+
+
+def test_the_statements_prepared_again_after_psycopg_deallocates_all() -> None:
+    """psycopg sends DEALLOCATE ALL after a ROLLBACK once it prepared statements of its own
+    (``prepare=True``, or a query run five times): the pipeline's prepared statements go with
+    them, and the next transaction prepares them again instead of failing ("prepared statement
+    \"_alp_1\" does not exist": the stateful sessions test on PostgreSQL, before)."""
+    with postgres_schema() as url, driver(url) as conn:
+        conn.execute("CREATE TABLE t (v text, n int)")
+        conn.commit()
+        statement = ("INSERT INTO t VALUES (%s, %s)", ("z", 2))
+        for _ in range(2):
+            conn.alp_begin_later([statement])
+            conn.commit()
+        assert prepared_on_server(conn) == ["_alp_1"]
+        conn.execute("SELECT %s::int", (1,), prepare=True)
+        conn.rollback()  # psycopg: DEALLOCATE ALL
+        assert prepared_on_server(conn) == []
+        for _ in range(2):
+            conn.alp_begin_later([statement])
+            conn.commit()
+        rows = conn.execute("SELECT count(*) FROM t").fetchone()
+        conn.commit()
+        names = prepared_on_server(conn)
+    assert rows == (4,) and names == ["_alp_2"]
