@@ -46,6 +46,12 @@ parameters in a pipeline (:meth:`BoundedConnection._alp_pipeline`)."""
 PREPARED_MAX = 128
 """Statements one connection keeps prepared (``_alp_prepared``); past them the rest go bound."""
 
+CAN_PREPARE = callable(getattr(psycopg.Connection, "_deallocate", None))
+"""Whether this psycopg sends its ``DEALLOCATE ALL`` through ``_deallocate`` (3.1–3.3 do), the hook
+:meth:`BoundedConnection._deallocate` needs to forget the statements it takes with it. A
+psycopg without it would leave names prepared here that the server no longer has, so nothing
+is prepared then: every statement goes bound, as with ``alpstore_prepared=0``."""
+
 _WIRE_TYPES = {bool: 16, float: 701, bytes: 17, bytearray: 17, memoryview: 17}
 """Parameter types as a client-side bound literal of the value would be typed (``true``,
 ``1.5::float8``, ``'\\x..'::bytea``); ints by their size, text and NULL unknown."""
@@ -231,6 +237,7 @@ class BoundedConnection(psycopg.Connection[Any]):
         if (
             key not in self._alp_to_prepare
             and key not in self._alp_unpreparable
+            and CAN_PREPARE
             and len(self._alp_prepared) + len(self._alp_unpreparable) < self.alp_prepared_max
         ):
             self._alp_names += 1

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from alpstore.db import pgconn
 from alpstore.db.engine import parse_database_url, postgresql_engine
 from alpstore.store import Store
 from tests.conftest import postgres_schema
@@ -45,10 +46,12 @@ def prepared_on_server(conn: Any) -> list[str]:
     return [r[0] for r in rows if r[0].startswith("_alp_")]
 
 
-@pytest.mark.parametrize("prepared", ["default", "off"])
+@pytest.mark.parametrize("prepared", ["default", "off", "no hook"])
 def test_turns_run_prepared_in_one_round_trip_and_read_back_alike(
-    tmp_path: Path, prepared: str
+    tmp_path: Path, prepared: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if prepared == "no hook":  # a psycopg without ``_deallocate``: nothing is prepared
+        monkeypatch.setattr(pgconn, "CAN_PREPARE", False)
     with postgres_schema() as direct, proxied(direct) as (proxy, url):
         if prepared == "off":
             url += ("&" if "?" in url else "?") + "alpstore_prepared=0"
@@ -69,7 +72,7 @@ def test_turns_run_prepared_in_one_round_trip_and_read_back_alike(
             store.close()
     assert max(waits[2:]) == 1, waits
     assert history == [m["content"] for i in range(8) for m in turn(i)]
-    if prepared == "off":
+    if prepared != "default":
         assert names == [] and known == {}
     else:  # the guard, the entries' INSERT, the head's move, the checkpoint …
         assert len(names) >= 4 and sorted(known.values()) == sorted(n.encode() for n in names)
