@@ -15,10 +15,11 @@ from typing import Any, Final
 import blake3
 import zstandard
 
+from alpstore.canonical import parse_canonical
 from alpstore.codec import parse_json
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import AlpstoreError, CanonicalJSONError, CheckpointFileError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, canonical_bytes
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, MAX_MESSAGE_BYTES, canonical_bytes
 from alpstore.portable.travel_format import (
     FORMAT,
     HEX,
@@ -87,6 +88,38 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
             raise CheckpointFileError(
                 f"{path}: line {n + 1} ends without a newline: the file is cut short (truncated)"
             )
+
+
+_BLOB_HEAD: Final = b'{"type":"blob","digest":"'
+_BLOB_KIND: Final = b'","kind":"'
+_BLOB_VALUE: Final = b'","value":'
+_KIND_NAMES: Final = {name.encode(): name for name in KIND_CODES}
+_HEX_BYTES: Final = frozenset(b"0123456789abcdef")
+
+
+def blob_line(line: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """``(record, canonical bytes of its value)`` of a blob line spelled exactly as an export
+    writes it (``travel_export._BLOB_LINE``: these keys in this order, no space, the value its
+    canonical JSON of at most :data:`MAX_MESSAGE_BYTES`, a known kind, a lowercase digest), read
+    in one parse and one encoding of the value (``canonical.parse_canonical``); None for any
+    other line, which the strict reading then takes (its errors, its canonical form: a line
+    another writer spelled otherwise is read as before).
+
+    The record is the one the strict parse gives for the same line: every byte outside the
+    value is fixed here, so no key can repeat or be missing.
+    """
+    if not line.startswith(_BLOB_HEAD) or line[89:99] != _BLOB_KIND or line[-1:] != b"}":
+        return None
+    end = line.find(_BLOB_VALUE, 99, 99 + 24)
+    name = _KIND_NAMES.get(line[99:end]) if end > 0 else None
+    digest = line[25:89]
+    if name is None or not _HEX_BYTES.issuperset(digest):
+        return None
+    raw = line[end + len(_BLOB_VALUE) : -1]
+    parsed = parse_canonical(raw, limit=MAX_MESSAGE_BYTES)
+    if parsed is None:
+        return None
+    return {"type": "blob", "digest": digest.decode(), "kind": name, "value": parsed[0]}, raw
 
 
 @dataclass
@@ -206,6 +239,12 @@ class SessionReader:
         )
         try:
             for n, line in lines:
+                if not self._stage and n > 1:  # still the blob lines: the export's spelling?
+                    fast = blob_line(line)
+                    if fast is not None:
+                        rec, raw = fast
+                        yield "blob", rec, self._blob(n, rec, raw)
+                        continue
                 if n == 1:
                     self._header(line.removeprefix(b"\xef\xbb\xbf"))
                     continue
@@ -353,11 +392,15 @@ class SessionReader:
         if rec["kind"] not in KIND_CODES:
             raise self._fail(n, f"blob line: $.kind: expected one of {', '.join(KIND_CODES)}")
 
-    def _blob(self, n: int, rec: dict[str, Any]) -> bytes:
+    def _blob(self, n: int, rec: dict[str, Any], raw: bytes | None = None) -> bytes:
+        """The checks of a blob line past its shape; ``raw``: its value's canonical bytes when
+        the line was read by :func:`blob_line` (else found here).
+        """
         digest = rec["digest"]
         if digest in self._kinds:
             raise self._fail(n, f"blob {digest[:16]}… comes twice")
-        raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
+        if raw is None:
+            raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
         if self._seals is not None:  # these bytes were checked: digest, shape, secrets
             self._kinds[digest] = KIND_CODES[rec["kind"]]
             if self._kinds[digest] == KIND_CODES["message"] and is_steering(rec["value"]):
