@@ -167,7 +167,12 @@ def parse_canonical(data: bytes, *, limit: int) -> tuple[Any] | None:
         return None
     if again != text:
         return None
-    if brackets(data) > MAX_DEPTH and nesting_depth(value) > MAX_DEPTH:
+    # (a level takes two bytes: a short text cannot pass the bound, its brackets go uncounted)
+    if (
+        len(data) > 2 * MAX_DEPTH
+        and brackets(data) > MAX_DEPTH
+        and nesting_depth(value) > MAX_DEPTH
+    ):
         return None
     return (value,)
 

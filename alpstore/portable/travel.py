@@ -95,6 +95,7 @@ _BLOB_KIND: Final = b'","kind":"'
 _BLOB_VALUE: Final = b'","value":'
 _KIND_NAMES: Final = {name.encode(): name for name in KIND_CODES}
 _HEX_BYTES: Final = frozenset(b"0123456789abcdef")
+_MESSAGE: Final = KIND_CODES["message"]
 
 
 def blob_line(line: bytes) -> tuple[dict[str, Any], bytes] | None:
@@ -431,7 +432,7 @@ class SessionReader:
         if len(self._unscanned) >= SCAN_BATCH or self._unscanned_bytes >= SEAL_BYTES:
             self._scan_blobs()
         self._kinds[digest] = kind
-        if kind == KIND_CODES["message"] and is_steering(rec["value"]):
+        if kind == _MESSAGE and is_steering(rec["value"]):
             self._steering.add(digest)
         self.result.blobs += 1
         return raw

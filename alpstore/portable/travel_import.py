@@ -38,7 +38,7 @@ from alpstore.archive.packing import FRAME_TARGET
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
-from alpstore.db.runs import insert_run
+from alpstore.db.runs import insert_runs
 from alpstore.errors import IntegrityError, UsageError
 from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
@@ -322,8 +322,7 @@ class _Writer:
         grown = rsql.execute(self.conn, GROW, (end, seg, first[2]))
         if grown.rowcount != 1:  # pragma: no cover - a segment this import made and holds
             raise IntegrityError(f"segment {seg} moved while the import wrote it")
-        for _, _, at, ids in held:
-            insert_run(self.conn, seg, at, ids)
+        insert_runs(self.conn, seg, [(at, ids) for _, _, at, ids in held])
         self._insert_checkpoints(
             first[0], [(rec, View(seg, at + len(ids))) for _, rec, at, ids in held]
         )
