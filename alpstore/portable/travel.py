@@ -94,7 +94,7 @@ _BLOB_HEAD: Final = b'{"type":"blob","digest":"'
 _BLOB_KIND: Final = b'","kind":"'
 _BLOB_VALUE: Final = b'","value":'
 _KIND_NAMES: Final = {name.encode(): name for name in KIND_CODES}
-_HEX_BYTES: Final = frozenset(b"0123456789abcdef")
+_HEX_BYTES: Final = b"0123456789abcdef"
 _MESSAGE: Final = KIND_CODES["message"]
 
 
@@ -114,7 +114,7 @@ def blob_line(line: bytes) -> tuple[dict[str, Any], bytes] | None:
     end = line.find(_BLOB_VALUE, 99, 99 + 24)
     name = _KIND_NAMES.get(line[99:end]) if end > 0 else None
     digest = line[25:89]
-    if name is None or not _HEX_BYTES.issuperset(digest):
+    if name is None or digest.translate(None, _HEX_BYTES):  # (what is left is not hex)
         return None
     raw = line[end + len(_BLOB_VALUE) : -1]
     parsed = parse_canonical(raw, limit=MAX_MESSAGE_BYTES)
@@ -270,9 +270,7 @@ class SessionReader:
                 if kind == "blob":
                     self._blob_shape(n, rec)
                 elif (
-                    kind in ("checkpoint", "head")
-                    and not errors
-                    and not all(isinstance(d, str) and HEX.fullmatch(d) for d in rec["add"])
+                    kind in ("checkpoint", "head") and not errors and not self._digests(rec["add"])
                 ):
                     raise self._fail(n, f"{kind} line: $.add: every entry must be a blob digest")
                 if errors:
@@ -381,6 +379,18 @@ class SessionReader:
             raise self._fail(n, f"{what} names blob {digest[:16]}…, which the file does not hold")
         if kind not in kinds:
             raise self._fail(n, f"{what} names blob {digest[:16]}…, a {KIND_NAMES[kind]}")
+
+    def _digests(self, add: list[Any]) -> bool:
+        """True when every entry of a checkpoint's ``add`` is a blob digest (64 lowercase hex
+        digits): at once when all are digests of blobs read (each was checked as it was read),
+        else one by one.
+        """
+        try:
+            if self._kinds.keys() >= set(add):
+                return True
+        except TypeError:  # (unhashable: not a digest)
+            return False
+        return all(isinstance(d, str) and HEX.fullmatch(d) for d in add)
 
     def _blob_shape(self, n: int, rec: dict[str, Any]) -> None:
         """What the blob line's schema says, checked directly (the hot line: jsonschema

@@ -262,3 +262,30 @@ def test_the_same_lines_spelled_otherwise_import_alike(tmp_path: Path) -> None:
             done = import_session_file(store, source)
             digests.append((done.digest, done.blobs, done.inserted))
     assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("A" * 64, "checkpoint line: $.add: every entry must be a blob digest"),
+        (7, "checkpoint line: $.add: every entry must be a blob digest"),
+        ([1], "checkpoint line: $.add: every entry must be a blob digest"),
+        ({"a": 1}, "checkpoint line: $.add: every entry must be a blob digest"),
+        ("0" * 64, "which the file does not hold"),
+    ],
+)
+def test_a_checkpoint_adding_what_is_not_a_blob_of_the_file_is_refused(
+    tmp_path: Path, entry: Any, message: str
+) -> None:
+    """The entries of a checkpoint's ``add`` are taken at once when all are digests of blobs
+    read; any other is checked one by one, with the messages it always had.
+    """
+    path = exported(tmp_path)
+    lines = path.read_bytes().splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith(b'{"type":"checkpoint"'))
+    rec = json.loads(lines[at])
+    rec["add"] = [*rec["add"], entry]
+    lines[at] = json.dumps(rec).encode()
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    with pytest.raises(CheckpointFileError, match=message.replace("$", r"\$")):
+        list(SessionReader(path, seal=False).records())
