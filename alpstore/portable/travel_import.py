@@ -40,6 +40,7 @@ from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.db.runs import insert_runs
 from alpstore.errors import IntegrityError, UsageError
+from alpstore.gcpause import no_gc_pause
 from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
 from alpstore.portable.travel_ids import (
@@ -514,12 +515,13 @@ def _import(
             )
         w = _Writer(store, conn, name, ids)
         try:
-            for kind, rec, raw in reader.records():
-                if kind == "blob":
-                    assert raw is not None
-                    w.blob(rec, raw)
-                elif kind != "end":
-                    getattr(w, kind)(rec)
+            with no_gc_pause():  # every line's record and value: acyclic, freed by counting
+                for kind, rec, raw in reader.records():
+                    if kind == "blob":
+                        assert raw is not None
+                        w.blob(rec, raw)
+                    elif kind != "end":
+                        getattr(w, kind)(rec)
             w.finish()
         except BaseException:
             w.ahead.abandon()  # (the transaction rolls back)
