@@ -214,6 +214,8 @@ class SessionReader:
         self._stage = 0
         self._steering: set[str] = set()
         """Digests of the message blobs a backtrack may name as its steering."""
+        self._listable: set[str] = set()
+        """Digests of the message and summary blobs read: what a checkpoint's list may hold."""
         self._threads = ThreadLines()
         self._unscanned: list[tuple[int, str, bytes, Any]] = []
         """Blobs read whose secret scan waits for a batch (``_scan_blobs``)."""
@@ -413,10 +415,7 @@ class SessionReader:
         if raw is None:
             raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
         if self._seals is not None:  # these bytes were checked: digest, shape, secrets
-            self._kinds[digest] = KIND_CODES[rec["kind"]]
-            if self._kinds[digest] == KIND_CODES["message"] and is_steering(rec["value"]):
-                self._steering.add(digest)
-            self.result.blobs += 1
+            self._held(digest, KIND_CODES[rec["kind"]], rec["value"])
             return raw
         actual = blake3.blake3(raw).hexdigest()
         if actual != digest:
@@ -441,11 +440,21 @@ class SessionReader:
         self._unscanned_bytes += len(raw)
         if len(self._unscanned) >= SCAN_BATCH or self._unscanned_bytes >= SEAL_BYTES:
             self._scan_blobs()
-        self._kinds[digest] = kind
-        if kind == _MESSAGE and is_steering(rec["value"]):
-            self._steering.add(digest)
-        self.result.blobs += 1
+        self._held(digest, kind, rec["value"])
         return raw
+
+    def _held(self, digest: str, kind: int, value: Any) -> None:
+        """Note a blob read (its checks passed): its kind, whether a checkpoint may list it,
+        whether a backtrack may name it as its steering.
+        """
+        self._kinds[digest] = kind
+        if kind == _MESSAGE:
+            self._listable.add(digest)
+            if is_steering(value):
+                self._steering.add(digest)
+        elif kind == BLOB_SUMMARY:
+            self._listable.add(digest)
+        self.result.blobs += 1
 
     def _scan_blobs(self) -> None:
         """The secret scan of the blobs read since the last one: the prefilter once over
@@ -513,8 +522,9 @@ class SessionReader:
         known = len(self._digester.entries)
         if rec["keep"] > known:
             raise self._fail(n, f"{what} keeps {rec['keep']} entries of a list of {known}")
-        for d in rec["add"]:
-            self._need(n, d, what, (KIND_CODES["message"], BLOB_SUMMARY))
+        if not self._listable.issuperset(rec["add"]):  # (else each named, as _need names it)
+            for d in rec["add"]:
+                self._need(n, d, what, (_MESSAGE, BLOB_SUMMARY))
         state = self._digester.apply(rec["keep"], rec["add"], commit=rec["type"] == "checkpoint")
         if state.covering != rec["covering"]:
             raise self._fail(n, f"{what}: its entries do not give its covering digest")

@@ -289,3 +289,18 @@ def test_a_checkpoint_adding_what_is_not_a_blob_of_the_file_is_refused(
     path.write_bytes(b"".join(x + b"\n" for x in lines))
     with pytest.raises(CheckpointFileError, match=message.replace("$", r"\$")):
         list(SessionReader(path, seal=False).records())
+
+
+def test_a_checkpoint_adding_a_state_blob_is_refused(tmp_path: Path) -> None:
+    path = exported(tmp_path)
+    lines = path.read_bytes().splitlines()
+    state = export_line(canonical_json({"x": 1}), kind="state")
+    hexd = blake3.blake3(canonical_json({"x": 1})).hexdigest()
+    at = next(i for i, x in enumerate(lines) if x.startswith(b'{"type":"checkpoint"'))
+    rec = json.loads(lines[at])
+    rec["add"] = [*rec["add"], hexd]
+    lines[at] = json.dumps(rec).encode()
+    lines.insert(1, state)
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    with pytest.raises(CheckpointFileError, match=f"names blob {hexd[:16]}…, a state"):
+        list(SessionReader(path, seal=False).records())
