@@ -109,7 +109,9 @@ def blob_line(line: bytes) -> tuple[dict[str, Any], bytes] | None:
     The record is the one the strict parse gives for the same line: every byte outside the
     value is fixed here, so no key can repeat or be missing.
     """
-    if not line.startswith(_BLOB_HEAD) or line[89:99] != _BLOB_KIND or line[-1:] != b"}":
+    if not (
+        line.startswith(_BLOB_HEAD) and line.startswith(_BLOB_KIND, 89) and line.endswith(b"}")
+    ):
         return None
     end = line.find(_BLOB_VALUE, 99, 99 + 24)
     name = _KIND_NAMES.get(line[99:end]) if end > 0 else None

@@ -165,7 +165,8 @@ class _Writer:
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
         digest = bytes.fromhex(rec["digest"])
-        if KIND_CODES[rec["kind"]] == BLOB_SUMMARY:
+        kind = KIND_CODES[rec["kind"]]
+        if kind == BLOB_SUMMARY:
             self.flush()
             value = rec["value"]
             covers = [bytes.fromhex(c) for c in value["covers"]]
@@ -178,7 +179,7 @@ class _Writer:
                 raise IntegrityError(f"summary {rec['digest'][:16]}… does not re-derive")
             self.ids[digest] = sid
             return
-        self.batch.append((digest, KIND_CODES[rec["kind"]], raw))
+        self.batch.append((digest, kind, raw))
         self.batch_bytes += len(raw)
         if len(self.batch) >= BATCH_ITEMS or self.batch_bytes >= BATCH_BYTES:
             self.flush()
