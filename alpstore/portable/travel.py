@@ -15,11 +15,10 @@ from typing import Any, Final
 import blake3
 import zstandard
 
-from alpstore.canonical import parse_canonical
 from alpstore.codec import parse_json
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.errors import AlpstoreError, CanonicalJSONError, CheckpointFileError
-from alpstore.portable.files import MAX_DOCUMENT_BYTES, MAX_MESSAGE_BYTES, canonical_bytes
+from alpstore.portable.files import MAX_DOCUMENT_BYTES, canonical_bytes
 from alpstore.portable.travel_format import (
     FORMAT,
     HEX,
@@ -31,8 +30,11 @@ from alpstore.portable.travel_format import (
     VERSION,
     Digester,
     ListState,
+    blob_line,
     certainly_valid,
+    is_steering,
     portable_dir,
+    schema_errors,
     with_dir,
 )
 from alpstore.portable.travel_header import header_of as header_of
@@ -90,39 +92,7 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
             )
 
 
-_BLOB_HEAD: Final = b'{"type":"blob","digest":"'
-_BLOB_KIND: Final = b'","kind":"'
-_BLOB_VALUE: Final = b'","value":'
-_KIND_NAMES: Final = {name.encode(): name for name in KIND_CODES}
-_HEX_BYTES: Final = b"0123456789abcdef"
 _MESSAGE: Final = KIND_CODES["message"]
-
-
-def blob_line(line: bytes) -> tuple[dict[str, Any], bytes] | None:
-    """``(record, canonical bytes of its value)`` of a blob line spelled exactly as an export
-    writes it (``travel_export._BLOB_LINE``: these keys in this order, no space, the value its
-    canonical JSON of at most :data:`MAX_MESSAGE_BYTES`, a known kind, a lowercase digest), read
-    in one parse and one encoding of the value (``canonical.parse_canonical``); None for any
-    other line, which the strict reading then takes (its errors, its canonical form: a line
-    another writer spelled otherwise is read as before).
-
-    The record is the one the strict parse gives for the same line: every byte outside the
-    value is fixed here, so no key can repeat or be missing.
-    """
-    if not (
-        line.startswith(_BLOB_HEAD) and line.startswith(_BLOB_KIND, 89) and line.endswith(b"}")
-    ):
-        return None
-    end = line.find(_BLOB_VALUE, 99, 99 + 24)
-    name = _KIND_NAMES.get(line[99:end]) if end > 0 else None
-    digest = line[25:89]
-    if name is None or digest.translate(None, _HEX_BYTES):  # (what is left is not hex)
-        return None
-    raw = line[end + len(_BLOB_VALUE) : -1]
-    parsed = parse_canonical(raw, limit=MAX_MESSAGE_BYTES)
-    if parsed is None:
-        return None
-    return {"type": "blob", "digest": digest.decode(), "kind": name, "value": parsed[0]}, raw
 
 
 @dataclass
@@ -154,17 +124,6 @@ SCAN_BATCH: Final = 256
 """Blobs whose secret prefilter runs once, on their joined bytes (as the export's)."""
 
 
-def _schema_errors(schemas: dict[str, Any], kind: str, rec: dict[str, Any]) -> list[Any]:
-    """The line's schema errors, first by path (jsonschema, loaded by the first line that
-    needs it: the hot lines are checked by hand, ``certainly_valid``).
-    """
-    if kind not in schemas:
-        import jsonschema
-
-        schemas[kind] = jsonschema.Draft7Validator(LINE_SCHEMAS[kind])
-    return sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
-
-
 MAX_EVENTS_PER_CHECKPOINT: Final = 256
 """Events a session file may carry per checkpoint (plus one checkpoint's worth for the head): a
 session records a few per turn (status, backtrack, fork, decisions); a flood of markers in a
@@ -173,17 +132,6 @@ tiny compressed file is refused before it reaches the timeline."""
 
 def _widen(span: tuple[int, int], value: int) -> tuple[int, int]:
     return (value, value) if span == (0, 0) else (min(span[0], value), max(span[1], value))
-
-
-def is_steering(value: Any) -> bool:
-    """True when ``value`` is a message a backtrack may inject as its steering: a user turn
-    whose content is text (what ``Session.backtrack(steering=…)`` writes).
-    """
-    return (
-        isinstance(value, dict)
-        and value.get("role") == "user"
-        and isinstance(value.get("content"), str)
-    )
 
 
 class SessionReader:
@@ -269,7 +217,7 @@ class SessionReader:
                 errors = (
                     []
                     if kind == "blob" or trusted or certainly_valid(rec)
-                    else _schema_errors(schemas, kind, rec)
+                    else schema_errors(schemas, kind, rec)
                 )
                 if kind == "blob":
                     self._blob_shape(n, rec)
