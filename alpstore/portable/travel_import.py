@@ -156,6 +156,13 @@ class _Writer:
         self.fresh: dict[int, int] = {}
         """A reference by id only (a checkpoint the session no longer holds), renumbered: the
         file's id → a fresh id no checkpoint holds."""
+        self.probe = not (
+            store.db.is_sqlite and rsql.fetchone(conn, "SELECT 1 FROM blobs LIMIT 1") is None
+        )
+        """Whether a batch's blobs are looked up before they are stored packed: not in an
+        SQLite archive that held no blob when this transaction (which holds the write lock)
+        began, as the file's blob lines are stored before any other row that may hold a blob
+        and the reader refuses a digest that comes twice."""
         self.origin: Any = None
         self.lg: Any = None
         """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
@@ -194,7 +201,9 @@ class _Writer:
             return
         archive = self.store.archive
         known: dict[bytes, int] = {}
-        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead, known=known)
+        self.inserted += archive.store_packed(
+            self.conn, self.batch, self.ahead, known=known, probe=self.probe
+        )
         ids, inserted = archive.store_encoded_counted(self.conn, self.batch, known=known)
         self.inserted += inserted
         for (digest, _, _), blob_id in zip(self.batch, ids, strict=True):

@@ -304,3 +304,33 @@ def test_a_checkpoint_adding_a_state_blob_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"".join(x + b"\n" for x in lines))
     with pytest.raises(CheckpointFileError, match=f"names blob {hexd[:16]}…, a state"):
         list(SessionReader(path, seal=False).records())
+
+
+def test_a_batch_is_looked_up_unless_the_archive_held_no_blob(tmp_path: Path) -> None:
+    """Into an SQLite archive that holds no blob, an import stores its batches packed without
+    looking them up (the file repeats no digest); into one that holds some, it looks them up
+    and stores none of them twice.
+    """
+    from alpstore.db import raw as rsql
+
+    with Store.open(tmp_path / "source") as store:
+        files = []
+        for name in ("one", "two"):  # the same messages: the same digests
+            s = store.create_session(name=name)
+            for i in range(4):
+                s.commit_turn([{"role": "user", "content": f"turn {i}"}])
+            files.append(tmp_path / f"{name}.session.jsonl")
+            export_session(store, s.id, files[-1])
+    with Store.open(tmp_path / "target") as store:
+        if not store.db.is_sqlite:
+            pytest.skip("SQLite only: PostgreSQL always looks them up")
+        first = import_session_file(store, files[0])
+        second = import_session_file(store, files[1])
+        assert (first.blobs, first.inserted) == (4, 4)
+        assert (second.blobs, second.inserted) == (4, 0)
+        with store.db.read() as conn:
+            twice = rsql.fetchall(
+                conn, "SELECT digest FROM blobs GROUP BY digest HAVING count(*) > 1"
+            )
+        assert twice == []
+        assert not store.archive.verify().problems
