@@ -150,8 +150,9 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
         delay_s = delay_ms / 1000
         results: dict[str, list[tuple[float, float]]] = {"native": [], "alp": [], "pg": []}
         for r in range(rounds):
-            with fresh_schema(admin, base, "bn_") as url:
-                results["native"].append(native(url, delay_s, native_turns))
+            if native_turns:
+                with fresh_schema(admin, base, "bn_") as url:
+                    results["native"].append(native(url, delay_s, native_turns))
             order = ["alp", "pg"] if r % 2 == 0 else ["pg", "alp"]
             if saver_turns:
                 for kind in order:
@@ -163,7 +164,11 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
             for k, v in results.items()
             if v
         }
-        row = f"| {delay_ms:g} | {med['native'][0]:.2f} | {med['native'][1]:.1f} |"
+        row = (
+            f"| {delay_ms:g} | {med['native'][0]:.2f} | {med['native'][1]:.1f} |"
+            if native_turns
+            else f"| {delay_ms:g} | - | - |"  # --native-turns 0: the saver rows only
+        )
         if saver_turns:
             ratio = med["alp"][0] / med["pg"][0]
             row += (
