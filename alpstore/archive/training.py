@@ -239,13 +239,19 @@ class DictionaryTraining(ArchiveReader):
         return rows, raws
 
     def _store_dictionary_row(
-        self, conn: Any, data: bytes, sample_count: int, *, level: int = DICT_STORE_LEVEL
+        self,
+        conn: Any,
+        data: bytes,
+        sample_count: int,
+        *,
+        packed: tuple[int, bytes] | None = None,
     ) -> int:
         """Insert dictionary ``data`` in the caller's transaction (the same bytes stored before:
-        that row), itself compressed at ``level``; its id.
+        that row), itself compressed at ``DICT_STORE_LEVEL`` unless ``packed`` gives its stored
+        form (``(codec, bytes)`` of :func:`pack_dictionary`); its id.
         """
         digest = digest_bytes(data)
-        codec, stored = pack_dictionary(data, level)
+        codec, stored = packed or pack_dictionary(data, DICT_STORE_LEVEL)
         rsql.execute(  # plain SQL: an import writes it on the sqlite3 driver alone
             conn,
             "INSERT INTO zstd_dicts (digest, size, sample_count, created_at, data, codec) "
