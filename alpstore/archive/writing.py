@@ -54,6 +54,29 @@ INSERT_MISSING_ROW = (
     "CAST(? AS INTEGER), CAST(? AS BYTEA), CAST(? AS INTEGER))"
 )
 
+INSERT_MISSING_BASED = (
+    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "SELECT v.digest, v.kind, v.raw_size, "
+    f"CASE WHEN b.id IS NULL THEN v.codec ELSE {CODEC_ZSTD_BASE} END, "
+    "CASE WHEN b.id IS NULL THEN v.dict_id END, "
+    "CASE WHEN b.id IS NULL THEN v.payload ELSE v.delta END, b.id "
+    "FROM (VALUES {rows}) AS v (digest, kind, raw_size, codec, dict_id, payload, base_digest, "
+    "delta) LEFT JOIN LATERAL (SELECT x.id FROM blobs x WHERE x.digest = v.base_digest "
+    f"AND x.codec <> {CODEC_ZSTD_BASE} FOR KEY SHARE) AS b ON true "
+    "WHERE NOT EXISTS (SELECT 1 FROM blobs o WHERE o.digest = v.digest) ORDER BY v.digest "
+    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id, base_id"
+)
+""":data:`INSERT_MISSING` for rows of which some are deltas against a recent base, the base
+found (and locked ``FOR KEY SHARE``, as :meth:`ArchiveWriter._base_ids` does) by the insert
+itself instead of a lookup first, a round trip: a delta row carries its base's digest and
+the delta beside its plain payload, and is stored plain when the base is gone (`gc` collected
+it) or is a delta itself. The row returns its ``base_id``, NULL then."""
+
+INSERT_MISSING_BASED_ROW = (
+    "(CAST(? AS BYTEA), CAST(? AS SMALLINT), CAST(? AS INTEGER), CAST(? AS SMALLINT), "
+    "CAST(? AS INTEGER), CAST(? AS BYTEA), CAST(? AS BYTEA), CAST(? AS BYTEA))"
+)
+
 INSERT_BLOBS_PLAIN = (
     "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
 )
@@ -220,11 +243,20 @@ class ArchiveWriter(DictionaryTraining):
         return [ids[d] for d, _, _ in items], inserted
 
     def _blob_rows(
-        self, conn: Connection, fresh: dict[bytes, Encoded], packed: Packed | None
+        self,
+        conn: Connection,
+        fresh: dict[bytes, Encoded],
+        packed: Packed | None,
+        *,
+        based: list[tuple[bytes | None, bytes | None]] | None = None,
     ) -> tuple[list[tuple[Any, ...]], list[tuple[bytes, bytes, frozenset[bytes]]]]:
         """The blob rows to insert for ``fresh`` (compressed, or deltas against a recent base
         whose id is looked up and locked here), sorted by digest, and the new delta bases
         among them.
+
+        ``based`` (PostgreSQL, :meth:`store_encoded_later`): no lookup; each delta row stays
+        plain in the rows and its ``(base digest, delta payload)`` is appended here, in the
+        rows' order (``None`` for the rest), for :data:`INSERT_MISSING_BASED` to choose.
         """
         rows: list[tuple[Any, ...]] = []
         new_bases: list[tuple[bytes, bytes, frozenset[bytes]]] = []
@@ -243,6 +275,13 @@ class ArchiveWriter(DictionaryTraining):
                 else:
                     new_bases.append((digest, raw_bytes, lines))
             rows.append((digest, kind, len(raw_bytes), codec, dict_id, payload, None))
+        if deltas and based is not None:  # the insert looks the bases up itself
+            extra: dict[bytes, tuple[bytes | None, bytes | None]] = {
+                rows[i][0]: (base_digest, payload) for i, base_digest, payload, _ in deltas
+            }
+            rows.sort()
+            based.extend(extra.get(row[0], (None, None)) for row in rows)
+            return rows, new_bases
         if deltas:
             bases = self._base_ids(conn, list(dict.fromkeys(d for _, d, _, _ in deltas)))
             for i, base_digest, payload, lines in deltas:
@@ -269,17 +308,36 @@ class ArchiveWriter(DictionaryTraining):
             fresh.setdefault(item[0], item)
         if not fresh:
             return
-        rows, new_bases = self._blob_rows(conn, fresh, None)
+        based: list[tuple[bytes | None, bytes | None]] = []
+        rows, new_bases = self._blob_rows(conn, fresh, None, based=based)
         small = {d for d, (_, _, raw) in fresh.items() if len(raw) <= SMALL_BLOB_MAX}
+        # based: empty (no delta) or one per row
+        bases_of = {row[0]: b[0] for row, b in zip(rows, based, strict=False) if b[0]}
 
         def landed(returned: list[tuple[Any, ...]]) -> None:  # the rows this insert added
             self._pending_new += len(returned)
-            self._pending_small += sum(1 for digest, _ in returned if bytes(digest) in small)
+            self._pending_small += sum(1 for r in returned if bytes(r[0]) in small)
+            for r in returned:  # a delta stored plain (its base gone): a base in its place
+                if len(r) > 2 and r[2] is None and bytes(r[0]) in bases_of:
+                    digest = bytes(r[0])
+                    self._bases.discard(bases_of[digest])
+                    raw_bytes = fresh[digest][2]
+                    self._remember_base(digest, raw_bytes, line_hashes(raw_bytes))
 
-        for part in chunks(rows, INSERT_ROWS):
-            values = [v for r in part for v in r]
-            group = ", ".join([INSERT_MISSING_ROW] * len(part))
-            rsql.execute(conn, INSERT_MISSING.format(rows=group), values, defer=True, then=landed)
+        for start in range(0, len(rows), INSERT_ROWS):
+            part = rows[start : start + INSERT_ROWS]
+            if based and any(b[0] for b in based[start : start + INSERT_ROWS]):
+                values = [
+                    v
+                    for r, b in zip(part, based[start : start + INSERT_ROWS], strict=True)
+                    for v in (*r[:6], *b)
+                ]
+                group = ", ".join([INSERT_MISSING_BASED_ROW] * len(part))
+                sql = INSERT_MISSING_BASED.format(rows=group)
+            else:
+                values = [v for r in part for v in r]
+                sql = INSERT_MISSING.format(rows=", ".join([INSERT_MISSING_ROW] * len(part)))
+            rsql.execute(conn, sql, values, defer=True, then=landed)
         for base_digest, base_raw, lines in new_bases:
             self._remember_base(base_digest, base_raw, lines)
 

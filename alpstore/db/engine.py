@@ -53,6 +53,9 @@ from alpstore.db.names import (
     NO_ARCHIVE_HINT,
 )
 from alpstore.db.names import (
+    PG_PREPARED as PG_PREPARED,
+)
+from alpstore.db.names import (
     SQLITE_BUSY_TIMEOUT_MS as SQLITE_BUSY_TIMEOUT_MS,
 )
 from alpstore.db.names import (
@@ -120,11 +123,6 @@ ALPSTORE_URL_PARAMS = (
     "alpstore_prepared",
 )
 """alpstore's own URL query parameters (never passed to the driver)."""
-
-PG_PREPARED = 128
-"""Statements of a write transaction's one-wait pipeline each connection prepares server-side
-(``alpstore_prepared``; 0 = none: every statement parsed and planned each time, as a
-connection pooler in transaction mode without prepared-statement support needs)."""
 
 PG_MIGRATION_LOCK = 0x616C7073  # "alps"
 """Advisory lock key that serialises concurrent schema upgrades of one PostgreSQL database."""

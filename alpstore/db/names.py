@@ -23,6 +23,13 @@ digest's one stored copy is in the row; the index holds this prefix and the row 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 """Writers wait up to 30 s for the write lock before we retry (bounded) and report."""
 
+PG_PREPARED = 128
+"""Statements of a write transaction's one-wait pipeline each PostgreSQL connection prepares
+server-side (``alpstore_prepared`` in the URL; 0 = none: every statement parsed and planned
+each time, as a connection pooler in transaction mode without prepared-statement support
+needs). Here, not in ``engine`` or ``pgconn``, because both read it and ``engine`` imports
+``pgconn`` (psycopg is optional) only when a PostgreSQL archive is opened."""
+
 ENV_DATABASE_URL = "ALPSTORE_DATABASE_URL"
 """Names the archive's database when no URL is passed (CLI and library alike)."""
 

@@ -35,6 +35,8 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg import generators, pq
 
+from alpstore.db.names import PG_PREPARED
+
 Sink = Callable[[Any], None]
 """Handed a deferred statement's result (a ``pq.PGresult``) when it came."""
 
@@ -42,9 +44,6 @@ Queued = bytes | tuple[str, tuple[Any, ...]]
 """A queued statement: bound already (bytes), or its SQL (``%s`` markers) and parameters, bound
 only when it is sent: client-side into a simple query, or as a prepared statement's
 parameters in a pipeline (:meth:`BoundedConnection._alp_pipeline`)."""
-
-PREPARED_MAX = 128
-"""Statements one connection keeps prepared (``_alp_prepared``); past them the rest go bound."""
 
 CAN_PREPARE = callable(getattr(psycopg.Connection, "_deallocate", None))
 """Whether this psycopg sends its ``DEALLOCATE ALL`` through ``_deallocate`` (3.1–3.3 do), the hook
@@ -203,8 +202,9 @@ class BoundedConnection(psycopg.Connection[Any]):
         text = psycopg.ClientCursor(self).mogrify(sql, params) if params else sql
         return text.encode(self.pgconn._encoding or "utf-8")
 
-    alp_prepared_max: int = PREPARED_MAX
-    """How many statements this connection prepares at most (0: none, every one goes bound)."""
+    alp_prepared_max: int = PG_PREPARED
+    """How many statements this connection prepares at most (0: none, every one goes bound;
+    the engine sets it from ``alpstore_prepared``; past it the rest go bound)."""
     _alp_prepared: dict[tuple[str, tuple[int, ...]], bytes] | None = None
     """Statements prepared on this connection: (SQL, parameter types) → their name."""
     _alp_unpreparable: set[tuple[str, tuple[int, ...]]]

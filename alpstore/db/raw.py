@@ -91,6 +91,8 @@ def execute(
     if dialect == "postgresql":
         batched = _pg_batched(cur, _translate(sql, dialect), tuple(params), defer, then)
         if batched is not _NOT_BATCHED:
+            if batched is not None and then is not None:  # sent now (with a BEGIN): its rows
+                then(list(batched.fetchall()) if batched.description is not None else [])
             return batched
     cur.execute(_translate(sql, dialect), tuple(params))
     if then is not None:

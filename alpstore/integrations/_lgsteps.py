@@ -67,6 +67,20 @@ def step_nodes(
     return nodes
 
 
+def note_writer(th: ThreadState, checkpoint_id: str, task_path: str) -> tuple[list[str], Any]:
+    """Right after ``put_writes`` committed, under the thread's lock it wrote under: remember
+    which node wrote on ``checkpoint_id``, so the next step's ``put`` (LangGraph saves both in
+    the background, in either order) names it from here instead of reading the writes back;
+    the nodes noted there so far and the step put before these writes (``(ck_id, trigger)``
+    for :func:`note_writes` to name), if any. A task of no node is noted too: the next
+    step's put need not read the writes back for one.
+    """
+    node = task_node(task_path)
+    nodes = th.note_writer(str(checkpoint_id), node)
+    late = th.unnamed.get(str(checkpoint_id)) if node is not None else None
+    return nodes, late
+
+
 def note_writes(
     saver: SaverState,
     thread_id: str,
@@ -74,23 +88,22 @@ def note_writes(
     checkpoint_id: str,
     task_path: str,
     writes: Any,
+    noted: tuple[list[str], Any] | None = None,
 ) -> None:
     """After ``put_writes`` committed: remember which node wrote on ``checkpoint_id`` (the
-    next step's trigger names it) and record an interrupt or a task's error as a session
-    event (``interrupt`` / ``error``: its node, the LangGraph checkpoint_id, the value).
+    next step's trigger names it; ``noted``: done already by :func:`note_writer` under the
+    thread's lock) and record an interrupt or a task's error as a session event
+    (``interrupt`` / ``error``: its node, the LangGraph checkpoint_id, the value).
     """
     node = task_node(task_path)
-    th = saver._state(thread_id, ns)
     store = saver.store
-    if node is not None:
+    if noted is None:
+        th = saver._state(thread_id, ns)
         with th.lock:
-            nodes = th.note_writer(str(checkpoint_id), node)
-            late = th.unnamed.get(str(checkpoint_id))
-        if late is not None:  # the step was put first: its trigger names the node now
-            name_step(store, late[0], late[1], step_trigger("loop", nodes))
-    else:  # a task of no node: the next step's put need not read the writes back for one
-        with th.lock:
-            th.note_writer(str(checkpoint_id), None)
+            noted = note_writer(th, checkpoint_id, task_path)
+    nodes, late = noted
+    if late is not None:  # the step was put first: its trigger names the node now
+        name_step(store, late[0], late[1], step_trigger("loop", nodes))
     marked = [
         (MARKED_WRITES[c], v)
         for c, v in writes

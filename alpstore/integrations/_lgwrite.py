@@ -32,6 +32,7 @@ from alpstore.integrations._lgfast import WriteRequest, pack_writes
 from alpstore.integrations._lgpack import value_ref
 from alpstore.integrations._lgsteps import TRIGGER_PREFIX as TRIGGER_PREFIX
 from alpstore.integrations._lgsteps import branch_point, record_branch, step_nodes, step_trigger
+from alpstore.integrations._lgsteps import note_writer as note_writer
 from alpstore.integrations._lgsteps import note_writes as note_writes
 from alpstore.integrations._lgthread import SaverState, ThreadState, held_prefix
 from alpstore.sessions import CheckpointInfo, Retention, SessionInfo, count_user_turns

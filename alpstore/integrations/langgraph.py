@@ -301,15 +301,18 @@ class AlpstoreSaver(SaverState):
                 continue
             planned[widx] = lgwrite.plan_write(self, channel, value)
         store = self.store
-        with self._state(thread_id, ns).lock:
+        th = self._state(thread_id, ns)
+        with th.lock:
             lgwrite.put_writes(
                 self,
                 WriteRequest(
                     thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
                 ),
             )
+            # noted before the lock is let go: the next step's put may be waiting for it
+            noted = lgwrite.note_writer(th, checkpoint_id, task_path)
         store.archive.after_commit()
-        lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes)
+        lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes, noted)
 
     # ---------------------------------------------------------------- reading
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
