@@ -19,6 +19,7 @@ from alpstore.db import runs
 from alpstore.db.sweep import blob_root_columns, check_unreferenced
 from alpstore.db.tables import (
     blob_refs,
+    blob_rows,
     blobs,
     checkpoints,
     metadata,
@@ -117,15 +118,7 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     writer's row locks taken in the other order); it is then run again from the start, as
     every writer's is (``Database.retrying``), instead of failing the collection.
     """
-    report = store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
-    if not dry_run and report.blobs_removed:
-        # pack frames: each its own transaction, after the sweep (issue 33)
-        packs = store.archive.repack()
-        report.frames_deleted, report.frames_rewritten = (
-            packs.frames_deleted,
-            packs.frames_rewritten,
-        )
-    return report
+    return store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
 
 
 def _gc_once(store: Store, dry_run: bool) -> GcReport:
@@ -162,7 +155,9 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         doomed_segments = [s for s in shapes if s not in keep]
         trims = [(s, need[s]) for s in keep if need[s] < shapes[s][2]]
         live_blobs = _reachable_blobs(conn, keep, need)
-        rows = conn.execute(select(blobs.c.id)).scalars().all()
+        # loose rows only (0010): a packed blob stays a member of its immutable frame, its
+        # bytes dead until repack rewrites the frame
+        rows = conn.execute(select(blob_rows.c.id)).scalars().all()
         doomed_blobs = [int(b) for b in rows if int(b) not in live_blobs]
         report.segments_removed = len(doomed_segments)
         report.blobs_removed = len(doomed_blobs)
@@ -171,8 +166,8 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
                 part = doomed_blobs[start : start + 500]
                 report.bytes_freed += int(
                     conn.execute(
-                        select(func.coalesce(func.sum(func.length(blobs.c.payload)), 0)).where(
-                            blobs.c.id.in_(part)
+                        select(func.coalesce(func.sum(func.length(blob_rows.c.payload)), 0)).where(
+                            blob_rows.c.id.in_(part)
                         )
                     ).scalar_one()
                 )
@@ -198,7 +193,20 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         for start in range(0, len(doomed_blobs), 500):
             part = doomed_blobs[start : start + 500]
             conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
-            conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
+            conn.execute(delete(blob_rows).where(blob_rows.c.id.in_(part)))
+        # the frames (0010: immutable rows describing their members): one no live blob is a
+        # member of goes, one mostly dead is rewritten with its live members, under this
+        # transaction's exclusion of writers and on its mark
+        packs = store.archive.repack(conn, live_blobs)
+        check_unreferenced(conn, packs.dropped)
+        for start in range(0, len(packs.dropped), 500):
+            part = packs.dropped[start : start + 500]
+            conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
+        report.blobs_removed += packs.blobs
+        report.frames_deleted, report.frames_rewritten = (
+            packs.frames_deleted,
+            packs.frames_rewritten,
+        )
     store.views.forget()
     return report
 
@@ -444,7 +452,7 @@ def _dangling_references(
     entries: list[tuple[int, int]] = []
     states: set[int] = set()
     columns = [*blob_root_columns(), ("segment_entries", "blob_id"), ("blob_refs", "child_id")]
-    columns += [("blob_refs", "parent_id"), ("blobs", "base_id")]
+    columns += [("blob_refs", "parent_id"), ("blob_rows", "base_id")]
     for table_name, column in columns:
         table = _table(table_name)
         if column not in table.c:
@@ -471,7 +479,9 @@ def _dangling_references(
 
 def _table(name: str) -> Table:
     """A table of the archive by name, or the ``segment_entries`` view (read only)."""
-    return segment_entries if name == "segment_entries" else metadata.tables[name]
+    if name == "segment_entries":
+        return segment_entries
+    return blobs if name == "blobs" else metadata.tables[name]
 
 
 def _view_problem(shapes: dict[int, tuple[int | None, int, int]], view: View) -> str | None:
@@ -575,7 +585,7 @@ def repair(store: Store) -> RepairReport:
         for start in range(0, len(doomed), 500):
             part = doomed[start : start + 500]
             conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
-            conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
+            conn.execute(delete(blob_rows).where(blob_rows.c.id.in_(part)))
     report.after = verify(store)
     return report
 

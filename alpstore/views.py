@@ -109,7 +109,7 @@ OWN_TIP = (
 it, its row locked until commit (so neither another writer nor `gc` changes it before the
 transaction grows it: :meth:`ViewStore.grow_later`). Run after the session's row is locked."""
 
-BLOBS_FIRST = "LOCK TABLE blobs IN ROW EXCLUSIVE MODE"
+BLOBS_FIRST = "LOCK TABLE blob_rows IN ROW EXCLUSIVE MODE"
 """PostgreSQL, before :data:`OWN_TIP` in a write that stores blobs later: the lock its blob
 insert would take, taken first. `gc` locks ``blobs`` then ``segments`` (``exclude_writers``);
 a writer holding a segment's row (``segments`` share-locked) and then inserting blobs would

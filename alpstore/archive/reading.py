@@ -139,20 +139,28 @@ def digest_rows(
     """
     if not digests:
         return []
+    from alpstore.archive.members import packed_by_digest, select_columns
+
     if rsql.dialect_of(conn) != "sqlite":
         marks = rsql.placeholders(len(digests))
-        sql = f"SELECT digest, {columns} FROM blobs WHERE digest IN ({marks})"
+        sql = f"SELECT digest, {columns} FROM blob_rows WHERE digest IN ({marks})"
         if lock:
             sql += " FOR KEY SHARE"
-        return [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, digests)]
-    wanted = set(digests)
-    prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in wanted})
-    sql = (
-        f"SELECT digest, {columns} FROM blobs "
-        f"WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({rsql.placeholders(len(prefixes))})"
-    )
-    rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, prefixes)]
-    return [r for r in rows if r[0] in wanted]
+        rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, digests)]
+    else:
+        wanted = set(digests)
+        prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in wanted})
+        sql = (
+            f"SELECT digest, {columns} FROM blob_rows "
+            f"WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({rsql.placeholders(len(prefixes))})"
+        )
+        rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, prefixes)]
+        rows = [r for r in rows if r[0] in wanted]
+    missing = set(digests).difference(r[0] for r in rows)
+    if missing:  # packed: described in their frame's row (0010)
+        packed = packed_by_digest(conn, list(missing), lock=lock)
+        rows += select_columns(packed, f"digest, {columns}")
+    return rows
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:

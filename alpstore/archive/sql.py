@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.ahead import FramesAhead
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
-from alpstore.archive.frames import CODEC_PACKED, pointers
+from alpstore.archive.frames import CODEC_PACKED
 from alpstore.archive.packing import (
     PACK_BLOB_MAX,
     PACK_TRAIN_SAMPLES,
@@ -236,24 +236,24 @@ class SqlArchive(PackWriting, ArchiveWriter):
             data = b""
         else:
             codec, dict_id, data = ahead.compress([raw for _, _, raw in fresh], content)
-        frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data)
-        if ahead is not None and ahead.behind:
-            ahead.compress_behind(frame_id, content)
-        del content, data  # (an import's memory holds one frame's turns: no more copies)
         offsets, at = [], 0
         for _, _, raw in fresh:
             offsets.append(at)
             at += len(raw)
-        rows: list[tuple[Any, ...]] = [
-            (digest, kind, len(raw), CODEC_PACKED, None, where, None)
-            for (digest, kind, raw), where in zip(fresh, pointers(frame_id, offsets), strict=True)
+        # the members' ids in content order (0010: no row of their own; the frame describes
+        # them, and ids first_id, first_id + 1, ... need no list)
+        new_ids = self._new_blob_ids(conn, len(fresh))
+        members = [
+            (bid, digest, kind, off)
+            for bid, (digest, kind, _), off in zip(new_ids, fresh, offsets, strict=True)
         ]
-        rows.sort()  # the insert order of every writer (see ``store_encoded_counted``)
-        ids: dict[bytes, int] = {}
-        stored = sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
+        frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data, members)
+        if ahead is not None and ahead.behind:
+            ahead.compress_behind(frame_id, content)
+        del content, data  # (an import's memory holds one frame's turns: no more copies)
         if known is not None:
-            known.update(ids)
-        return stored
+            known.update((m[1], m[0]) for m in members)
+        return len(members)
 
     def _train_for_packing(self) -> int | None:
         """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``

@@ -53,6 +53,7 @@ coding-agent messages (~500 B each) are 4 MB; of 11 KB messages they were 88 MB,
 import peaked at 308 MB instead of 160 MB (``benchmarks/bench_portable.py``)."""
 
 
+# (every packed blob is small: PACK_BLOB_MAX is SMALL_BLOB_MAX, so a frame's members count whole)
 SAMPLE_WHERE = f"raw_size <= {SMALL_BLOB_MAX} AND raw_size >= 16 AND codec != {CODEC_ZSTD_BASE}"
 """The blobs a dictionary learns from: small ones, not deltas (``_training_samples``, and the
 count a pack run compares with its dictionary's samples)."""
@@ -301,7 +302,7 @@ class DictionaryTraining(ArchiveReader):
                 with self.db.atomic() as conn:
                     rsql.executemany(
                         conn,
-                        "UPDATE blobs SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
+                        "UPDATE blob_rows SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
                         updates,
                     )
                 changed += len(updates)
@@ -329,7 +330,10 @@ class DictionaryTraining(ArchiveReader):
             with self.db.read() as conn:
                 self._small_count = int(
                     rsql.fetchone(
-                        conn, "SELECT count(*) FROM blobs WHERE raw_size <= ?", (SMALL_BLOB_MAX,)
+                        conn,
+                        "SELECT (SELECT count(*) FROM blob_rows WHERE raw_size <= ?) + "
+                        "(SELECT coalesce(sum(blob_count), 0) FROM pack_frames)",
+                        (SMALL_BLOB_MAX,),
                     )[0]
                 )
         else:
@@ -443,7 +447,7 @@ class DictionaryTraining(ArchiveReader):
             small = int(
                 rsql.fetchone(
                     conn,
-                    "SELECT count(*) FROM blobs WHERE raw_size <= ? AND codec != ?",
+                    "SELECT count(*) FROM blob_rows WHERE raw_size <= ? AND codec != ?",
                     (SMALL_BLOB_MAX, CODEC_PACKED),
                 )[0]
             )
@@ -465,7 +469,7 @@ class DictionaryTraining(ArchiveReader):
         bounded however large the archive), each batch its own transaction.
         """
         sql = (
-            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blob_rows "
             "WHERE raw_size <= ? AND raw_size >= 16 AND codec IN (?, ?) AND id > ? "
             "ORDER BY id LIMIT ?"
         )
@@ -510,7 +514,7 @@ class DictionaryTraining(ArchiveReader):
                 contextlib.suppress(Exception),
                 self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
             ):
-                conn.exec_driver_sql("VACUUM blobs")
+                conn.exec_driver_sql("VACUUM blob_rows")
             return
         path = self.db.location
         try:

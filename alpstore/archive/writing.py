@@ -33,15 +33,17 @@ if TYPE_CHECKING:
     from alpstore.db.database import Database
 
 INSERT_BLOBS = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
-    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "VALUES {rows} ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
 )
 """One multi-row insert that hands back the ids it assigned (a digest another transaction
 stored first is not returned: it is looked up)."""
 INSERT_MISSING = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) "
     "SELECT v.* FROM (VALUES {rows}) AS v (digest, kind, raw_size, codec, dict_id, payload, "
-    "base_id) WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = v.digest) "
+    "base_id) WHERE NOT EXISTS (SELECT 1 FROM blob_rows b WHERE b.digest = v.digest) "
+    "AND NOT EXISTS (SELECT 1 FROM pack_frames f WHERE alp_digest_keys(f.digests) "
+    "@> ARRAY[alp_digest_key(v.digest)] AND alp_member(f.digests, v.digest) IS NOT NULL) "
     "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
 )
 """PostgreSQL, no lookup first (:meth:`ArchiveWriter.store_encoded_later`): the rows not stored
@@ -55,7 +57,7 @@ INSERT_MISSING_ROW = (
 )
 
 INSERT_BLOBS_PLAIN = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
 )
 """The same on SQLite: rows its transaction looked up and did not find, so none is stored (a
 SQLite writer holds the whole database; the digest is not a unique index there, 0008), and no

@@ -1,0 +1,178 @@
+"""Packed blobs as rows (0010): a packed blob has no row of its own; its frame's ``pack_frames``
+row describes its members in content order — ``first_id`` (and ``ids`` when they are not
+``first_id``, ``first_id + 1`` …), ``offsets``, ``kinds``, ``digests`` — and this module reads
+them back as rows of the old ``blobs`` shape (what the ``blobs`` view gives plain SQL):
+``(id, digest, kind, raw_size, codec 4, dict_id NULL, payload = pointer, base_id NULL)``.
+
+Found by digest through the digest key (PostgreSQL: the GIN over ``alp_digest_keys(digests)``;
+SQLite: ``pack_digests (prefix, frame_id)``), by id through the b-tree on ``first_id`` (the
+frame with the greatest ``first_id`` ≤ the id is the one that can hold it). Plain SQL through
+:mod:`alpstore.db.raw` (the read path).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from alpstore.archive.frames import CODEC_PACKED, pointers
+from alpstore.db import raw as rsql
+from alpstore.db.names import DIGEST_PREFIX
+
+if TYPE_CHECKING:
+    from alpstore.db.raw import AnyConnection
+
+DESCRIPTION: Final = "id, first_id, ids, offsets, kinds, digests, raw_size"
+"""The columns of a frame's row that describe its members."""
+
+PACKED_COLUMNS: Final = (
+    "id",
+    "digest",
+    "kind",
+    "raw_size",
+    "codec",
+    "dict_id",
+    "payload",
+    "base_id",
+)
+
+
+def digest_key(digest: bytes) -> int:
+    """A digest's key in the frames' digest index: its first four bytes, signed big-endian."""
+    return int.from_bytes(digest[:DIGEST_PREFIX], "big", signed=True)
+
+
+def encode_list(dialect: str, values: Sequence[int]) -> Any:
+    """An integer list as the dialect stores it (PostgreSQL an array, SQLite JSON text)."""
+    if dialect == "postgresql":
+        return list(values)
+    return json.dumps(list(values), separators=(",", ":"))
+
+
+def encode_kinds(dialect: str, kinds: Sequence[int]) -> Any:
+    """The members' kinds: PostgreSQL a byte each, SQLite a digit each."""
+    if dialect == "postgresql":
+        return bytes(kinds)
+    return "".join(map(str, kinds))
+
+
+def _ints(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [int(v) for v in json.loads(value)]
+    return [int(v) for v in value]
+
+
+class Described:
+    """One frame's members, decoded from its row (:data:`DESCRIPTION`)."""
+
+    __slots__ = ("digests", "frame_id", "ids", "kinds", "offsets", "raw_size")
+
+    def __init__(self, row: Sequence[Any]) -> None:
+        frame_id, first, ids, offsets, kinds, digests, raw_size = row
+        self.frame_id = int(frame_id)
+        self.offsets = _ints(offsets)
+        n = len(self.offsets)
+        self.ids = _ints(ids) if ids is not None else list(range(int(first), int(first) + n))
+        self.kinds = (
+            [int(k) for k in kinds] if not isinstance(kinds, str) else list(map(int, kinds))
+        )
+        self.digests = bytes(digests)
+        self.raw_size = int(raw_size)
+
+    def sizes(self) -> list[int]:
+        """Each member's length: to the next offset, the frame's ``raw_size`` closing."""
+        ends = [*self.offsets[1:], self.raw_size]
+        return [e - s for s, e in zip(self.offsets, ends, strict=True)]
+
+    def digest(self, i: int) -> bytes:
+        """Member ``i``'s digest."""
+        return self.digests[32 * i : 32 * i + 32]
+
+    def rows(self, wanted: Iterable[int] | None = None) -> list[tuple[Any, ...]]:
+        """The members (indexes ``wanted``, else all) as rows of the old ``blobs`` shape."""
+        picked = range(len(self.offsets)) if wanted is None else sorted(set(wanted))
+        sizes = self.sizes()
+        where = pointers(self.frame_id, [self.offsets[i] for i in picked])
+        return [
+            (self.ids[i], self.digest(i), self.kinds[i], sizes[i], CODEC_PACKED, None, p, None)
+            for i, p in zip(picked, where, strict=True)
+        ]
+
+    def index_of_digests(self, wanted: set[bytes]) -> list[int]:
+        """The members whose digest is in ``wanted``."""
+        d = self.digests
+        return [i for i in range(len(self.offsets)) if d[32 * i : 32 * i + 32] in wanted]
+
+
+def frames_by_digest(
+    conn: AnyConnection, digests: Sequence[bytes], *, lock: bool = False
+) -> list[Described]:
+    """The frames that may hold any of ``digests`` (their keys match); ``lock``: PostgreSQL
+    locks their rows ``FOR KEY SHARE`` (a repack, which deletes a frame, waits).
+    """
+    keys = sorted({digest_key(d) for d in digests})
+    if not keys:
+        return []
+    if rsql.dialect_of(conn) == "postgresql":
+        sql = (
+            f"SELECT {DESCRIPTION} FROM pack_frames "
+            "WHERE alp_digest_keys(digests) && CAST(? AS int4[])"
+        )
+        if lock:
+            sql += " FOR KEY SHARE"
+        return [Described(r) for r in rsql.fetchall(conn, sql, (keys,))]
+    sql = (
+        f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT frame_id FROM pack_digests "
+        f"WHERE prefix IN ({rsql.placeholders(len(keys))}))"
+    )
+    return [Described(r) for r in rsql.fetchall(conn, sql, keys)]
+
+
+def packed_by_digest(
+    conn: AnyConnection, digests: Sequence[bytes], *, lock: bool = False
+) -> list[tuple[Any, ...]]:
+    """Rows of the old ``blobs`` shape of the packed blobs among ``digests`` (one each)."""
+    wanted = set(digests)
+    out: dict[bytes, tuple[Any, ...]] = {}
+    for frame in frames_by_digest(conn, list(wanted), lock=lock):
+        for row in frame.rows(frame.index_of_digests(wanted)):
+            out.setdefault(row[1], row)
+    return list(out.values())
+
+
+def frames_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[Described]:
+    """The frames that can hold ``ids`` (each id's frame: the greatest ``first_id`` ≤ it)."""
+    if not ids:
+        return []
+    want = sorted(set(ids))
+    if rsql.dialect_of(conn) == "postgresql":
+        sql = (
+            f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
+            "pack_frames f WHERE f.first_id <= v ORDER BY f.first_id DESC LIMIT 1) "
+            "FROM unnest(CAST(? AS int4[])) v)"
+        )
+        return [Described(r) for r in rsql.fetchall(conn, sql, (want,))]
+    sql = (
+        f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
+        "pack_frames f WHERE f.first_id <= v.value ORDER BY f.first_id DESC LIMIT 1) "
+        "FROM json_each(?) v)"
+    )
+    return [Described(r) for r in rsql.fetchall(conn, sql, (json.dumps(want),))]
+
+
+def packed_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]:
+    """Rows of the old ``blobs`` shape of the packed blobs among ``ids``."""
+    wanted = set(ids)
+    out = []
+    for frame in frames_by_id(conn, list(wanted)):
+        out += frame.rows(i for i, bid in enumerate(frame.ids) if bid in wanted)
+    return out
+
+
+def select_columns(rows: list[tuple[Any, ...]], columns: str) -> list[tuple[Any, ...]]:
+    """``rows`` (the old ``blobs`` shape) cut to ``columns`` (names, comma-separated)."""
+    at = [PACKED_COLUMNS.index(c.strip()) for c in columns.split(",")]
+    return [tuple(r[i] for i in at) for r in rows]
