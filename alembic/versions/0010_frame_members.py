@@ -353,6 +353,11 @@ def upgrade() -> None:
             "TO fk_blob_rows_dict_id_zstd_dicts"
         )
         conn.exec_driver_sql(
+            "COMMENT ON TABLE pack_frames IS 'Pack frames (0007): cold blobs rewritten in "
+            "conversation order into one zstd frame; since 0010 the row describes its members "
+            "(the blobs view shows them as rows).'"
+        )
+        conn.exec_driver_sql(
             "COMMENT ON TABLE blob_rows IS 'Loose content-addressed nodes (packed ones are "
             "described in their frame''s row; the view blobs shows both).'"
         )
@@ -433,6 +438,11 @@ def downgrade() -> None:
         conn.exec_driver_sql(
             "COMMENT ON TABLE blobs IS 'Content-addressed nodes: digest = BLAKE3-256 of the "
             "canonical JSON bytes.'"
+        )
+        conn.exec_driver_sql(
+            "COMMENT ON TABLE pack_frames IS 'Pack frames (0007): cold blobs rewritten in "
+            "conversation order into one zstd frame; a packed blob (codec 4) points at (frame, "
+            "offset) and holds raw_size bytes of it.'"
         )
         conn.exec_driver_sql("DROP INDEX ix_pack_frames_digest_keys")
         conn.exec_driver_sql("DROP INDEX ix_pack_frames_first_id")
