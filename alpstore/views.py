@@ -15,6 +15,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
+from alpstore.db.members import PACKED_COLUMNS, packed_by_id, pg_id_by_digest
 from alpstore.db.runs import insert_run
 from alpstore.errors import IntegrityError, UsageError
 
@@ -46,27 +47,66 @@ READ_RANGE = (
 )
 
 READ_RANGE_BLOBS = (
-    "SELECT b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, "
+    "b.payload, b.base_id FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_LEAN = (
-    "SELECT b.id, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.id, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 """``READ_RANGE_BLOBS`` without the digest (see ``alpstore.archive.batch``)."""
 
 READ_RANGE_DIGESTS = (
-    "SELECT b.digest FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.digest FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_ID_DIGESTS = (
-    "SELECT b.digest, b.id FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.digest, b.id FROM {entries} "
+    "LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
+
+READ_RANGE_SIZES = (
+    "SELECT e.blob_id, b.id, b.raw_size FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
+    "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
+)
+
+JOINED: dict[str, tuple[str, ...]] = {
+    READ_RANGE_SIZES: ("raw_size",),
+    READ_RANGE_BLOBS: PACKED_COLUMNS,
+    READ_RANGE_LEAN: tuple(c for c in PACKED_COLUMNS if c != "digest"),
+    READ_RANGE_DIGESTS: ("digest",),
+    READ_RANGE_ID_DIGESTS: ("digest", "id"),
+}
+"""The templates that join the loose rows (``e.blob_id, b.id``, then these columns): an entry
+whose blob is packed (0010: no row of its own) is filled in from its frame's description
+(:func:`alpstore.db.members.packed_by_id`), one query for the range."""
+
+
+def _fill_packed(conn: AnyConnection, template: str, rows: list[Any]) -> list[Any]:
+    """Rows of a :data:`JOINED` template without their first two values, the packed entries'
+    columns read from their frames (an entry whose blob is nowhere keeps no row: the caller
+    counts it missing).
+    """
+    names = JOINED[template]
+    missing = [int(r[0]) for r in rows if r[1] is None]
+    if not missing:
+        return [r[2:] for r in rows]
+    at = [PACKED_COLUMNS.index(n) for n in names]
+    found = {int(p[0]): tuple(p[i] for i in at) for p in packed_by_id(conn, missing)}
+    out = []
+    for r in rows:
+        if r[1] is not None:
+            out.append(r[2:])
+        else:
+            got = found.get(int(r[0]))
+            if got is not None:
+                out.append(got)
+    return out
 
 
 def range_sql(template: str, dialect: str) -> str:
@@ -82,7 +122,8 @@ def range_params(seg: int, lo: int, hi: int) -> tuple[int, ...]:
 def fetch_range(conn: AnyConnection, template: str, seg: int, lo: int, hi: int) -> list[Any]:
     """The rows ``template`` gives for positions [lo, hi) of segment ``seg``, in order."""
     sql = range_sql(template, rsql.dialect_of(conn))
-    return rsql.fetchall(conn, sql, range_params(seg, lo, hi))
+    rows = rsql.fetchall(conn, sql, range_params(seg, lo, hi))
+    return _fill_packed(conn, template, rows) if template in JOINED else rows
 
 
 GROW = "UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed"
@@ -91,7 +132,7 @@ position once written is never written again and ``(segment, length)`` names fix
 
 GROW_WITH_ENTRIES = (
     "WITH g AS (UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed "
-    "RETURNING id), a AS (SELECT ARRAY(SELECT (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    f"RETURNING id), a AS (SELECT ARRAY(SELECT {pg_id_by_digest('v.d')} "
     "FROM (VALUES {rows}) AS v (p, d) ORDER BY v.p) AS ids) "
     "INSERT INTO segment_runs (segment_id, start, blob_ids) "
     "SELECT (SELECT id FROM g), ?, CASE WHEN array_position(a.ids, NULL) IS NULL THEN a.ids END "
@@ -300,9 +341,11 @@ class ViewStore:
             IntegrityError: a range yields fewer rows than it spans (missing entries or blobs).
         """
         rows: list[Any] = []
-        sql = range_sql(sql, rsql.dialect_of(conn))
+        template, sql = sql, range_sql(sql, rsql.dialect_of(conn))
         for seg_id, lo, hi in clip(self.chain(conn, view), start):
             part = rsql.fetchall(conn, sql, range_params(seg_id, lo, hi))
+            if template in JOINED:
+                part = _fill_packed(conn, template, part)
             if len(part) != hi - lo:
                 raise IntegrityError(
                     f"view {view.archive_view_id}: segment {seg_id} {verb} {len(part)} of the "

@@ -39,13 +39,6 @@ from alpstore.archive.frames import (
     FrameRow,
     decode_frame,
 )
-from alpstore.archive.members import (
-    DESCRIPTION,
-    Described,
-    digest_key,
-    encode_kinds,
-    encode_list,
-)
 from alpstore.archive.reading import ArchiveReader, BlobRow
 from alpstore.codec import (
     CODEC_RAW,
@@ -56,6 +49,13 @@ from alpstore.codec import (
     digest_bytes,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import (
+    DESCRIPTION,
+    Described,
+    digest_key,
+    encode_kinds,
+    encode_list,
+)
 from alpstore.errors import IntegrityError, UsageError
 
 if TYPE_CHECKING:
@@ -386,8 +386,7 @@ class PackWriting(ArchiveReader):
         with self.db.read() as conn:
             loose = rsql.fetchone(
                 conn,
-                "SELECT count(*), coalesce(sum(length(payload)), 0) FROM blobs "
-                f"WHERE codec != {CODEC_PACKED}",
+                "SELECT count(*), coalesce(sum(length(payload)), 0) FROM blob_rows",
             )
             frames = rsql.fetchone(
                 conn,

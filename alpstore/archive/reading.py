@@ -28,6 +28,7 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import packed_by_digest, rows_by_id, select_columns
 from alpstore.db.names import BLOB_MESSAGE, DIGEST_PREFIX
 from alpstore.errors import IntegrityError, NotFoundError
 
@@ -139,7 +140,6 @@ def digest_rows(
     """
     if not digests:
         return []
-    from alpstore.archive.members import packed_by_digest, select_columns
 
     if rsql.dialect_of(conn) != "sqlite":
         marks = rsql.placeholders(len(digests))
@@ -302,12 +302,8 @@ class ArchiveReader(FrameReading):
 
     def _row_by_id(self, conn: AnyConnection, blob_id: int) -> BlobRow | None:
         """Blob row ``blob_id`` whole, or None when there is none."""
-        row = rsql.fetchone(
-            conn,
-            f"{BLOB_SELECT} WHERE id = ?",
-            (blob_id,),
-        )
-        return None if row is None else BlobRow(*row)
+        rows = rows_by_id(conn, [blob_id])
+        return BlobRow(*rows[0]) if rows else None
 
     def _decode_id(self, conn: AnyConnection, blob_id: int) -> bytes:
         """Blob ``blob_id`` read whole and decoded by ``_decode_row`` (errors name its digest).
@@ -354,8 +350,7 @@ class ArchiveReader(FrameReading):
         out: dict[int, tuple[Digest, int, bytes]] = {}
         unique = list(dict.fromkeys(ids))
         for part in chunks(unique):
-            sql = f"{BLOB_SELECT} WHERE id IN ({rsql.placeholders(len(part))})"
-            rows = rsql.fetchall(conn, sql, part)
+            rows = rows_by_id(conn, part)
             raws = self.decode_rows(conn, rows, verify=verify)
             digests: Iterable[Digest] = map(bytes, map(itemgetter(1), rows))  # type: ignore[arg-type]
             kinds = map(itemgetter(2), rows)

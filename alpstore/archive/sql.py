@@ -271,11 +271,19 @@ class SqlArchive(PackWriting, ArchiveWriter):
             return None
         self.wait_for_training()
         with self.db.read() as conn:
-            small, small_bytes, loose = rsql.fetchone(
+            # the loose small blobs, and every frame's members (all small; those under 16
+            # bytes, which the samples leave out, counted too: a frame's row sums them whole)
+            loose_n, loose = rsql.fetchone(
                 conn,
-                "SELECT count(*), coalesce(sum(raw_size), 0), coalesce(sum(CASE WHEN codec != "
-                f"{CODEC_PACKED} THEN raw_size ELSE 0 END), 0) FROM blobs WHERE {SAMPLE_WHERE}",
+                "SELECT count(*), coalesce(sum(raw_size), 0) FROM blob_rows "
+                f"WHERE {SAMPLE_WHERE} AND codec != {CODEC_PACKED}",
             )
+            packed_n, packed_bytes = rsql.fetchone(
+                conn,
+                "SELECT coalesce(sum(blob_count), 0), coalesce(sum(raw_size), 0) FROM pack_frames",
+            )
+            small = int(loose_n) + int(packed_n)
+            small_bytes = int(loose) + int(packed_bytes)
             newest = rsql.fetchone(
                 conn, "SELECT sample_count FROM zstd_dicts ORDER BY id DESC LIMIT 1"
             )

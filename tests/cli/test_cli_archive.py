@@ -34,7 +34,7 @@ def test_verify_names_the_flipped_blob(cli: Any, run_root: Path) -> None:
     db = open_database(root=run_root)  # the SQLite file, or the PostgreSQL schema of this root
     where = blob_rows.c.digest == bytes.fromhex(digests[1])
     with db.atomic() as conn:
-        damaged = bytearray(conn.execute(select(blobs.c.payload).where(where)).scalar_one())
+        damaged = bytearray(conn.execute(select(blob_rows.c.payload).where(where)).scalar_one())
         damaged[len(damaged) // 2] ^= 0x5A
         conn.execute(update(blobs).where(where).values(payload=bytes(damaged)))
     db.close()

@@ -16,12 +16,52 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from alpstore.archive.frames import CODEC_PACKED, pointers
 from alpstore.db import raw as rsql
 from alpstore.db.names import DIGEST_PREFIX
 
 if TYPE_CHECKING:
     from alpstore.db.raw import AnyConnection
+
+CODEC_PACKED: Final = 4
+"""``blobs.codec`` of a packed blob (its ``payload`` is :func:`pointer`)."""
+
+
+def varint(value: int) -> bytes:
+    """An unsigned LEB128 varint."""
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def pointer(frame_id: int, offset: int) -> bytes:
+    """The ``payload`` of a packed blob: where its bytes are (two unsigned LEB128 varints)."""
+    return varint(frame_id) + varint(offset)
+
+
+def pointers(frame_id: int, offsets: Sequence[int]) -> list[bytes]:
+    """:func:`pointer` of each offset into frame ``frame_id`` (the frame's varint made once;
+    an offset below 2**21, every offset of a frame of at most 2 MiB, in one expression):
+    the same bytes.
+    """
+    prefix = varint(frame_id)
+    out = []
+    for at in offsets:
+        if at < 0x80:
+            out.append(prefix + bytes((at,)))
+        elif at < 0x4000:
+            out.append(prefix + bytes((at & 0x7F | 0x80, at >> 7)))
+        elif at < 0x200000:
+            out.append(prefix + bytes((at & 0x7F | 0x80, (at >> 7) & 0x7F | 0x80, at >> 14)))
+        else:
+            out.append(prefix + varint(at))
+    return out
+
 
 DESCRIPTION: Final = "id, first_id, ids, offsets, kinds, digests, raw_size"
 """The columns of a frame's row that describe its members."""
@@ -36,6 +76,21 @@ PACKED_COLUMNS: Final = (
     "payload",
     "base_id",
 )
+
+
+def pg_id_by_digest(digest: str) -> str:
+    """PostgreSQL: a scalar SQL expression, the id of the blob whose digest is the SQL
+    expression ``digest`` — its loose row's, else its frame member's (found through the GIN
+    over the frames' digests, the frame row locked ``FOR KEY SHARE`` as a referencing writer
+    must: a repack waits, or its deletion makes this NULL) — or NULL.
+    """
+    return (
+        f"coalesce((SELECT b.id FROM blob_rows b WHERE b.digest = {digest}), "
+        "(SELECT coalesce(f.ids[m.i], f.first_id + m.i - 1) FROM pack_frames f, "
+        f"LATERAL (SELECT alp_member(f.digests, {digest}) AS i) m "
+        f"WHERE alp_digest_keys(f.digests) @> ARRAY[alp_digest_key({digest})] "
+        "AND m.i IS NOT NULL LIMIT 1 FOR KEY SHARE OF f))"
+    )
 
 
 def digest_key(digest: bytes) -> int:
@@ -176,3 +231,27 @@ def select_columns(rows: list[tuple[Any, ...]], columns: str) -> list[tuple[Any,
     """``rows`` (the old ``blobs`` shape) cut to ``columns`` (names, comma-separated)."""
     at = [PACKED_COLUMNS.index(c.strip()) for c in columns.split(",")]
     return [tuple(r[i] for i in at) for r in rows]
+
+
+LOOSE_SELECT: Final = (
+    "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blob_rows"
+)
+
+
+def rows_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]:
+    """Rows of the old ``blobs`` shape of ``ids`` (at most 500): the loose ones from their
+    rows, the rest from their frames' descriptions (absent: an id that names no blob).
+    """
+    if not ids:
+        return []
+    want = list(dict.fromkeys(ids))
+    rows = [
+        tuple(r)
+        for r in rsql.fetchall(
+            conn, f"{LOOSE_SELECT} WHERE id IN ({rsql.placeholders(len(want))})", want
+        )
+    ]
+    if len(rows) < len(want):
+        have = {int(r[0]) for r in rows}
+        rows += packed_by_id(conn, [i for i in want if i not in have])
+    return rows
