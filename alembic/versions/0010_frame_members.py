@@ -86,7 +86,8 @@ PG_FUNCTIONS = [
     # a writer's statement naming a blob by digest that is nowhere: the statement fails (the
     # foreign keys that refused such a row went with this migration)
     "CREATE FUNCTION alp_missing_blob(d bytea) RETURNS int4 LANGUAGE plpgsql AS $$ BEGIN "
-    "RAISE EXCEPTION 'no blob % in the archive', encode(d, 'hex') USING ERRCODE = '23503'; "
+    "RAISE EXCEPTION USING MESSAGE = 'no blob ' || encode(d, 'hex') || ' in the archive', "
+    "ERRCODE = '23503'; "
     "END $$",
     # a packed blob's pointer (alpstore.archive.frames.pointer): two unsigned LEB128 varints
     "CREATE FUNCTION alp_varint(v bigint) RETURNS bytea LANGUAGE sql IMMUTABLE STRICT "
