@@ -9,6 +9,7 @@ changes a frame row (a dead member stays until repack drops it), and ranges neve
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy import text
@@ -122,7 +123,7 @@ def test_frames_id_ranges_never_overlap_with_loose_ids_between(backend: Backend)
     with store.db.read() as conn:  # the loose tool results' ids lie inside a frame's range
         gapped = conn.execute(text("SELECT count(*) FROM pack_frames WHERE ids IS NOT NULL"))
         assert int(gapped.scalar_one()) >= 1
-    for (_, hi), (lo, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, hi), (lo, _) in pairwise(ranges):
         assert hi < lo
     values = [e.value for e in s.history()]
     assert len(values) == 40 + 4
