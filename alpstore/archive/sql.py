@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.ahead import FramesAhead
@@ -22,6 +22,7 @@ from alpstore.archive.packing import (
 from alpstore.archive.reading import (
     BASE_CACHE,
     CHUNK,
+    BlobRow,
     Encoded,
     chunks,
     encode,
@@ -47,6 +48,7 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import DESCRIPTION, LOOSE_SELECT, Described, digest_key, rows_by_id
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, UsageError
 
@@ -365,10 +367,6 @@ class SqlArchive(PackWriting, ArchiveWriter):
         """Decode and check every dictionary row; decompress and re-hash every blob; check
         sizes, codecs and summary references.
         """
-        from sqlalchemy import select
-
-        from alpstore.db.tables import blobs
-
         report = VerifyReport()
         bad: list[tuple[int, bytes, str]] = []
         with self.db.read() as conn:
@@ -379,15 +377,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 report.problems.append(
                     Problem(what=f"pack frames could not be read ({type(exc).__name__}: {exc})")
                 )
-            last = 0
-            while True:
-                rows = conn.execute(
-                    select(blobs).where(blobs.c.id > last).order_by(blobs.c.id).limit(CHUNK)
-                ).all()
-                if not rows:
-                    break
+            for rows in self._every_blob(conn, report):
                 for row in rows:
-                    last = int(row.id)
                     report.blobs_checked += 1
                     digest = bytes(row.digest)
                     try:
@@ -408,6 +399,57 @@ class SqlArchive(PackWriting, ArchiveWriter):
         report.problems.extend(Problem(what=msg, digest=d.hex()) for _, d, msg in bad)
         report.bad_blob_ids = [i for i, _, _ in bad]
         return report
+
+    def _every_blob(self, conn: Connection, report: VerifyReport) -> Iterator[list[BlobRow]]:
+        """Every blob's row, :data:`CHUNK` at a time: the loose rows by id, then each frame's
+        members from its description (0010). On SQLite a frame whose members' digest keys
+        are not all in ``pack_digests`` is a finding (a lookup by digest would miss them).
+        """
+        last = 0
+        while True:
+            loose = rsql.fetchall(
+                conn, f"{LOOSE_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (last, CHUNK)
+            )
+            if not loose:
+                break
+            last = int(loose[-1][0])
+            yield [BlobRow(*r) for r in loose]
+        frame_ids = [
+            int(r[0]) for r in rsql.fetchall(conn, "SELECT id FROM pack_frames ORDER BY id")
+        ]
+        for frame_id in frame_ids:
+            row = rsql.fetchone(
+                conn, f"SELECT {DESCRIPTION} FROM pack_frames WHERE id = ?", (frame_id,)
+            )
+            if row is None:
+                continue
+            try:
+                frame = Described(row)
+                members = frame.rows()
+            except (ValueError, TypeError) as exc:
+                report.problems.append(
+                    Problem(
+                        what=f"pack frame {frame_id}: its members' description is damaged ({exc})"
+                    )
+                )
+                continue
+            if self.db.is_sqlite:
+                keys = {
+                    int(k)
+                    for (k,) in rsql.fetchall(
+                        conn, "SELECT prefix FROM pack_digests WHERE frame_id = ?", (frame_id,)
+                    )
+                }
+                lost = [m for m in members if digest_key(bytes(m[1])) not in keys]
+                if lost:
+                    report.problems.append(
+                        Problem(
+                            what=f"pack frame {frame_id}: {len(lost)} member(s) missing from "
+                            "pack_digests (not found by digest)",
+                            digest=bytes(lost[0][1]).hex(),
+                        )
+                    )
+            yield [BlobRow(*m) for m in members]
 
     def _verify_dictionaries(self, conn: Connection) -> list[Problem]:
         """Every ``zstd_dicts`` row decoded and checked against its digest as stored now, with
@@ -434,19 +476,19 @@ class SqlArchive(PackWriting, ArchiveWriter):
     def _check_summary_refs(self, conn: Connection, blob_id: int, digest: bytes, doc: Any) -> None:
         from sqlalchemy import select
 
-        from alpstore.db.tables import blob_refs, blobs
+        from alpstore.db.tables import blob_refs
 
         covers = doc.get("covers") if isinstance(doc, dict) else None
-        refs = (
-            conn.execute(
-                select(blobs.c.digest)
-                .select_from(blob_refs.join(blobs, blobs.c.id == blob_refs.c.child_id))
+        children = [
+            int(c)
+            for c in conn.execute(
+                select(blob_refs.c.child_id)
                 .where(blob_refs.c.parent_id == blob_id)
                 .order_by(blob_refs.c.position)
-            )
-            .scalars()
-            .all()
-        )
+            ).scalars()
+        ]
+        found = {int(r[0]): bytes(r[1]) for r in rows_by_id(conn, children)} if children else {}
+        refs = [found.get(c, b"") for c in children]
         if covers != [bytes(r).hex() for r in refs]:
             raise IntegrityError(
                 f"summary {digest.hex()}: covered list does not match its stored references"

@@ -239,18 +239,18 @@ LOOSE_SELECT: Final = (
 
 
 def rows_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]:
-    """Rows of the old ``blobs`` shape of ``ids`` (at most 500): the loose ones from their
-    rows, the rest from their frames' descriptions (absent: an id that names no blob).
+    """Rows of the old ``blobs`` shape of ``ids``: the loose ones from their rows (500 an
+    ``IN`` list), the rest from their frames' descriptions (absent: an id that names no
+    blob).
     """
     if not ids:
         return []
     want = list(dict.fromkeys(ids))
-    rows = [
-        tuple(r)
-        for r in rsql.fetchall(
-            conn, f"{LOOSE_SELECT} WHERE id IN ({rsql.placeholders(len(want))})", want
-        )
-    ]
+    rows: list[tuple[Any, ...]] = []
+    for at in range(0, len(want), 500):
+        part = want[at : at + 500]
+        sql = f"{LOOSE_SELECT} WHERE id IN ({rsql.placeholders(len(part))})"
+        rows += [tuple(r) for r in rsql.fetchall(conn, sql, part)]
     if len(rows) < len(want):
         have = {int(r[0]) for r in rows}
         rows += packed_by_id(conn, [i for i in want if i not in have])

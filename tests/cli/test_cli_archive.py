@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from alpstore.db import open_database
-from alpstore.db.tables import blob_rows, blobs
+from alpstore.db.tables import blob_rows
 from tests.conftest import run_cli
 
 
@@ -36,7 +36,7 @@ def test_verify_names_the_flipped_blob(cli: Any, run_root: Path) -> None:
     with db.atomic() as conn:
         damaged = bytearray(conn.execute(select(blob_rows.c.payload).where(where)).scalar_one())
         damaged[len(damaged) // 2] ^= 0x5A
-        conn.execute(update(blobs).where(where).values(payload=bytes(damaged)))
+        conn.execute(update(blob_rows).where(where).values(payload=bytes(damaged)))
     db.close()
     result = cli("archive", "verify")
     assert result.code != 0
