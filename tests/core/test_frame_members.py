@@ -10,6 +10,7 @@ changes a frame row (a dead member stays until repack drops it), and ranges neve
 from __future__ import annotations
 
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -130,3 +131,23 @@ def test_frames_id_ranges_never_overlap_with_loose_ids_between(backend: Backend)
     fresh = backend.open_store()
     assert [e.value for e in fresh.get_session("gaps").history()] == values
     assert verify(fresh).ok
+
+
+def test_verify_names_a_member_its_digest_key_lost(tmp_path: Path) -> None:
+    """SQLite: a member whose key is gone from ``pack_digests`` would not be found by digest
+    (a second copy stored on its next write): verify names its frame."""
+    store = Store.open(tmp_path)
+    try:
+        digests = store.archive.put_many([{"n": i, "text": "member " * 20} for i in range(10)])
+        store.archive.pack_cold()
+        assert verify(store).ok
+        with store.db.atomic() as conn:
+            conn.execute(
+                text("DELETE FROM pack_digests WHERE prefix = :k"),
+                {"k": int.from_bytes(digests[3][:4], "big", signed=True)},
+            )
+        report = verify(store)
+        assert not report.ok
+        assert any("missing from pack_digests" in p.what for p in report.problems)
+    finally:
+        store.close()
