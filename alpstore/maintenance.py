@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Table, delete, func, select
 
 from alpstore.archive.base import Problem, VerifyReport
 from alpstore.db import runs
+from alpstore.db.members import DESCRIPTION, Described
 from alpstore.db.sweep import blob_root_columns, check_unreferenced
 from alpstore.db.tables import (
     blob_refs,
@@ -453,18 +454,18 @@ def _dangling_references(
     states: set[int] = set()
     columns = [*blob_root_columns(), ("segment_entries", "blob_id"), ("blob_refs", "child_id")]
     columns += [("blob_refs", "parent_id"), ("blob_rows", "base_id")]
+    present = _blob_ids(conn)
     for table_name, column in columns:
         table = _table(table_name)
         if column not in table.c:
             continue
         col = table.c[column]
-        missing = blobs.alias("present")
         key = [c for c in table.primary_key.columns]
-        rows = conn.execute(
-            select(col, *key)
-            .select_from(table.outerjoin(missing, missing.c.id == col))
-            .where(col.is_not(None), missing.c.id.is_(None))
-        ).all()
+        rows = [
+            row
+            for row in conn.execute(select(col, *key).where(col.is_not(None)))
+            if int(row[0]) not in present
+        ]
         for row in rows:
             ident = ", ".join(f"{c.name} {v}" for c, v in zip(key, row[1:], strict=True))
             report.problems.append(
@@ -475,6 +476,16 @@ def _dangling_references(
             elif table_name == "checkpoints":
                 states.add(int(row[1]))
     return entries, states
+
+
+def _blob_ids(conn: Connection) -> set[int]:
+    """Every stored blob's id: the loose rows', then the frames' members' (0010: a join with
+    the ``blobs`` view would unnest every frame once per referring row on SQLite).
+    """
+    ids = {int(i) for i in conn.execute(select(blob_rows.c.id)).scalars()}
+    for row in conn.exec_driver_sql(f"SELECT {DESCRIPTION} FROM pack_frames"):
+        ids.update(Described(tuple(row)).ids)
+    return ids
 
 
 def _table(name: str) -> Table:
@@ -537,9 +548,9 @@ def _referenced(conn: Connection, candidates: set[int]) -> set[int]:
     for parent, child in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
         if int(parent) not in candidates:
             found.add(int(child))
-    if "base_id" in blobs.c:
+    if "base_id" in blob_rows.c:
         for blob_id, base in conn.execute(
-            select(blobs.c.id, blobs.c.base_id).where(blobs.c.base_id.is_not(None))
+            select(blob_rows.c.id, blob_rows.c.base_id).where(blob_rows.c.base_id.is_not(None))
         ):
             if int(blob_id) not in candidates:
                 found.add(int(base))
@@ -564,7 +575,12 @@ def repair(store: Store) -> RepairReport:
             for i, d in conn.execute(select(blobs.c.id, blobs.c.digest).where(blobs.c.id.in_(bad)))
         }
         live = _live_blobs(conn) & bad
-        candidates = bad - live
+        loose = {
+            int(i)
+            for i in conn.execute(select(blob_rows.c.id).where(blob_rows.c.id.in_(bad))).scalars()
+        }
+        packed = bad - live - loose  # a frame member: its frame row is never changed (0010)
+        candidates = bad - live - packed
         while True:  # a dropped summary or delta may free the damaged blobs it referred to
             held = _referenced(conn, candidates)
             if not held:
@@ -574,6 +590,11 @@ def repair(store: Store) -> RepairReport:
             name = f"blob {rows[blob_id].hex()}" if blob_id in rows else f"blob id {blob_id}"
             if blob_id in candidates:
                 report.dropped.append(f"dropped damaged {name}: nothing reaches or refers to it")
+            elif blob_id in packed:
+                report.kept.append(
+                    f"kept damaged {name}: it is packed in a frame, which is never changed "
+                    "(`alpstore archive gc` drops it with its frame once nothing refers to it)"
+                )
             elif blob_id in live:
                 report.kept.append(f"kept damaged {name}: a session or checkpoint still needs it")
             else:

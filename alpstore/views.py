@@ -9,7 +9,7 @@ view is O(1); reading a view is one range scan per segment of its chain.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -260,9 +260,12 @@ def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
         chains[view] = chain
     sums: dict[tuple[int, int], int] = {}
     current, running, pending = None, 0, list[int]()
-    rows = conn.exec_driver_sql(
-        "SELECT e.segment_id, e.position, b.digest FROM segment_entries e "
-        "JOIN blobs b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
+    rows = _with_packed_digests(
+        conn,
+        conn.exec_driver_sql(
+            "SELECT e.segment_id, e.position, e.blob_id, b.digest FROM segment_entries e "
+            "LEFT JOIN blob_rows b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
+        ),
     )
 
     def settle(upto: int | None) -> None:
@@ -288,6 +291,29 @@ def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
             total += sums.get((seg, hi), 0) - sums.get((seg, lo), 0)
         out[view] = total % COVER_MOD
     return out
+
+
+def _with_packed_digests(conn: Any, rows: Iterable[Any]) -> Iterator[tuple[int, int, bytes]]:
+    """``(segment, position, digest)`` of ``(segment, position, blob id, loose digest)`` rows,
+    a packed blob's digest read from its frame (0010), a segment at a time; an entry whose
+    blob is nowhere is left out (as the join with ``blobs`` left it).
+    """
+    held: list[Any] = []
+
+    def flush() -> Iterator[tuple[int, int, bytes]]:
+        missing = [int(r[2]) for r in held if r[3] is None]
+        found = {int(p[0]): bytes(p[1]) for p in packed_by_id(conn, missing)} if missing else {}
+        for seg, pos, blob, digest in held:
+            got = bytes(digest) if digest is not None else found.get(int(blob))
+            if got is not None:
+                yield int(seg), int(pos), got
+        held.clear()
+
+    for row in rows:
+        if held and row[0] != held[-1][0]:
+            yield from flush()
+        held.append(tuple(row))
+    yield from flush()
 
 
 class ViewStore:

@@ -28,6 +28,7 @@ from alpstore.codec import (
     train_dictionary,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import DESCRIPTION, Described
 from alpstore.db.names import SQLITE_BUSY_TIMEOUT_MS
 from alpstore.errors import UsageError
 
@@ -210,7 +211,7 @@ class DictionaryTraining(ArchiveReader):
         The samples need not be one snapshot: each is a blob as it was when its slice was read.
         """
         sql = (
-            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blob_rows "
             f"WHERE {SAMPLE_WHERE}"
         )
         params: list[Any] = []
@@ -228,6 +229,8 @@ class DictionaryTraining(ArchiveReader):
             )
             with self.db.read() as conn:
                 found = rsql.fetchall(conn, f"{query} ORDER BY id DESC LIMIT ?", [*bound, want])
+                if after is None:  # and the frames' members (0010: no rows of their own)
+                    found = _newest(found, _packed_samples(conn, below, want), want)
                 part = [BlobRow(*r) for r in found]
                 decoded = self.decode_rows(conn, part, verify=False)
             rows += part
@@ -535,3 +538,35 @@ class DictionaryTraining(ArchiveReader):
                     driver.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         except (OSError, sqlite3.Error):
             return
+
+
+def _packed_samples(conn: Any, below: int | None, want: int) -> list[tuple[Any, ...]]:
+    """The newest ``want`` frame members (rows of the old ``blobs`` shape) with ids below
+    ``below`` (all when None) that a dictionary learns from, newest first: frames read newest
+    first until they hold as many.
+    """
+    out: list[tuple[Any, ...]] = []
+    top = below
+    while len(out) < want:
+        sql = f"SELECT {DESCRIPTION} FROM pack_frames"
+        params: list[Any] = []
+        if top is not None:
+            sql += " WHERE first_id < ?"
+            params.append(top)
+        row = rsql.fetchone(conn, f"{sql} ORDER BY first_id DESC LIMIT 1", params)
+        if row is None:
+            break
+        frame = Described(row)
+        out += [
+            m
+            for m in frame.rows()
+            if (below is None or m[0] < below) and 16 <= m[3] <= SMALL_BLOB_MAX
+        ]
+        top = min(frame.ids) if frame.ids else int(row[1])
+    out.sort(key=lambda m: -int(m[0]))
+    return out[:want]
+
+
+def _newest(a: Sequence[Any], b: Sequence[Any], want: int) -> list[Any]:
+    """The ``want`` rows with the largest ids of two lists."""
+    return sorted([*a, *b], key=lambda r: -int(r[0]))[:want]
