@@ -234,7 +234,9 @@ class SegmentRow:
     base_length: int
 
 
-def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
+def covers_of_views(
+    conn: Connection, views: Sequence[View], *, before_0010: bool = False
+) -> dict[View, int]:
     """The covering digest of each view, computed in one ordered pass over every entry.
 
     What ``archive verify`` checks the recorded digests against, and how the upgrade to
@@ -260,12 +262,14 @@ def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
         chains[view] = chain
     sums: dict[tuple[int, int], int] = {}
     current, running, pending = None, 0, list[int]()
+    loose = "blobs" if before_0010 else "blob_rows"  # (0004 computes them: every blob a row)
     rows = _with_packed_digests(
         conn,
         conn.exec_driver_sql(
             "SELECT e.segment_id, e.position, e.blob_id, b.digest FROM segment_entries e "
-            "LEFT JOIN blob_rows b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
+            f"LEFT JOIN {loose} b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
         ),
+        packed=not before_0010,
     )
 
     def settle(upto: int | None) -> None:
@@ -293,7 +297,9 @@ def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
     return out
 
 
-def _with_packed_digests(conn: Any, rows: Iterable[Any]) -> Iterator[tuple[int, int, bytes]]:
+def _with_packed_digests(
+    conn: Any, rows: Iterable[Any], *, packed: bool = True
+) -> Iterator[tuple[int, int, bytes]]:
     """``(segment, position, digest)`` of ``(segment, position, blob id, loose digest)`` rows,
     a packed blob's digest read from its frame (0010), a segment at a time; an entry whose
     blob is nowhere is left out (as the join with ``blobs`` left it).
@@ -301,7 +307,7 @@ def _with_packed_digests(conn: Any, rows: Iterable[Any]) -> Iterator[tuple[int, 
     held: list[Any] = []
 
     def flush() -> Iterator[tuple[int, int, bytes]]:
-        missing = [int(r[2]) for r in held if r[3] is None]
+        missing = [int(r[2]) for r in held if r[3] is None] if packed else []
         found = {int(p[0]): bytes(p[1]) for p in packed_by_id(conn, missing)} if missing else {}
         for seg, pos, blob, digest in held:
             got = bytes(digest) if digest is not None else found.get(int(blob))
