@@ -345,7 +345,7 @@ def upgrade() -> None:
         conn.exec_driver_sql("CREATE INDEX ix_pack_frames_first_id ON pack_frames (first_id)")
         conn.exec_driver_sql(
             f"CREATE INDEX ix_pack_frames_digest_keys ON pack_frames USING gin "
-            f"({KEYS_FUNCTION}(digests))"
+            f"({KEYS_FUNCTION}(digests)) WITH (fastupdate = off)"
         )
         conn.exec_driver_sql(f"DELETE FROM blobs WHERE codec = {CODEC_PACKED}")
         conn.exec_driver_sql("ALTER TABLE blobs RENAME TO blob_rows")
