@@ -116,8 +116,12 @@ def _ints(value: Any) -> list[int]:
     if value is None:
         return []
     if isinstance(value, str):
-        return [int(v) for v in json.loads(value)]
-    return [int(v) for v in value]
+        return list(json.loads(value))
+    return list(value)
+
+
+_DIGITS = bytes.maketrans(b"0123456789", bytes(range(10)))
+"""SQLite's kinds (a digit each) as their values, one byte each."""
 
 
 class Described:
@@ -130,9 +134,11 @@ class Described:
         self.frame_id = int(frame_id)
         self.offsets = _ints(offsets)
         n = len(self.offsets)
-        self.ids = _ints(ids) if ids is not None else list(range(int(first), int(first) + n))
-        self.kinds = (
-            [int(k) for k in kinds] if not isinstance(kinds, str) else list(map(int, kinds))
+        self.ids: Sequence[int] = (
+            _ints(ids) if ids is not None else range(int(first), int(first) + n)
+        )
+        self.kinds: Sequence[int] = (
+            bytes(kinds) if not isinstance(kinds, str) else kinds.encode().translate(_DIGITS)
         )
         self.digests = bytes(digests)
         self.raw_size = int(raw_size)
@@ -142,14 +148,23 @@ class Described:
         ends = [*self.offsets[1:], self.raw_size]
         return [e - s for s, e in zip(self.offsets, ends, strict=True)]
 
+    def size(self, i: int) -> int:
+        """Member ``i``'s length."""
+        end = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.raw_size
+        return end - self.offsets[i]
+
     def digest(self, i: int) -> bytes:
         """Member ``i``'s digest."""
         return self.digests[32 * i : 32 * i + 32]
 
     def rows(self, wanted: Iterable[int] | None = None) -> list[tuple[Any, ...]]:
         """The members (indexes ``wanted``, else all) as rows of the old ``blobs`` shape."""
-        picked = range(len(self.offsets)) if wanted is None else sorted(set(wanted))
-        sizes = self.sizes()
+        if wanted is None:
+            picked: Sequence[int] = range(len(self.offsets))
+            sizes = self.sizes()
+        else:
+            picked = sorted(set(wanted))
+            sizes = {i: self.size(i) for i in picked}  # type: ignore[assignment]
         where = pointers(self.frame_id, [self.offsets[i] for i in picked])
         return [
             (self.ids[i], self.digest(i), self.kinds[i], sizes[i], CODEC_PACKED, None, p, None)
@@ -157,9 +172,18 @@ class Described:
         ]
 
     def index_of_digests(self, wanted: set[bytes]) -> list[int]:
-        """The members whose digest is in ``wanted``."""
+        """The members whose digest is in ``wanted`` (each found by ``bytes.find``, at a
+        32-byte boundary).
+        """
         d = self.digests
-        return [i for i in range(len(self.offsets)) if d[32 * i : 32 * i + 32] in wanted]
+        out = []
+        for digest in wanted:
+            at = d.find(digest)
+            while at >= 0 and at % 32:
+                at = d.find(digest, at + 1)
+            if at >= 0:
+                out.append(at // 32)
+        return out
 
 
 def frames_by_digest(
@@ -223,7 +247,11 @@ def packed_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...
     wanted = set(ids)
     out = []
     for frame in frames_by_id(conn, list(wanted)):
-        out += frame.rows(i for i, bid in enumerate(frame.ids) if bid in wanted)
+        held = frame.ids
+        if isinstance(held, range):  # no gap: an id's place is its distance from first_id
+            out += frame.rows(i - held.start for i in wanted if i in held)
+        else:
+            out += frame.rows(i for i, bid in enumerate(held) if bid in wanted)
     return out
 
 

@@ -13,13 +13,13 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 
 from alembic import command
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision, upgrade
 from alpstore.maintenance import gc, verify
 from alpstore.store import Store
-from tests.backend_pass import sqlite_only
 from tests.conftest import Backend
 from tests.core.test_segment_runs import _answers, _build
 
@@ -134,7 +134,7 @@ def test_frames_id_ranges_never_overlap_with_loose_ids_between(backend: Backend)
     assert verify(fresh).ok
 
 
-@sqlite_only("pack_digests is SQLite's digest key")
+@pytest.mark.sqlite_only("pack_digests is SQLite's digest key")
 def test_verify_names_a_member_its_digest_key_lost(tmp_path: Path) -> None:
     """SQLite: a member whose key is gone from ``pack_digests`` would not be found by digest
     (a second copy stored on its next write): verify names its frame."""
