@@ -119,7 +119,7 @@ VIEW_SQL = {
         "SELECT coalesce(json_extract(f.ids, '$[' || o.key || ']'), f.first_id + o.key) AS id,\n"
         "       substr(f.digests, 32 * o.key + 1, 32) AS digest,\n"
         "       CAST(substr(f.kinds, o.key + 1, 1) AS INTEGER) AS kind,\n"
-        "       coalesce(lead(o.value) OVER (PARTITION BY f.id ORDER BY o.key), f.raw_size)"
+        "       coalesce(json_extract(f.offsets, '$[' || (o.key + 1) || ']'), f.raw_size)"
         " - o.value AS raw_size,\n"
         f"       {CODEC_PACKED} AS codec,\n"
         "       NULL AS dict_id,\n"
