@@ -176,6 +176,23 @@ _FK = re.compile(
 """SQLite: one table-level foreign key clause to ``blobs`` in a ``CREATE TABLE`` text."""
 
 
+SUMMARY_BYTES_IN = (
+    "          FROM blobs b\n"
+    "         WHERE b.id IN (SELECT e.blob_id FROM segment_entries e\n"
+    "                          JOIN segments g ON g.id = e.segment_id\n"
+    "                         WHERE g.session_id = s.id)) AS bytes"
+)
+SUMMARY_BYTES_JOIN = (
+    "          FROM blobs b\n"
+    "          JOIN (SELECT DISTINCT e.blob_id AS id FROM segment_entries e\n"
+    "                  JOIN segments g ON g.id = e.segment_id\n"
+    "                 WHERE g.session_id = s.id) u ON u.id = b.id) AS bytes"
+)
+"""SQLite: ``session_summary``'s bytes, the same sum, by a join with the session's distinct blob
+ids: with ``blobs`` a view the ``IN`` form built its correlated list again for every blob (1,000
+imported turns: 4.7 s; the join 0.02 s)."""
+
+
 def _parse_pointer(data: bytes) -> tuple[int, int]:
     values, value, shift = [], 0, 0
     for byte in data:
@@ -415,7 +432,7 @@ def upgrade() -> None:
         )
     conn.exec_driver_sql(VIEW_SQL[dialect])
     for _, sql in views:
-        conn.exec_driver_sql(sql)
+        conn.exec_driver_sql(sql.replace(SUMMARY_BYTES_IN, SUMMARY_BYTES_JOIN))
 
 
 def downgrade() -> None:
@@ -469,4 +486,4 @@ def downgrade() -> None:
             conn.exec_driver_sql(f"ALTER TABLE pack_frames DROP COLUMN {column}")
     _add_foreign_keys(conn)
     for _, sql in views:
-        conn.exec_driver_sql(sql)
+        conn.exec_driver_sql(sql.replace(SUMMARY_BYTES_JOIN, SUMMARY_BYTES_IN))

@@ -308,9 +308,9 @@ SELECT s.uuid AS session,
        (SELECT COUNT(*) FROM backtracks b WHERE b.session_id = s.id) AS backtracks,
        (SELECT COALESCE(SUM(LENGTH(b.payload)), 0)
           FROM blobs b
-         WHERE b.id IN (SELECT e.blob_id FROM segment_entries e
-                          JOIN segments g ON g.id = e.segment_id
-                         WHERE g.session_id = s.id)) AS bytes
+          JOIN (SELECT DISTINCT e.blob_id AS id FROM segment_entries e
+                  JOIN segments g ON g.id = e.segment_id
+                 WHERE g.session_id = s.id) u ON u.id = b.id) AS bytes
 FROM sessions s;
 
 INSERT INTO "alembic_version" ("version_num") VALUES ('0010');
