@@ -82,6 +82,33 @@ def native(url: str, delay_s: float, turns: int) -> tuple[float, float]:
             store.close()
 
 
+def prepared_ab(url: str, delay_s: float, turns: int) -> tuple[float, float, float, float]:
+    """Native turns with the pipeline's statements prepared (the default) and without
+    (``alpstore_prepared=0``), two archives through one proxy, alternating turn by turn so
+    both see the same load: (median ms a turn, median CPU ms a turn) of each."""
+    msgs = list(four_message_turns(turns + WARMUP))
+    with proxied(url, delay_s=delay_s) as (_proxy, via), ExitStack() as stack:
+        sessions = []
+        for name, query in (("on", ""), ("off", "alpstore_prepared=0")):
+            tmp = stack.enter_context(tempfile.TemporaryDirectory())
+            sep = "&" if "?" in via else "?"
+            store = Store.open(Path(tmp), url=f"{via}{sep}{query}" if query else via)
+            stack.callback(store.close)
+            sessions.append(store.create_session(name=f"bench-{name}"))
+        took: list[list[float]] = [[], []]
+        cpu: list[list[float]] = [[], []]
+        for i in range(turns + WARMUP):
+            for which in (0, 1) if i % 2 else (1, 0):
+                start, start_cpu = time.perf_counter(), time.process_time()
+                sessions[which].commit_turn(msgs[i])
+                if i >= WARMUP:
+                    took[which].append(time.perf_counter() - start)
+                    cpu[which].append(time.process_time() - start_cpu)
+    on, off = (1000 * statistics.median(t) for t in took)
+    on_cpu, off_cpu = (1000 * statistics.median(c) for c in cpu)
+    return on, on_cpu, off, off_cpu
+
+
 def saver(kind: str, url: str, delay_s: float, turns: int) -> tuple[float, float]:
     from langgraph.graph import MessagesState
 
@@ -123,8 +150,9 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
         delay_s = delay_ms / 1000
         results: dict[str, list[tuple[float, float]]] = {"native": [], "alp": [], "pg": []}
         for r in range(rounds):
-            with fresh_schema(admin, base, "bn_") as url:
-                results["native"].append(native(url, delay_s, native_turns))
+            if native_turns:
+                with fresh_schema(admin, base, "bn_") as url:
+                    results["native"].append(native(url, delay_s, native_turns))
             order = ["alp", "pg"] if r % 2 == 0 else ["pg", "alp"]
             if saver_turns:
                 for kind in order:
@@ -136,7 +164,11 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
             for k, v in results.items()
             if v
         }
-        row = f"| {delay_ms:g} | {med['native'][0]:.2f} | {med['native'][1]:.1f} |"
+        row = (
+            f"| {delay_ms:g} | {med['native'][0]:.2f} | {med['native'][1]:.1f} |"
+            if native_turns
+            else f"| {delay_ms:g} | - | - |"  # --native-turns 0: the saver rows only
+        )
         if saver_turns:
             ratio = med["alp"][0] / med["pg"][0]
             row += (
@@ -173,8 +205,31 @@ def main() -> None:
     parser.add_argument("--saver-turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--delays", default="0,0.5,2")
+    parser.add_argument(
+        "--prepared-ab",
+        type=int,
+        default=0,
+        metavar="TURNS",
+        help="only compare native turns with and without prepared statements, alternating",
+    )
     args = parser.parse_args()
     delays = [float(d) for d in args.delays.split(",")]
+    if args.prepared_ab:
+        base = base_url()
+        if base is None:
+            raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
+        admin = create_engine(base, poolclass=NullPool)
+        print("| one-way delay (ms) | prepared ms/turn | CPU | bound ms/turn | CPU | ratio |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        for delay_ms in delays:
+            with fresh_schema(admin, base, "bn_") as url:
+                on, on_cpu, off, off_cpu = prepared_ab(url, delay_ms / 1000, args.prepared_ab)
+            print(
+                f"| {delay_ms:g} | {on:.2f} | {on_cpu:.2f} | {off:.2f} | {off_cpu:.2f} |"
+                f" {on / off:.2f}× |",
+                flush=True,
+            )
+        return
     table = run_all(args.native_turns, args.saver_turns, args.rounds, delays)
     text = f"## {TITLE}\n\n{table}"
     write_results(Path(__file__).parent / "results" / "network.md", text)

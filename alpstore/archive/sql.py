@@ -203,6 +203,7 @@ class SqlArchive(PackWriting, ArchiveWriter):
         ahead: FramesAhead | None = None,
         *,
         known: dict[bytes, int] | None = None,
+        probe: bool = True,
     ) -> int:
         """Store ``items`` (in conversation order) packed, inside the caller's transaction:
         those not stored yet and at most :data:`PACK_BLOB_MAX` bytes become one frame, each
@@ -222,9 +223,13 @@ class SqlArchive(PackWriting, ArchiveWriter):
         ``known``: gets the id of every small item, found or inserted (locked in this
         transaction: ``store_encoded_counted``'s ``known``, so the turns that follow need not
         look them up again).
+
+        ``probe`` False: none of ``items`` is stored yet, as the caller knows (an SQLite import
+        holding the write lock into an archive that held no blob at its start, whose file
+        repeats no digest): they are not looked up.
         """
         wanted = {d: (d, k, r) for d, k, r in items if len(r) <= PACK_BLOB_MAX}
-        have = self.ids_for(conn, list(wanted), lock=True) if wanted else {}
+        have = self.ids_for(conn, list(wanted), lock=True) if wanted and probe else {}
         if known is not None:
             known.update(have)
         fresh = [item for d, item in wanted.items() if d not in have]

@@ -117,8 +117,14 @@ ALPSTORE_URL_PARAMS = (
     "alpstore_pool_size",
     "alpstore_pool_overflow",
     "alpstore_pool_timeout",
+    "alpstore_prepared",
 )
 """alpstore's own URL query parameters (never passed to the driver)."""
+
+PG_PREPARED = 128
+"""Statements of a write transaction's one-wait pipeline each connection prepares server-side
+(``alpstore_prepared``; 0 = none: every statement parsed and planned each time, as a
+connection pooler in transaction mode without prepared-statement support needs)."""
 
 PG_MIGRATION_LOCK = 0x616C7073  # "alps"
 """Advisory lock key that serialises concurrent schema upgrades of one PostgreSQL database."""
@@ -227,6 +233,7 @@ def postgresql_engine(parsed: URL, location: str) -> Engine:
     pool_size = int(_number(ours, "alpstore_pool_size", PG_POOL_SIZE, location))
     overflow = int(_number(ours, "alpstore_pool_overflow", PG_POOL_OVERFLOW, location))
     pool_timeout = _number(ours, "alpstore_pool_timeout", PG_POOL_TIMEOUT_S, location)
+    prepared = int(_number(ours, "alpstore_prepared", PG_PREPARED, location))
     connect_args: dict[str, Any] = {}
     if "connect_timeout" not in parsed.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
@@ -258,6 +265,7 @@ def postgresql_engine(parsed: URL, location: str) -> Engine:
     def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
         conn = pgconn.BoundedConnection.connect(*cargs, **cparams)
         conn.call_timeout = call_timeout or None
+        conn.alp_prepared_max = max(0, prepared)
         return conn
 
     event.listen(engine, "do_connect", connect)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import select
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from typing import Any
 
 import psycopg
@@ -36,6 +37,93 @@ from psycopg import generators, pq
 
 Sink = Callable[[Any], None]
 """Handed a deferred statement's result (a ``pq.PGresult``) when it came."""
+
+Queued = bytes | tuple[str, tuple[Any, ...]]
+"""A queued statement: bound already (bytes), or its SQL (``%s`` markers) and parameters, bound
+only when it is sent: client-side into a simple query, or as a prepared statement's
+parameters in a pipeline (:meth:`BoundedConnection._alp_pipeline`)."""
+
+PREPARED_MAX = 128
+"""Statements one connection keeps prepared (``_alp_prepared``); past them the rest go bound."""
+
+CAN_PREPARE = callable(getattr(psycopg.Connection, "_deallocate", None))
+"""Whether this psycopg sends its ``DEALLOCATE ALL`` through ``_deallocate`` (3.1–3.3 do), the hook
+:meth:`BoundedConnection._deallocate` needs to forget the statements it takes with it. A
+psycopg without it would leave names prepared here that the server no longer has, so nothing
+is prepared then: every statement goes bound, as with ``alpstore_prepared=0``."""
+
+_WIRE_TYPES = {bool: 16, float: 701, bytes: 17, bytearray: 17, memoryview: 17}
+"""Parameter types as a client-side bound literal of the value would be typed (``true``,
+``1.5::float8``, ``'\\x..'::bytea``); ints by their size, text and NULL unknown."""
+
+
+def _wire(
+    sql: str, params: tuple[Any, ...], encoding: str | None
+) -> tuple[tuple[str, tuple[int, ...]], list[bytes | None], list[int]] | None:
+    """``sql`` (``%s`` markers) and ``params`` as a prepared statement's: its key (the SQL and
+    the parameters' types), the values as the server reads them (text; bytes binary), their
+    formats. None when a value is of another type (or the markers do not match): it goes bound.
+    """
+    dollar = _dollar(sql)
+    if dollar is None or dollar[1] != len(params):
+        return None
+    types: list[int] = []
+    values: list[bytes | None] = []
+    formats: list[int] = []
+    for value in params:
+        kind = type(value)
+        if value is None:
+            types.append(0)
+            values.append(None)
+        elif kind is int:
+            types.append(
+                23 if -(2**31) <= value < 2**31 else 20 if -(2**63) <= value < 2**63 else 1700
+            )
+            values.append(str(value).encode())
+        elif kind is str:
+            types.append(0)
+            values.append(value.encode(encoding or "utf-8"))
+        elif kind in _WIRE_TYPES:
+            types.append(_WIRE_TYPES[kind])
+            if kind is bool:
+                values.append(b"t" if value else b"f")
+            elif kind is float:
+                values.append(repr(value).encode())
+            else:
+                values.append(bytes(value))
+                formats.append(1)
+                continue
+        else:
+            return None
+        formats.append(0)
+    return (sql, tuple(types)), values, formats
+
+
+@lru_cache(maxsize=512)
+def _dollar(sql: str) -> tuple[bytes, int] | None:
+    """The ``%s`` markers of psycopg as ``$1``, ``$2`` … (``%%`` as ``%``), and how many; None for
+    any other use of ``%``.
+    """
+    out: list[str] = []
+    n = 0
+    i = 0
+    while True:
+        j = sql.find("%", i)
+        if j < 0:
+            out.append(sql[i:])
+            break
+        out.append(sql[i:j])
+        mark = sql[j + 1 : j + 2]
+        if mark == "s":
+            n += 1
+            out.append(f"${n}")
+        elif mark == "%":
+            out.append("%")
+        else:
+            return None
+        i = j + 2
+    return "".join(out).encode(), n
+
 
 _WAIT_TIMEOUT: type[BaseException] = getattr(pg_errors, "_WaitTimeout", psycopg.OperationalError)
 
@@ -52,13 +140,13 @@ class BoundedConnection(psycopg.Connection[Any]):
     """Set before a write transaction: its ``BEGIN`` also reads the transaction's id."""
     alp_xid: int | None = None
     """The id of the current write transaction (when ``alp_want_xid`` was set at its start)."""
-    alp_deferred: list[bytes] | None = None
+    alp_deferred: list[Queued] | None = None
     """Statements bound client-side, to be sent in front of the next one (``defer``)."""
     alp_sinks: list[Sink | None] | None = None
     """For each queued statement, what is handed its result once it came (or None)."""
 
-    def alp_defer(self, statement: bytes, sink: Sink | None = None) -> None:
-        """Queue ``statement`` (one bound SQL statement) for the next round trip of this
+    def alp_defer(self, statement: Queued, sink: Sink | None = None) -> None:
+        """Queue ``statement`` (one SQL statement) for the next round trip of this
         transaction; ``sink``, if given, is handed its result (a ``pq.PGresult``) when that
         round trip's reply came, before the call that sent it returns (a COMMIT's too).
         """
@@ -77,7 +165,7 @@ class BoundedConnection(psycopg.Connection[Any]):
     """With ``alp_begun_later``: how many queued statements (the ``BEGIN`` and the id's read)
     the server answers at once, before it runs the rest (a flush request after them)."""
 
-    def alp_begin_later(self, statements: Sequence[bytes]) -> None:
+    def alp_begin_later(self, statements: Sequence[Queued]) -> None:
         """Open a transaction with nothing sent: its ``BEGIN`` (and, for a write that wants it,
         ``SELECT txid_current()``) and ``statements`` are queued, and everything deferred after
         them goes with them. At the COMMIT all of it goes in ONE pipeline (:meth:`_alp_pipeline`:
@@ -105,7 +193,55 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_begun_later = False
         queue, self.alp_deferred = self.alp_deferred, None
         self.alp_taken, self.alp_sinks = tuple(self.alp_sinks or ()), None
-        return b"; ".join(queue) if queue else None
+        return b"; ".join(self._alp_text(q) for q in queue) if queue else None
+
+    def _alp_text(self, statement: Queued) -> bytes:
+        """``statement`` bound client-side (psycopg's own quoting), as bytes."""
+        if isinstance(statement, bytes):
+            return statement
+        sql, params = statement
+        text = psycopg.ClientCursor(self).mogrify(sql, params) if params else sql
+        return text.encode(self.pgconn._encoding or "utf-8")
+
+    alp_prepared_max: int = PREPARED_MAX
+    """How many statements this connection prepares at most (0: none, every one goes bound)."""
+    _alp_prepared: dict[tuple[str, tuple[int, ...]], bytes] | None = None
+    """Statements prepared on this connection: (SQL, parameter types) → their name."""
+    _alp_unpreparable: set[tuple[str, tuple[int, ...]]]
+    """Statements whose PREPARE the server refused on this connection: they go bound."""
+    _alp_names: int = 0
+    """Names given (``_alp_1`` …): never one twice, prepared or refused."""
+    _alp_to_prepare: dict[tuple[str, tuple[int, ...]], bytes] | None = None
+    """Seen in this pipeline, not prepared yet: prepared after its COMMIT (see below)."""
+
+    def _alp_send(self, statement: Queued) -> None:
+        """Send one statement of a pipeline: as a prepared statement's execution when this
+        connection prepared its SQL (with these parameter types) in an earlier transaction;
+        else bound, and its SQL noted to be prepared once this transaction is over.
+        """
+        pg = self.pgconn
+        wire = None if isinstance(statement, bytes) else _wire(*statement, pg._encoding)
+        if wire is None:
+            pg.send_query_params(self._alp_text(statement), None)
+            return
+        key, values, formats = wire
+        name = (self._alp_prepared or {}).get(key)
+        if name is not None:
+            pg.send_query_prepared(name, values, param_formats=formats)
+            return
+        pg.send_query_params(self._alp_text(statement), None)
+        if self._alp_prepared is None:
+            self._alp_prepared, self._alp_unpreparable = {}, set()
+        if self._alp_to_prepare is None:
+            self._alp_to_prepare = {}
+        if (
+            key not in self._alp_to_prepare
+            and key not in self._alp_unpreparable
+            and CAN_PREPARE
+            and len(self._alp_prepared) + len(self._alp_unpreparable) < self.alp_prepared_max
+        ):
+            self._alp_names += 1
+            self._alp_to_prepare[key] = f"_alp_{self._alp_names}".encode()
 
     alp_ended: type[BaseException] | None = None
     """Set by ``raw.fetch_and_end``: this read transaction was ended with its reads, so the
@@ -143,7 +279,7 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_deliver(results)
         return results
 
-    def _alp_pipeline(self, statements: Sequence[bytes], sinks: Sequence[Sink | None]) -> Any:
+    def _alp_pipeline(self, statements: Sequence[Queued], sinks: Sequence[Sink | None]) -> Any:
         """A transaction begun later (:meth:`alp_begin_later`), whole, in one wait: every
         statement and the COMMIT sent in one client write (libpq pipeline mode, each statement
         parsed alone, one Sync at the end). A flush request after the first ``alp_head`` ones
@@ -151,6 +287,14 @@ class BoundedConnection(psycopg.Connection[Any]):
         own reply is lost is still read back by that id. The first failed statement raises (the
         rest were skipped: the transaction is left failed for the caller's ROLLBACK); else each
         sink is handed its result.
+
+        A statement this connection prepared in an earlier transaction runs prepared (no
+        parse, no plan: the server's part of a turn's pipeline was ~1.2 ms, most of it
+        planning); one not prepared yet goes bound, and is prepared after the COMMIT, in the
+        same client write and wait: the COMMIT has run when the server reads it, so a PREPARE
+        that fails (a parameter type the server cannot infer) fails nothing of the
+        transaction (the pipeline's rest is skipped to the Sync), and the statement just goes
+        on bound.
         """
         pg = self.pgconn
         head = self.alp_head
@@ -163,20 +307,40 @@ class BoundedConnection(psycopg.Connection[Any]):
         self.alp_unsent = False
         pg.enter_pipeline_mode()
         results: list[Any] = []
+        self._alp_to_prepare = None
         try:
             for i, statement in enumerate(statements):
-                pg.send_query_params(statement, None)
+                self._alp_send(statement)
                 if i == head - 1:
                     pg.send_flush_request()
             pg.send_query_params(b"COMMIT", None)
-            pg.pipeline_sync()
+            preparing: list[tuple[tuple[str, tuple[int, ...]], bytes]]
+            preparing = list((self._alp_to_prepare or {}).items())
+            self._alp_to_prepare = None
+            for (sql, types), name in preparing:
+                dollar = _dollar(sql)
+                assert dollar is not None  # it had a key
+                pg.send_prepare(name, dollar[0], param_types=types)
+            pg.pipeline_sync()  # one Sync: it flushes, and the client writes once
             yield from generators.send(pg)
+            ours = len(statements) + 1  # the transaction's results, its COMMIT's last
+            seen = 0
             while True:
                 result = yield from generators.fetch(pg)
                 if result is None:
                     continue
                 if result.status == pq.ExecStatus.PIPELINE_SYNC:
                     break
+                seen += 1
+                if seen > ours:  # a PREPARE's, after the COMMIT: never the transaction's
+                    key, name = preparing[seen - ours - 1]
+                    if self._alp_prepared is None:
+                        continue
+                    if result.status == pq.ExecStatus.COMMAND_OK:
+                        self._alp_prepared[key] = name
+                    elif result.status == pq.ExecStatus.FATAL_ERROR:  # not those skipped after it
+                        self._alp_unpreparable.add(key)
+                    continue
                 results.append(result)
                 if len(results) <= head and result.status == pq.ExecStatus.TUPLES_OK:
                     sink = sinks[len(results) - 1]
@@ -192,6 +356,15 @@ class BoundedConnection(psycopg.Connection[Any]):
         for sink, result in zip(sinks[head:], results[head:], strict=False):
             if sink is not None:
                 sink(result)
+
+    def _deallocate(self, name: bytes | None) -> Any:
+        """The driver's ``DEALLOCATE`` (None: ALL, which it sends after a ROLLBACK, a DROP or an
+        ALTER once it prepared statements of its own): that takes this connection's prepared
+        pipeline statements with it, so they are prepared again.
+        """
+        if name is None:
+            self._alp_prepared = None
+        return (yield from super()._deallocate(name))
 
     def _commit_gen(self) -> Any:
         self.alp_ended = None

@@ -193,7 +193,7 @@ def begin_later(conn: AnyConnection, statements: Sequence[tuple[str, Sequence[An
     bound = [(_translate(sql, "postgresql"), tuple(params)) for sql, params in statements]
     if not all(_small(params) for _, params in bound):
         return False
-    dbapi.alp_begin_later([_bound(dbapi, sql, params) for sql, params in bound])
+    dbapi.alp_begin_later(bound)
     return True
 
 
@@ -257,7 +257,7 @@ def _pg_batched(
     idle = dbapi.pgconn.transaction_status == 0 and not dbapi.alp_begun_later
     if defer and not idle:
         sink = None if then is None else (lambda result: then(_rows_of(dbapi, result)))
-        dbapi.alp_defer(_bound(dbapi, sql, params), sink)
+        dbapi.alp_defer((sql, params), sink)
         return None
     waiting = 0 if idle else dbapi.alp_waiting()
     if not idle and not waiting and not before:

@@ -65,6 +65,25 @@ def insert_run(conn: AnyConnection, seg_id: int, start: int, blob_ids: Sequence[
         rsql.execute(conn, sql, (seg_id, start, run_text(blob_ids)))
 
 
+def insert_runs(
+    conn: AnyConnection, seg_id: int, runs: Sequence[tuple[int, Sequence[int]]]
+) -> None:
+    """:func:`insert_run` of each ``(start, blob_ids)`` of ``runs`` (the same rows), in one
+    statement (``raw.executemany``: multi-row ``VALUES``): an import's held checkpoints, a
+    run each.
+    """
+    rows = [(seg_id, start, ids) for start, ids in runs if ids]
+    if rsql.dialect_of(conn) == "postgresql":
+        sql = (
+            "INSERT INTO segment_runs (segment_id, start, blob_ids) "
+            "VALUES (?, ?, CAST(? AS INTEGER[]))"
+        )
+        rsql.executemany(conn, sql, [(seg, at, pg_array(ids)) for seg, at, ids in rows])
+    else:
+        sql = "INSERT INTO segment_runs (segment_id, start, blob_ids) VALUES (?, ?, ?)"
+        rsql.executemany(conn, sql, [(seg, at, run_text(ids)) for seg, at, ids in rows])
+
+
 def ids_below(conn: AnyConnection, seg_id: int, hi: int) -> list[int]:
     """The blob ids of ``seg_id``'s entries at positions below ``hi``."""
     out: list[int] = []

@@ -9,6 +9,7 @@ function call, not a round trip.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from alpstore.archive.reading import Encoded, parse_documents
@@ -160,16 +161,25 @@ unique violation (the task has writes at that checkpoint: LangGraph's rule merge
 NULL thread (no such thread namespace yet)."""
 
 
-def put_writes_later(
-    saver: SaverState,
-    thread_id: str,
-    ns: str,
-    checkpoint_id: str,
-    task_id: str,
-    task_path: str,
-    planned: dict[int, tuple[str, list[Any], list[Any]]],
-    replace_all: bool,
-) -> bool:
+@dataclass(frozen=True)
+class WriteRequest:
+    """One ``put_writes`` call, as the saver's write paths take it (``_lgwrite.put_writes``,
+    ``_lgwrite.store_writes``, :func:`put_writes_later`): where the writes go and what each
+    stores.
+    """
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    task_id: str
+    task_path: str
+    planned: Planned
+    """Per write index: its channel, its ref template and the encoded items it stores."""
+    replace_all: bool
+    """Every write is a special one (error, interrupt): they replace what the task has."""
+
+
+def put_writes_later(saver: SaverState, req: WriteRequest) -> bool:
     """``put_writes`` in ONE client wait when the thread exists and the task has no writes at
     that checkpoint yet (the common case): the blobs, the writes (the thread named by its id
     and namespace) and their items sent with the ``BEGIN`` and the COMMIT, nothing read first
@@ -180,24 +190,24 @@ def put_writes_later(
     the rest riding the COMMIT.
     """
     store = saver.store
-    cid, tid = id_bytes(checkpoint_id), id_bytes(task_id)
+    cid, tid = id_bytes(req.checkpoint_id), id_bytes(req.task_id)
     with store.db.atomic() as conn:
         if rsql.begin_later(conn, []):
-            thread: list[Any] = [thread_id, ns]
+            thread: list[Any] = [req.thread_id, req.ns]
             writes = _INSERT_WRITES_BY_NAME
         else:
-            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, thread_id, ns))
+            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, req.thread_id, req.ns))
             if found is None or found[1]:
                 return False
             thread, writes = [int(found[0])], _INSERT_WRITES
-        every = [item for _, _, items in planned.values() for item in items]
+        every = [item for _, _, items in req.planned.values() for item in items]
         store.archive.store_encoded_later(conn, every)
         digests = iter([digest for digest, _, _ in every])
         entries = {
             widx: (channel, ref, [next(digests) for _ in items])
-            for widx, (channel, ref, items) in planned.items()
+            for widx, (channel, ref, items) in req.planned.items()
         }
-        packed, items = pack_writes(saver, task_path, entries)
+        packed, items = pack_writes(saver, req.task_path, entries)
         params: list[Any] = [*thread, cid, tid, *packed]
         if not items:
             rsql.execute(conn, writes, params, defer=True)

@@ -28,7 +28,7 @@ from alpstore.integrations._lgcodec import (
     unwrap,
     wrap,
 )
-from alpstore.integrations._lgfast import Planned, pack_writes
+from alpstore.integrations._lgfast import WriteRequest, pack_writes
 from alpstore.integrations._lgpack import value_ref
 from alpstore.integrations._lgsteps import TRIGGER_PREFIX as TRIGGER_PREFIX
 from alpstore.integrations._lgsteps import branch_point, record_branch, step_nodes, step_trigger
@@ -67,33 +67,23 @@ def put_checkpoint(
     )
 
 
-def put_writes(
-    saver: SaverState,
-    thread_id: str,
-    ns: str,
-    checkpoint_id: str,
-    task_id: str,
-    task_path: str,
-    planned: Planned,
-    replace_all: bool,
-) -> None:
+def put_writes(saver: SaverState, req: WriteRequest) -> None:
     """``put_writes``' transaction: on PostgreSQL sent unread first
     (``_lgfast.put_writes_later``), else (or refused: a merge, a new thread) the plain
     :func:`store_writes`, retried on transient conflicts.
     """
-    args = (saver, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all)
     db = saver.store.db
 
     def plain() -> bool:
-        what = f"pending writes of LangGraph thread {thread_id!r}"
-        db.retrying(lambda: store_writes(*args), what=what)
+        what = f"pending writes of LangGraph thread {req.thread_id!r}"
+        db.retrying(lambda: store_writes(saver, req), what=what)
         return True
 
     if not db.is_postgresql:
         plain()
         return
     lgfast.fast_or_plain(
-        lambda: True if lgfast.put_writes_later(*args) else None,
+        lambda: True if lgfast.put_writes_later(saver, req) else None,
         plain,
         refused=lgfast.writes_refused,
     )
@@ -446,55 +436,39 @@ def plan_write(saver: SaverState, channel: str, value: Any) -> tuple[str, list[A
     return channel, ref, [] if item is None else [item]
 
 
-def store_writes(
-    saver: SaverState,
-    thread_id: str,
-    ns: str,
-    checkpoint_id: str,
-    task_id: str,
-    task_path: str,
-    planned: Planned,
-    replace_all: bool,
-) -> None:
+def store_writes(saver: SaverState, req: WriteRequest) -> None:
     """One transaction of ``put_writes``: the items' blobs, then the task's writes inserted (or
     merged by LangGraph's rule with those it has already).
     """
     store = saver.store
     with store.db.atomic() as conn:
         entries: dict[int, WriteEntry] = {}
-        every = [item for _, _, items in planned.values() for item in items]
+        every = [item for _, _, items in req.planned.values() for item in items]
         ids = iter(store.archive.store_encoded(conn, every))
-        for widx, (channel, ref, items) in planned.items():
+        for widx, (channel, ref, items) in req.planned.items():
             entries[widx] = (channel, ref, [next(ids) for _ in items])
-        packed, blob_ids = pack_writes(saver, task_path, entries)
-        if lgdb.insert_new_writes(conn, thread_id, ns, checkpoint_id, task_id, packed, blob_ids):
+        packed, blob_ids = pack_writes(saver, req.task_path, entries)
+        if lgdb.insert_new_writes(
+            conn, req.thread_id, req.ns, req.checkpoint_id, req.task_id, packed, blob_ids
+        ):
             return
-        merge_writes(
-            saver, conn, thread_id, ns, checkpoint_id, task_id, task_path, entries, replace_all
-        )
+        merge_writes(saver, conn, req, entries)
 
 
 def merge_writes(
-    saver: SaverState,
-    conn: Any,
-    thread_id: str,
-    ns: str,
-    checkpoint_id: str,
-    task_id: str,
-    task_path: str,
-    new: dict[int, WriteEntry],
-    replace_all: bool,
+    saver: SaverState, conn: Any, req: WriteRequest, new: dict[int, WriteEntry]
 ) -> None:
     """The task already has writes here (or the thread is new): merge by LangGraph's rule."""
-    found_thread = lgdb.find_thread(conn, thread_id, ns)
+    found_thread = lgdb.find_thread(conn, req.thread_id, req.ns)
     ref = (
-        lgdb.create_thread(saver.store, conn, thread_id, ns)[0]
+        lgdb.create_thread(saver.store, conn, req.thread_id, req.ns)[0]
         if found_thread is None
         else found_thread[0]
     )
-    found = lgdb.find_writes(conn, ref, checkpoint_id, task_id)
+    found = lgdb.find_writes(conn, ref, req.checkpoint_id, req.task_id)
     entries: dict[int, WriteEntry] = {}
     existing = None
+    task_path = req.task_path
     if found:
         existing, _, packed, items = found[0]
         doc = saver._packer.unpack(conn, packed)
@@ -503,14 +477,14 @@ def merge_writes(
             entries[int(idx)] = entry_from_ref(channel, wref, items)
     changed = False
     for widx, entry in new.items():
-        if widx in entries and not replace_all:
+        if widx in entries and not req.replace_all:
             continue
         entries[widx] = entry
         changed = True
     if not changed:
         return
     packed, blob_ids = pack_writes(saver, task_path, entries)
-    lgdb.save_writes(conn, ref, checkpoint_id, task_id, existing, packed, blob_ids)
+    lgdb.save_writes(conn, ref, req.checkpoint_id, req.task_id, existing, packed, blob_ids)
 
 
 WriteEntry = tuple[str, list[Any], list[int]]

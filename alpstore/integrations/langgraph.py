@@ -59,6 +59,7 @@ from alpstore.integrations import _lgmaint as lgmaint
 from alpstore.integrations import _lgpolicy as lgpolicy
 from alpstore.integrations import _lgread as lgread
 from alpstore.integrations import _lgwrite as lgwrite
+from alpstore.integrations._lgfast import WriteRequest
 from alpstore.integrations._lgpolicy import step_events
 from alpstore.integrations._lgthread import SaverState, thread_key
 from alpstore.integrations._lgwrite import TRIGGER_PREFIX
@@ -302,7 +303,10 @@ class AlpstoreSaver(SaverState):
         store = self.store
         with self._state(thread_id, ns).lock:
             lgwrite.put_writes(
-                self, thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
+                self,
+                WriteRequest(
+                    thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
+                ),
             )
         store.archive.after_commit()
         lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes)

@@ -30,8 +30,11 @@ from alpstore.portable.travel_format import (
     VERSION,
     Digester,
     ListState,
+    blob_line,
     certainly_valid,
+    is_steering,
     portable_dir,
+    schema_errors,
     with_dir,
 )
 from alpstore.portable.travel_header import header_of as header_of
@@ -89,6 +92,9 @@ def raw_lines(path: Path, *, limit: int = LINE_LIMIT) -> Iterator[tuple[int, byt
             )
 
 
+_MESSAGE: Final = KIND_CODES["message"]
+
+
 @dataclass
 class Checked:
     """What reading a session file found (see :class:`SessionReader`)."""
@@ -118,17 +124,6 @@ SCAN_BATCH: Final = 256
 """Blobs whose secret prefilter runs once, on their joined bytes (as the export's)."""
 
 
-def _schema_errors(schemas: dict[str, Any], kind: str, rec: dict[str, Any]) -> list[Any]:
-    """The line's schema errors, first by path (jsonschema, loaded by the first line that
-    needs it: the hot lines are checked by hand, ``certainly_valid``).
-    """
-    if kind not in schemas:
-        import jsonschema
-
-        schemas[kind] = jsonschema.Draft7Validator(LINE_SCHEMAS[kind])
-    return sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
-
-
 MAX_EVENTS_PER_CHECKPOINT: Final = 256
 """Events a session file may carry per checkpoint (plus one checkpoint's worth for the head): a
 session records a few per turn (status, backtrack, fork, decisions); a flood of markers in a
@@ -137,17 +132,6 @@ tiny compressed file is refused before it reaches the timeline."""
 
 def _widen(span: tuple[int, int], value: int) -> tuple[int, int]:
     return (value, value) if span == (0, 0) else (min(span[0], value), max(span[1], value))
-
-
-def is_steering(value: Any) -> bool:
-    """True when ``value`` is a message a backtrack may inject as its steering: a user turn
-    whose content is text (what ``Session.backtrack(steering=…)`` writes).
-    """
-    return (
-        isinstance(value, dict)
-        and value.get("role") == "user"
-        and isinstance(value.get("content"), str)
-    )
 
 
 class SessionReader:
@@ -180,6 +164,8 @@ class SessionReader:
         self._stage = 0
         self._steering: set[str] = set()
         """Digests of the message blobs a backtrack may name as its steering."""
+        self._listable: set[str] = set()
+        """Digests of the message and summary blobs read: what a checkpoint's list may hold."""
         self._threads = ThreadLines()
         self._unscanned: list[tuple[int, str, bytes, Any]] = []
         """Blobs read whose secret scan waits for a batch (``_scan_blobs``)."""
@@ -206,6 +192,12 @@ class SessionReader:
         )
         try:
             for n, line in lines:
+                if not self._stage and n > 1:  # still the blob lines: the export's spelling?
+                    fast = blob_line(line)
+                    if fast is not None:
+                        rec, raw = fast
+                        yield "blob", rec, self._blob(n, rec, raw)
+                        continue
                 if n == 1:
                     self._header(line.removeprefix(b"\xef\xbb\xbf"))
                     continue
@@ -225,14 +217,12 @@ class SessionReader:
                 errors = (
                     []
                     if kind == "blob" or trusted or certainly_valid(rec)
-                    else _schema_errors(schemas, kind, rec)
+                    else schema_errors(schemas, kind, rec)
                 )
                 if kind == "blob":
                     self._blob_shape(n, rec)
                 elif (
-                    kind in ("checkpoint", "head")
-                    and not errors
-                    and not all(isinstance(d, str) and HEX.fullmatch(d) for d in rec["add"])
+                    kind in ("checkpoint", "head") and not errors and not self._digests(rec["add"])
                 ):
                     raise self._fail(n, f"{kind} line: $.add: every entry must be a blob digest")
                 if errors:
@@ -342,6 +332,18 @@ class SessionReader:
         if kind not in kinds:
             raise self._fail(n, f"{what} names blob {digest[:16]}…, a {KIND_NAMES[kind]}")
 
+    def _digests(self, add: list[Any]) -> bool:
+        """True when every entry of a checkpoint's ``add`` is a blob digest (64 lowercase hex
+        digits): at once when all are digests of blobs read (each was checked as it was read),
+        else one by one.
+        """
+        try:
+            if self._kinds.keys() >= set(add):
+                return True
+        except TypeError:  # (unhashable: not a digest)
+            return False
+        return all(isinstance(d, str) and HEX.fullmatch(d) for d in add)
+
     def _blob_shape(self, n: int, rec: dict[str, Any]) -> None:
         """What the blob line's schema says, checked directly (the hot line: jsonschema
         would cost more than the rest of the import).
@@ -353,16 +355,17 @@ class SessionReader:
         if rec["kind"] not in KIND_CODES:
             raise self._fail(n, f"blob line: $.kind: expected one of {', '.join(KIND_CODES)}")
 
-    def _blob(self, n: int, rec: dict[str, Any]) -> bytes:
+    def _blob(self, n: int, rec: dict[str, Any], raw: bytes | None = None) -> bytes:
+        """The checks of a blob line past its shape; ``raw``: its value's canonical bytes when
+        the line was read by :func:`blob_line` (else found here).
+        """
         digest = rec["digest"]
         if digest in self._kinds:
             raise self._fail(n, f"blob {digest[:16]}… comes twice")
-        raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
+        if raw is None:
+            raw = canonical_bytes(rec["value"], f"{self.path}: line {n}: $.value", parsed=True)
         if self._seals is not None:  # these bytes were checked: digest, shape, secrets
-            self._kinds[digest] = KIND_CODES[rec["kind"]]
-            if self._kinds[digest] == KIND_CODES["message"] and is_steering(rec["value"]):
-                self._steering.add(digest)
-            self.result.blobs += 1
+            self._held(digest, KIND_CODES[rec["kind"]], rec["value"])
             return raw
         actual = blake3.blake3(raw).hexdigest()
         if actual != digest:
@@ -387,11 +390,21 @@ class SessionReader:
         self._unscanned_bytes += len(raw)
         if len(self._unscanned) >= SCAN_BATCH or self._unscanned_bytes >= SEAL_BYTES:
             self._scan_blobs()
-        self._kinds[digest] = kind
-        if kind == KIND_CODES["message"] and is_steering(rec["value"]):
-            self._steering.add(digest)
-        self.result.blobs += 1
+        self._held(digest, kind, rec["value"])
         return raw
+
+    def _held(self, digest: str, kind: int, value: Any) -> None:
+        """Note a blob read (its checks passed): its kind, whether a checkpoint may list it,
+        whether a backtrack may name it as its steering.
+        """
+        self._kinds[digest] = kind
+        if kind == _MESSAGE:
+            self._listable.add(digest)
+            if is_steering(value):
+                self._steering.add(digest)
+        elif kind == BLOB_SUMMARY:
+            self._listable.add(digest)
+        self.result.blobs += 1
 
     def _scan_blobs(self) -> None:
         """The secret scan of the blobs read since the last one: the prefilter once over
@@ -459,8 +472,9 @@ class SessionReader:
         known = len(self._digester.entries)
         if rec["keep"] > known:
             raise self._fail(n, f"{what} keeps {rec['keep']} entries of a list of {known}")
-        for d in rec["add"]:
-            self._need(n, d, what, (KIND_CODES["message"], BLOB_SUMMARY))
+        if not self._listable.issuperset(rec["add"]):  # (else each named, as _need names it)
+            for d in rec["add"]:
+                self._need(n, d, what, (_MESSAGE, BLOB_SUMMARY))
         state = self._digester.apply(rec["keep"], rec["add"], commit=rec["type"] == "checkpoint")
         if state.covering != rec["covering"]:
             raise self._fail(n, f"{what}: its entries do not give its covering digest")

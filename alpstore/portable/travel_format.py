@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import blake3
 
+from alpstore.canonical import parse_canonical
 from alpstore.codec import canonical_json, canonical_json_parsed, digest_hex
 from alpstore.db.names import BLOB_KINDS
 from alpstore.portable.files import MAX_INT, MAX_MESSAGE_BYTES
@@ -244,6 +245,62 @@ def certainly_valid(rec: dict[str, Any]) -> bool:
     kind = rec["type"]
     check = _FAST.get(kind)
     return check is not None and rec.keys() == _KEYS[kind] and bool(check(rec))
+
+
+_BLOB_HEAD: Final = b'{"type":"blob","digest":"'
+_BLOB_KIND: Final = b'","kind":"'
+_BLOB_VALUE: Final = b'","value":'
+_KIND_NAMES: Final = {name.encode(): name for name in KIND_CODES}
+_HEX_BYTES: Final = b"0123456789abcdef"
+
+
+def blob_line(line: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """``(record, canonical bytes of its value)`` of a blob line spelled exactly as an export
+    writes it (``travel_export._BLOB_LINE``: these keys in this order, no space, the value its
+    canonical JSON of at most :data:`MAX_MESSAGE_BYTES`, a known kind, a lowercase digest), read
+    in one parse and one encoding of the value (``canonical.parse_canonical``); None for any
+    other line, which the strict reading then takes (its errors, its canonical form: a line
+    another writer spelled otherwise is read as before).
+
+    The record is the one the strict parse gives for the same line: every byte outside the
+    value is fixed here, so no key can repeat or be missing.
+    """
+    if not (
+        line.startswith(_BLOB_HEAD) and line.startswith(_BLOB_KIND, 89) and line.endswith(b"}")
+    ):
+        return None
+    end = line.find(_BLOB_VALUE, 99, 99 + 24)
+    name = _KIND_NAMES.get(line[99:end]) if end > 0 else None
+    digest = line[25:89]
+    if name is None or digest.translate(None, _HEX_BYTES):  # (what is left is not hex)
+        return None
+    raw = line[end + len(_BLOB_VALUE) : -1]
+    parsed = parse_canonical(raw, limit=MAX_MESSAGE_BYTES)
+    if parsed is None:
+        return None
+    return {"type": "blob", "digest": digest.decode(), "kind": name, "value": parsed[0]}, raw
+
+
+def schema_errors(schemas: dict[str, Any], kind: str, rec: dict[str, Any]) -> list[Any]:
+    """The line's schema errors, first by path (jsonschema, loaded by the first line that
+    needs it: the hot lines are checked by hand, ``certainly_valid``).
+    """
+    if kind not in schemas:
+        import jsonschema
+
+        schemas[kind] = jsonschema.Draft7Validator(LINE_SCHEMAS[kind])
+    return sorted(schemas[kind].iter_errors(rec), key=lambda e: list(e.path))
+
+
+def is_steering(value: Any) -> bool:
+    """True when ``value`` is a message a backtrack may inject as its steering: a user turn
+    whose content is text (what ``Session.backtrack(steering=…)`` writes).
+    """
+    return (
+        isinstance(value, dict)
+        and value.get("role") == "user"
+        and isinstance(value.get("content"), str)
+    )
 
 
 def portable_dir(origin: Any) -> str | None:

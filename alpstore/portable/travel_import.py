@@ -38,8 +38,9 @@ from alpstore.archive.packing import FRAME_TARGET
 from alpstore.canonical import digest_bytes
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_SUMMARY
-from alpstore.db.runs import insert_run
+from alpstore.db.runs import insert_runs
 from alpstore.errors import IntegrityError, UsageError
+from alpstore.gcpause import no_gc_pause
 from alpstore.portable.travel import Checked, SessionReader, check_session_file
 from alpstore.portable.travel_format import KIND_CODES, portable_dir, with_dir
 from alpstore.portable.travel_ids import (
@@ -155,6 +156,13 @@ class _Writer:
         self.fresh: dict[int, int] = {}
         """A reference by id only (a checkpoint the session no longer holds), renumbered: the
         file's id → a fresh id no checkpoint holds."""
+        self.probe = not (
+            store.db.is_sqlite and rsql.fetchone(conn, "SELECT 1 FROM blobs LIMIT 1") is None
+        )
+        """Whether a batch's blobs are looked up before they are stored packed: not in an
+        SQLite archive that held no blob when this transaction (which holds the write lock)
+        began, as the file's blob lines are stored before any other row that may hold a blob
+        and the reader refuses a digest that comes twice."""
         self.origin: Any = None
         self.lg: Any = None
         """The ``travel_lg.ThreadWriter`` of the file's LangGraph thread lines, if any."""
@@ -164,7 +172,8 @@ class _Writer:
     # ---------------------------------------------------------------- blobs
     def blob(self, rec: dict[str, Any], raw: bytes) -> None:
         digest = bytes.fromhex(rec["digest"])
-        if KIND_CODES[rec["kind"]] == BLOB_SUMMARY:
+        kind = KIND_CODES[rec["kind"]]
+        if kind == BLOB_SUMMARY:
             self.flush()
             value = rec["value"]
             covers = [bytes.fromhex(c) for c in value["covers"]]
@@ -177,7 +186,7 @@ class _Writer:
                 raise IntegrityError(f"summary {rec['digest'][:16]}… does not re-derive")
             self.ids[digest] = sid
             return
-        self.batch.append((digest, KIND_CODES[rec["kind"]], raw))
+        self.batch.append((digest, kind, raw))
         self.batch_bytes += len(raw)
         if len(self.batch) >= BATCH_ITEMS or self.batch_bytes >= BATCH_BYTES:
             self.flush()
@@ -192,7 +201,9 @@ class _Writer:
             return
         archive = self.store.archive
         known: dict[bytes, int] = {}
-        self.inserted += archive.store_packed(self.conn, self.batch, self.ahead, known=known)
+        self.inserted += archive.store_packed(
+            self.conn, self.batch, self.ahead, known=known, probe=self.probe
+        )
         ids, inserted = archive.store_encoded_counted(self.conn, self.batch, known=known)
         self.inserted += inserted
         for (digest, _, _), blob_id in zip(self.batch, ids, strict=True):
@@ -322,8 +333,7 @@ class _Writer:
         grown = rsql.execute(self.conn, GROW, (end, seg, first[2]))
         if grown.rowcount != 1:  # pragma: no cover - a segment this import made and holds
             raise IntegrityError(f"segment {seg} moved while the import wrote it")
-        for _, _, at, ids in held:
-            insert_run(self.conn, seg, at, ids)
+        insert_runs(self.conn, seg, [(at, ids) for _, _, at, ids in held])
         self._insert_checkpoints(
             first[0], [(rec, View(seg, at + len(ids))) for _, rec, at, ids in held]
         )
@@ -515,12 +525,13 @@ def _import(
             )
         w = _Writer(store, conn, name, ids)
         try:
-            for kind, rec, raw in reader.records():
-                if kind == "blob":
-                    assert raw is not None
-                    w.blob(rec, raw)
-                elif kind != "end":
-                    getattr(w, kind)(rec)
+            with no_gc_pause():  # every line's record and value: acyclic, freed by counting
+                for kind, rec, raw in reader.records():
+                    if kind == "blob":
+                        assert raw is not None
+                        w.blob(rec, raw)
+                    elif kind != "end":
+                        getattr(w, kind)(rec)
             w.finish()
         except BaseException:
             w.ahead.abandon()  # (the transaction rolls back)

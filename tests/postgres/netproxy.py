@@ -35,6 +35,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +92,8 @@ class NetProxy:
         self.refuse_new = False
         self.refused = 0
         self._ready = threading.Event()
+        self._waiters = ThreadPoolExecutor(max_workers=64, thread_name_prefix="netproxy-wait")
+        """Where deliveries wait for their due time (see ``_deliver``)."""
         self._thread = threading.Thread(target=self._run, name="netproxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
 
@@ -137,6 +140,7 @@ class NetProxy:
                 task.cancel()
             self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self._loop.close()
+            self._waiters.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------- faults
     def _call(self, fn: Any) -> None:
@@ -305,11 +309,12 @@ class NetProxy:
                 while self._stalled or (self._hold_replies and not upstream and kind != _FREE):
                     assert self._resumed is not None
                     await self._resumed.wait()
-                wait = due - time.perf_counter()
-                if wait > 0.002:
-                    await asyncio.sleep(wait - 0.0015)  # the loop's timer rounds to 1 ms
-                while time.perf_counter() < due:  # the rest, precisely (sub-millisecond delays)
-                    time.sleep(0.00005)
+                if due > time.perf_counter():
+                    # precisely, on a thread of the pool: the loop goes on reading (and
+                    # delivering) meanwhile, so a burst sent while this one is in flight is
+                    # delivered its own delay after its send, not after this one's delivery;
+                    # the loop's own timer rounds to 1 ms
+                    await self._loop.run_in_executor(self._waiters, _sleep_until, due)
                 if kind == _CUT:
                     link.client.transport.abort()
                     link.server.transport.abort()
@@ -322,6 +327,13 @@ class NetProxy:
         finally:
             writer.close()
             self._links.discard(link)
+
+
+def _sleep_until(due: float) -> None:
+    """Sleep to ``due`` (``time.perf_counter``) within some 50 µs: ``time.sleep`` overshoots
+    by about that much, so the last 0.2 ms in short sleeps."""
+    while (left := due - time.perf_counter()) > 0:
+        time.sleep(left - 0.0002 if left > 0.0004 else min(left, 0.00005))
 
 
 _HELD, _FREE, _CUT = 0, 1, 2
