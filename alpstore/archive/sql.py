@@ -48,7 +48,14 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
-from alpstore.db.members import DESCRIPTION, LOOSE_SELECT, Described, digest_key, rows_by_id
+from alpstore.db.members import (
+    DESCRIPTION,
+    LOCK_NEW_BLOBS,
+    LOOSE_SELECT,
+    Described,
+    digest_key,
+    rows_by_id,
+)
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, UsageError
 
@@ -217,8 +224,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
         them, issue 33); on SQLite since issue 41 (compressing each byte once, not loose and
         then again into frames). The frame uses the archive's dictionary, if it has one, at
         ``PACK_LEVEL``; with ``ahead`` (an import's, :meth:`frames_ahead`) its compressor.
-        On PostgreSQL a digest another transaction stores meanwhile keeps that row (``ON
-        CONFLICT DO NOTHING``): its bytes in this frame are dead, as a packer's can be.
+        On PostgreSQL the import takes ``db.members.NEW_BLOBS_LOCK`` exclusive (until it
+        commits) before it looks the items up: a loose writer or another import storing the
+        same new content waits for it, or it for them, and a digest is stored once.
 
         ``known``: gets the id of every small item, found or inserted (locked in this
         transaction: ``store_encoded_counted``'s ``known``, so the turns that follow need not
@@ -229,6 +237,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
         repeats no digest): they are not looked up.
         """
         wanted = {d: (d, k, r) for d, k, r in items if len(r) <= PACK_BLOB_MAX}
+        if wanted and not self.db.is_sqlite:  # the frame's members are new content
+            rsql.execute(conn, LOCK_NEW_BLOBS, defer=True)  # its own statement, before
         have = self.ids_for(conn, list(wanted), lock=True) if wanted and probe else {}
         if known is not None:
             known.update(have)

@@ -24,6 +24,7 @@ from alpstore.codec import (
     line_hashes,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import LOCK_NEW_BLOBS_SHARED
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
 
@@ -197,6 +198,8 @@ class ArchiveWriter(DictionaryTraining):
         wanted = list(dict.fromkeys(d for d, _, _ in items))
         ids: dict[bytes, int] = {d: known[d] for d in wanted if d in known} if known else {}
         rest = [d for d in wanted if d not in ids] if ids else wanted
+        if rest and not self.db.is_sqlite:  # new content: ordered with imports' frames
+            rsql.execute(conn, LOCK_NEW_BLOBS_SHARED, defer=True)
         if (probe or self.db.is_sqlite) and rest:  # SQLite inserts only what it did not find
             ids.update(self.ids_for(conn, rest, lock=True))
         fresh: dict[bytes, Encoded] = {}
@@ -207,7 +210,7 @@ class ArchiveWriter(DictionaryTraining):
         if fresh:
             rows, new_bases = self._blob_rows(conn, fresh, packed)
             for part in chunks(rows, INSERT_ROWS):
-                inserted += self._insert_blobs(conn, part, ids)
+                inserted += self._insert_blobs(conn, part, ids, looked_up=probe)
             raced = [d for d in fresh if d not in ids]  # stored meanwhile, or before unprobed
             if raced:
                 ids.update(self.ids_for(conn, raced, lock=True))
@@ -272,6 +275,7 @@ class ArchiveWriter(DictionaryTraining):
         if not fresh:
             return
         rows, new_bases = self._blob_rows(conn, fresh, None)
+        rsql.execute(conn, LOCK_NEW_BLOBS_SHARED, defer=True)  # its own statement, before
         small = {d for d, (_, _, raw) in fresh.items() if len(raw) <= SMALL_BLOB_MAX}
 
         def landed(returned: list[tuple[Any, ...]]) -> None:  # the rows this insert added
@@ -286,10 +290,18 @@ class ArchiveWriter(DictionaryTraining):
             self._remember_base(base_digest, base_raw, lines)
 
     def _insert_blobs(
-        self, conn: Connection, part: Sequence[tuple[Any, ...]], ids: dict[bytes, int]
+        self,
+        conn: Connection,
+        part: Sequence[tuple[Any, ...]],
+        ids: dict[bytes, int],
+        *,
+        looked_up: bool = True,
     ) -> int:
         """Insert blob rows (those already stored are left as they are), note the new rows'
         ids in ``ids`` and return how many there were.
+
+        ``looked_up`` False (PostgreSQL): the rows were not looked up first, so one packed in
+        a frame (no unique index there) is left out by the insert itself (``INSERT_MISSING``).
 
         SQLite: no RETURNING. The writer holds the whole database and inserts only rows its
         transaction looked up and did not find, so the statement inserts every row and their
@@ -308,7 +320,11 @@ class ArchiveWriter(DictionaryTraining):
                 ids[bytes(row[0])] = first + offset
             return int(cur.rowcount)
         inserted = 0
-        for digest, blob_id in rsql.fetchall(conn, INSERT_BLOBS.format(rows=group), values):
+        if not looked_up:
+            sql = INSERT_MISSING.format(rows=", ".join([INSERT_MISSING_ROW] * len(part)))
+        else:
+            sql = INSERT_BLOBS.format(rows=group)
+        for digest, blob_id in rsql.fetchall(conn, sql, values):
             ids[bytes(digest)] = int(blob_id)
             inserted += 1
         return inserted
