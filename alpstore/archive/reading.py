@@ -388,13 +388,21 @@ class ArchiveReader(FrameReading):
         Raises:
             NotFoundError: a digest is not stored (the first one is named).
         """
+        unique = list(dict.fromkeys(bytes(d) for d in digests))
+        by_digest: dict[bytes, Any] = {}
         with self.db.read() as conn:
-            ids = self.ids_for(conn, list(digests))
-            for d in digests:
-                if d not in ids:
-                    raise NotFoundError(f"no blob {digest_hex(d)} in the archive")
-            loaded = self.load_by_ids(conn, ids.values(), verify=verify)
-        return [loaded[ids[d]][2] for d in digests]
+            for part in chunks(unique):  # the rows whole, found by digest: no second lookup by id
+                rows = [r[1:] for r in digest_rows(conn, BLOB_COLUMNS, part)]
+                found = {bytes(r[1]) for r in rows}
+                for d in part:
+                    if d not in found:
+                        raise NotFoundError(f"no blob {digest_hex(d)} in the archive")
+                raws = self.decode_rows(conn, rows, verify=verify)
+                docs = parse_documents(
+                    [(bytes(r[1]), raw) for r, raw in zip(rows, raws, strict=True)]
+                )
+                by_digest.update(zip((bytes(r[1]) for r in rows), docs, strict=True))
+        return [by_digest[bytes(d)] for d in digests]
 
     def get_raw(self, digest: Digest, *, verify: bool = True) -> tuple[int, bytes]:
         """Return ``(kind, canonical bytes)`` of a blob.
