@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
@@ -96,8 +97,12 @@ def _fill_packed(conn: AnyConnection, template: str, rows: list[Any]) -> list[An
     missing = [int(r[0]) for r in rows if r[1] is None]
     if not missing:
         return [r[2:] for r in rows]
-    at = [PACKED_COLUMNS.index(n) for n in names]
-    found = {int(p[0]): tuple(p[i] for i in at) for p in packed_by_id(conn, missing)}
+    pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
+    packed = packed_by_id(conn, missing)
+    if len(names) == 1:
+        found = {int(p[0]): (pick(p),) for p in packed}
+    else:
+        found = {int(p[0]): pick(p) for p in packed}
     out = []
     for r in rows:
         if r[1] is not None:

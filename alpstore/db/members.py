@@ -13,6 +13,7 @@ frame with the greatest ``first_id`` ≤ the id is the one that can hold it). Pl
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -261,12 +262,14 @@ def frames_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[Described]:
 
 def packed_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]:
     """Rows of the old ``blobs`` shape of the packed blobs among ``ids``."""
-    wanted = set(ids)
+    want = sorted(set(ids))
+    wanted = set(want)
     out = []
-    for frame in frames_by_id(conn, list(wanted)):
+    for frame in frames_by_id(conn, want):
         held = frame.ids
         if isinstance(held, range):  # no gap: an id's place is its distance from first_id
-            out += frame.rows(i - held.start for i in wanted if i in held)
+            lo, hi = bisect_left(want, held.start), bisect_left(want, held.stop)
+            out += frame.rows([i - held.start for i in want[lo:hi]])  # its ids, not all
         else:
             out += frame.rows(i for i, bid in enumerate(held) if bid in wanted)
     return out
