@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from alpstore.archive.reading import Encoded, parse_documents
 from alpstore.db import raw as rsql
+from alpstore.db.members import pg_id_by_digest
 from alpstore.errors import DatabaseError, IntegrityError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgpack import id_bytes, id_text
@@ -146,7 +147,7 @@ _INSERT_WRITES_BY_NAME = _INSERT_WRITES.replace("VALUES (?,", f"VALUES ({_THREAD
 _INSERT_WRITES_WITH_ITEMS = (
     "WITH w AS ({writes} RETURNING id) "
     "INSERT INTO lg_write_items (write_id, position, blob_id) "
-    "SELECT (SELECT id FROM w), v.p, (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    f"SELECT (SELECT id FROM w), v.p, {pg_id_by_digest('v.d')} "
     "FROM (VALUES {rows}) AS v (p, d)"
 )
 """A task's writes and their item blobs (named by digest, stored earlier in the transaction)
