@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alpstore.errors import AlpstoreError, CorruptArchiveError, IntegrityError
-from alpstore.maintenance import repair, verify
+from alpstore.maintenance import verify
+from alpstore.repairing import repair
 from alpstore.store import Store
 from tests.backend_pass import sqlite_only
 from tests.conftest import run_cli
