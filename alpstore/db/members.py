@@ -26,21 +26,24 @@ if TYPE_CHECKING:
 CODEC_PACKED: Final = 4
 """``blobs.codec`` of a packed blob (its ``payload`` is :func:`pointer`)."""
 
-NEW_BLOBS_LOCK: Final = (0x616C7073, 0x6E657762)  # "alps", "newb"
-"""PostgreSQL advisory lock (two-key form) that orders the storing of new content (0010):
-a packed blob has no row under a unique digest index, so a writer inserting loose rows and an
-import writing frames could each store a digest the other had not committed. A loose writer
-takes it shared, an import (``store_packed``) exclusive, each until its transaction ends and
-in a statement of its own *before* it looks the digests up — under READ COMMITTED the lookup
-then sees whatever the other committed. Loose writers never wait for each other (their
-``blob_rows.digest`` is unique); two imports, or an import and the writers, take turns."""
+NEW_BLOBS_LOCK: Final = 0x6E657762  # "newb"
+"""PostgreSQL advisory lock (two-key form: this key, then the hash of the archive's schema)
+that orders the storing of new content (0010): a packed blob has no row under a unique digest
+index, so a writer inserting loose rows and an import writing frames could each store a digest
+the other had not committed. A loose writer takes it shared, an import (``store_packed``)
+exclusive, each until its transaction ends and in a statement of its own *before* it looks the
+digests up — under READ COMMITTED the lookup then sees whatever the other committed. Loose
+writers never wait for each other (their ``blob_rows.digest`` is unique); two imports, or an
+import and the writers, take turns. Advisory locks are the database's, not a schema's: the
+second key, ``hashtext(current_schema())``, keeps the archives in other schemas of the same
+database (another tenant, a test run beside this one) out of each other's way."""
 
-LOCK_NEW_BLOBS_SHARED: Final = (
-    f"SELECT pg_advisory_xact_lock_shared({NEW_BLOBS_LOCK[0]}, {NEW_BLOBS_LOCK[1]})"
-)
+_ARCHIVE_KEY: Final = f"{NEW_BLOBS_LOCK}, hashtext(current_schema())"
+
+LOCK_NEW_BLOBS_SHARED: Final = f"SELECT pg_advisory_xact_lock_shared({_ARCHIVE_KEY})"
 """A loose writer's :data:`NEW_BLOBS_LOCK` (sent ahead of its lookup or insert)."""
 
-LOCK_NEW_BLOBS: Final = f"SELECT pg_advisory_xact_lock({NEW_BLOBS_LOCK[0]}, {NEW_BLOBS_LOCK[1]})"
+LOCK_NEW_BLOBS: Final = f"SELECT pg_advisory_xact_lock({_ARCHIVE_KEY})"
 """An import's :data:`NEW_BLOBS_LOCK`, before it looks up the members of a frame it writes."""
 
 
