@@ -1,7 +1,8 @@
 """AlpstoreSaver's bytes (issue 42): bench_langgraph's tool loop (every step checkpointed)
 through ``AlpstoreSaver``, measured while the saver is open, as bench_langgraph measures it.
 
-SQLite: the archive file with its WAL folded in at each mark, ÷ the raw conversation so far,
+SQLite: the archive file with its WAL folded in at each mark (a packing under way finished
+first: while it writes a frame the WAL cannot be folded in), ÷ the raw conversation so far,
 and at the last mark what each table and index holds (``dbstat``, bytes in use) and the rows
 of the saver's tables. PostgreSQL (``--postgres``; $ALPSTORE_BENCH_POSTGRES_URL or
 $ALPSTORE_TEST_POSTGRES_URL, a fresh schema dropped after): ``pg_total_relation_size`` summed
@@ -75,6 +76,9 @@ def sqlite_run(marks: list[int]) -> tuple[dict[int, Any], list[tuple[str, int]],
         rows: dict[str, int] = {}
 
         def measure(turn: int) -> int:
+            # a frame being written holds a read open: the WAL (~8 MB at its autocheckpoint
+            # size) would not fold in, and the file's size would count it
+            saver.store.archive.wait_for_packing()
             size = checkpointed_bytes(path)
             if turn == marks[-1]:
                 con = sqlite3.connect(path)
