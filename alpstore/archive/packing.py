@@ -146,14 +146,20 @@ class PackWriting(ArchiveReader):
 
     # ----------------------------------------------------------------- packing
     def pack_cold(
-        self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
+        self,
+        *,
+        keep_loose: int = 0,
+        pause: Callable[[], bool] | None = None,
+        whole: bool = False,
     ) -> PackReport:
         """Pack every cold loose blob (see the module docstring), one frame per transaction.
 
         ``keep_loose``: leave the newest this many blobs loose (the background packer).
         ``pause``: called before each frame is written; it returns once the frame may be
         written, False to stop there (the background packer waits for a pause in its process's
-        writes, and stops when the archive closes).
+        writes, and stops when the archive closes). ``whole``: the newest blobs that do not
+        fill a frame (:data:`FRAME_TARGET`) stay loose for a later packing, instead of a small
+        frame of their own (a packing at every few turns: ``SqlArchive.pack_at_turn_end``).
 
         Raises:
             UsageError: called inside a transaction.
@@ -198,7 +204,7 @@ class PackWriting(ArchiveReader):
             if len(part) < READ_SLICE:
                 break
             last = part[-1].id
-        if batch and (pause is None or pause()):
+        if batch and not whole and (pause is None or pause()):
             self._write_frame(batch, report)
         return report
 

@@ -91,6 +91,11 @@ PACK_EVERY = 4000
 PACK_KEEP_LOOSE = 1000
 """...leaving its newest this many blobs loose: the turns a live writer reads back at once."""
 
+PACK_TURN_NEW = 512
+"""A writer's turn ended (:meth:`SqlArchive.pack_at_turn_end`): pack at once, without waiting
+for a pause, once this many new blobs were stored since the last packing (about a frame's
+worth of messages, :data:`~alpstore.archive.packing.FRAME_TARGET`, at ~0.5 KB each)."""
+
 PACKED_ROWS = 100
 """Rows per insert of :meth:`SqlArchive.store_packed`: the driver parses a statement's
 placeholders into objects of its own (about 100 B each; 1,000 rows of 7 held 0.7 MB)."""
@@ -145,16 +150,46 @@ class SqlArchive(PackWriting, ArchiveWriter):
             )
             self._packer.start()
 
-    def _pack_in_background(self) -> None:
-        """The packer thread's body; never raises (the error is kept in ``packing_error``)."""
+    def pack_at_turn_end(self) -> bool:
+        """A writer's turn ended (``AlpstoreSaver``: a thread's next input came): once
+        :data:`PACK_TURN_NEW` blobs were stored since the last packing, start the packer
+        thread now instead of at a pause in the writes, which a writer driven in a tight loop
+        never makes. It packs whole frames only (the newest blobs that do not fill one stay
+        loose for the next time), each frame in a short transaction of its own, off the
+        writer's thread; it stops at the next frame when the archive closes. True when it
+        started.
+        """
+        if not self.auto_pack or self._since_pack < PACK_TURN_NEW:
+            return False
+        with self._trainer_lock:
+            if self._closed or self._packer is not None:
+                return False
+            self._since_pack = 0
+            self._packer = threading.Thread(
+                target=self._pack_in_background,
+                kwargs={"at_once": True},
+                name="alpstore-packer",
+                daemon=True,
+            )
+            self._packer.start()
+        return True
+
+    def _pack_in_background(self, *, at_once: bool = False) -> None:
+        """The packer thread's body; never raises (the error is kept in ``packing_error``).
+        ``at_once``: whole frames, no wait for a pause (:meth:`pack_at_turn_end`).
+        """
 
         def pause() -> bool:
-            self._wait_for_pause()
+            if not at_once:
+                self._wait_for_pause()
             return not self._closing.is_set()
 
         try:
             self.wait_for_training()
-            if pause():
+            if at_once:
+                if pause():
+                    self.pack_cold(pause=pause, whole=True)
+            elif pause():
                 self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause)
             self.packing_error = None
         except BaseException as err:  # kept for the caller to see; tried again later
@@ -177,7 +212,11 @@ class SqlArchive(PackWriting, ArchiveWriter):
         self.wait_for_packing()
 
     def pack_cold(
-        self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
+        self,
+        *,
+        keep_loose: int = 0,
+        pause: Callable[[], bool] | None = None,
+        whole: bool = False,
     ) -> PackReport:
         """Pack the cold loose blobs (:meth:`PackWriting.pack_cold`), first training the
         frames a better dictionary when the archive has outgrown its own (see
@@ -190,9 +229,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
             raise UsageError("packing runs its own transactions: call it outside one")
         with self._pack_lock:
             self._train_for_packing()
-            report = super().pack_cold(keep_loose=keep_loose, pause=pause)
+            report = super().pack_cold(keep_loose=keep_loose, pause=pause, whole=whole)
             self._since_pack = 0  # what was written so far is packed
-            if keep_loose == 0:  # ...and what an import's one transaction wrote
+            if keep_loose == 0 and not whole:  # ...and what an import's one transaction wrote
                 self._pending_new = 0
             return report
 
