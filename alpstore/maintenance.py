@@ -16,9 +16,11 @@ from sqlalchemy import Connection, Table, delete, func, select
 
 from alpstore.archive.base import Problem, VerifyReport
 from alpstore.db import runs
+from alpstore.db.members import DESCRIPTION, Described
 from alpstore.db.sweep import blob_root_columns, check_unreferenced
 from alpstore.db.tables import (
     blob_refs,
+    blob_rows,
     blobs,
     checkpoints,
     metadata,
@@ -117,15 +119,7 @@ def gc(store: Store, *, dry_run: bool = False) -> GcReport:
     writer's row locks taken in the other order); it is then run again from the start, as
     every writer's is (``Database.retrying``), instead of failing the collection.
     """
-    report = store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
-    if not dry_run and report.blobs_removed:
-        # pack frames: each its own transaction, after the sweep (issue 33)
-        packs = store.archive.repack()
-        report.frames_deleted, report.frames_rewritten = (
-            packs.frames_deleted,
-            packs.frames_rewritten,
-        )
-    return report
+    return store.db.retrying(lambda: _gc_once(store, dry_run), what="archive gc")
 
 
 def _gc_once(store: Store, dry_run: bool) -> GcReport:
@@ -162,7 +156,9 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         doomed_segments = [s for s in shapes if s not in keep]
         trims = [(s, need[s]) for s in keep if need[s] < shapes[s][2]]
         live_blobs = _reachable_blobs(conn, keep, need)
-        rows = conn.execute(select(blobs.c.id)).scalars().all()
+        # loose rows only (0010): a packed blob stays a member of its immutable frame, its
+        # bytes dead until repack rewrites the frame
+        rows = conn.execute(select(blob_rows.c.id)).scalars().all()
         doomed_blobs = [int(b) for b in rows if int(b) not in live_blobs]
         report.segments_removed = len(doomed_segments)
         report.blobs_removed = len(doomed_blobs)
@@ -171,8 +167,8 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
                 part = doomed_blobs[start : start + 500]
                 report.bytes_freed += int(
                     conn.execute(
-                        select(func.coalesce(func.sum(func.length(blobs.c.payload)), 0)).where(
-                            blobs.c.id.in_(part)
+                        select(func.coalesce(func.sum(func.length(blob_rows.c.payload)), 0)).where(
+                            blob_rows.c.id.in_(part)
                         )
                     ).scalar_one()
                 )
@@ -198,7 +194,20 @@ def _gc_once(store: Store, dry_run: bool) -> GcReport:
         for start in range(0, len(doomed_blobs), 500):
             part = doomed_blobs[start : start + 500]
             conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
-            conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
+            conn.execute(delete(blob_rows).where(blob_rows.c.id.in_(part)))
+        # the frames (0010: immutable rows describing their members): one no live blob is a
+        # member of goes, one mostly dead is rewritten with its live members, under this
+        # transaction's exclusion of writers and on its mark
+        packs = store.archive.repack(conn, live_blobs)
+        check_unreferenced(conn, packs.dropped)
+        for start in range(0, len(packs.dropped), 500):
+            part = packs.dropped[start : start + 500]
+            conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
+        report.blobs_removed += packs.blobs
+        report.frames_deleted, report.frames_rewritten = (
+            packs.frames_deleted,
+            packs.frames_rewritten,
+        )
     store.views.forget()
     return report
 
@@ -444,19 +453,19 @@ def _dangling_references(
     entries: list[tuple[int, int]] = []
     states: set[int] = set()
     columns = [*blob_root_columns(), ("segment_entries", "blob_id"), ("blob_refs", "child_id")]
-    columns += [("blob_refs", "parent_id"), ("blobs", "base_id")]
+    columns += [("blob_refs", "parent_id"), ("blob_rows", "base_id")]
+    present = _blob_ids(conn)
     for table_name, column in columns:
         table = _table(table_name)
         if column not in table.c:
             continue
         col = table.c[column]
-        missing = blobs.alias("present")
         key = [c for c in table.primary_key.columns]
-        rows = conn.execute(
-            select(col, *key)
-            .select_from(table.outerjoin(missing, missing.c.id == col))
-            .where(col.is_not(None), missing.c.id.is_(None))
-        ).all()
+        rows = [
+            row
+            for row in conn.execute(select(col, *key).where(col.is_not(None)))
+            if int(row[0]) not in present
+        ]
         for row in rows:
             ident = ", ".join(f"{c.name} {v}" for c, v in zip(key, row[1:], strict=True))
             report.problems.append(
@@ -469,9 +478,21 @@ def _dangling_references(
     return entries, states
 
 
+def _blob_ids(conn: Connection) -> set[int]:
+    """Every stored blob's id: the loose rows', then the frames' members' (0010: a join with
+    the ``blobs`` view would unnest every frame once per referring row on SQLite).
+    """
+    ids = {int(i) for i in conn.execute(select(blob_rows.c.id)).scalars()}
+    for row in conn.exec_driver_sql(f"SELECT {DESCRIPTION} FROM pack_frames"):
+        ids.update(Described(tuple(row)).ids)
+    return ids
+
+
 def _table(name: str) -> Table:
     """A table of the archive by name, or the ``segment_entries`` view (read only)."""
-    return segment_entries if name == "segment_entries" else metadata.tables[name]
+    if name == "segment_entries":
+        return segment_entries
+    return blobs if name == "blobs" else metadata.tables[name]
 
 
 def _view_problem(shapes: dict[int, tuple[int | None, int, int]], view: View) -> str | None:
@@ -492,92 +513,4 @@ def _view_problem(shapes: dict[int, tuple[int | None, int, int]], view: View) ->
     return None
 
 
-@dataclass
-class RepairReport:
-    """What ``verify --repair`` dropped, what it had to keep, and the archive's state after.
-
-    Attributes:
-        dropped: one line per damaged blob removed (nothing reaches or references it).
-        kept: damaged blobs left in place, with the reason (reachable, or still referenced).
-        after: a fresh verify of the archive once the repair committed.
-    """
-
-    dropped: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
-    after: VerifyReport = field(default_factory=VerifyReport)
-
-
-def _live_blobs(conn: Connection) -> set[int]:
-    """Every blob a session head, a checkpoint, a row or a live summary or delta still needs."""
-    shapes = _shapes(conn)
-    need: dict[int, int] = {}
-    for view, _, _ in _all_views(conn).items:
-        for seg, _lo, hi in _chain(shapes, view):
-            need[seg] = max(need.get(seg, 0), hi)
-    return _reachable_blobs(conn, set(need), need)
-
-
-def _referenced(conn: Connection, candidates: set[int]) -> set[int]:
-    """The candidates some row refers to, not counting rows owned by other candidates."""
-    found: set[int] = set()
-    columns = [*blob_root_columns(), ("segment_entries", "blob_id")]
-    for table_name, column in columns:
-        col = _table(table_name).c[column]
-        found.update(int(b) for b in conn.execute(select(col).where(col.is_not(None))).scalars())
-    for parent, child in conn.execute(select(blob_refs.c.parent_id, blob_refs.c.child_id)):
-        if int(parent) not in candidates:
-            found.add(int(child))
-    if "base_id" in blobs.c:
-        for blob_id, base in conn.execute(
-            select(blobs.c.id, blobs.c.base_id).where(blobs.c.base_id.is_not(None))
-        ):
-            if int(blob_id) not in candidates:
-                found.add(int(base))
-    return found & candidates
-
-
-def repair(store: Store) -> RepairReport:
-    """Drop damaged blobs that nothing reaches or references, in one transaction; report the rest.
-
-    Only blobs that ``verify`` finds damaged are ever removed, and only when no session head,
-    checkpoint, view entry, summary, delta or other row refers to them: the repair can lose
-    nothing that was still readable or wanted. Damage that is still reachable is listed, not
-    touched (restore those from a copy).
-    """
-    before = verify(store)
-    report = RepairReport()
-    bad = set(before.bad_blob_ids)
-    with store.db.atomic(snapshot=True) as conn:
-        store.db.exclude_writers(conn)
-        rows = {
-            int(i): bytes(d)
-            for i, d in conn.execute(select(blobs.c.id, blobs.c.digest).where(blobs.c.id.in_(bad)))
-        }
-        live = _live_blobs(conn) & bad
-        candidates = bad - live
-        while True:  # a dropped summary or delta may free the damaged blobs it referred to
-            held = _referenced(conn, candidates)
-            if not held:
-                break
-            candidates -= held
-        for blob_id in sorted(bad):
-            name = f"blob {rows[blob_id].hex()}" if blob_id in rows else f"blob id {blob_id}"
-            if blob_id in candidates:
-                report.dropped.append(f"dropped damaged {name}: nothing reaches or refers to it")
-            elif blob_id in live:
-                report.kept.append(f"kept damaged {name}: a session or checkpoint still needs it")
-            else:
-                report.kept.append(
-                    f"kept damaged {name}: unreachable rows still refer to it "
-                    "(`alpstore archive gc` removes them together)"
-                )
-        doomed = sorted(candidates)
-        for start in range(0, len(doomed), 500):
-            part = doomed[start : start + 500]
-            conn.execute(delete(blob_refs).where(blob_refs.c.parent_id.in_(part)))
-            conn.execute(delete(blobs).where(blobs.c.id.in_(part)))
-    report.after = verify(store)
-    return report
-
-
-__all__ = ["GcReport", "RepairReport", "gc", "repair", "verify"]
+__all__ = ["GcReport", "gc", "verify"]

@@ -9,12 +9,14 @@ view is O(1); reading a view is one range scan per segment of its chain.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
+from alpstore.db.members import PACKED_COLUMNS, packed_by_id, pg_id_by_digest
 from alpstore.db.runs import insert_run
 from alpstore.errors import IntegrityError, UsageError
 
@@ -46,27 +48,70 @@ READ_RANGE = (
 )
 
 READ_RANGE_BLOBS = (
-    "SELECT b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, "
+    "b.payload, b.base_id FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_LEAN = (
-    "SELECT b.id, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.id, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 """``READ_RANGE_BLOBS`` without the digest (see ``alpstore.archive.batch``)."""
 
 READ_RANGE_DIGESTS = (
-    "SELECT b.digest FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.digest FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
 
 READ_RANGE_ID_DIGESTS = (
-    "SELECT b.digest, b.id FROM {entries} JOIN blobs b ON b.id = e.blob_id "
+    "SELECT e.blob_id, b.id, b.digest, b.id FROM {entries} "
+    "LEFT JOIN blob_rows b ON b.id = e.blob_id "
     "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
 )
+
+READ_RANGE_SIZES = (
+    "SELECT e.blob_id, b.id, b.raw_size FROM {entries} LEFT JOIN blob_rows b ON b.id = e.blob_id "
+    "WHERE e.position >= ? AND e.position < ? ORDER BY e.position"
+)
+
+JOINED: dict[str, tuple[str, ...]] = {
+    READ_RANGE_SIZES: ("raw_size",),
+    READ_RANGE_BLOBS: PACKED_COLUMNS,
+    READ_RANGE_LEAN: tuple(c for c in PACKED_COLUMNS if c != "digest"),
+    READ_RANGE_DIGESTS: ("digest",),
+    READ_RANGE_ID_DIGESTS: ("digest", "id"),
+}
+"""The templates that join the loose rows (``e.blob_id, b.id``, then these columns): an entry
+whose blob is packed (0010: no row of its own) is filled in from its frame's description
+(:func:`alpstore.db.members.packed_by_id`), one query for the range."""
+
+
+def _fill_packed(conn: AnyConnection, template: str, rows: list[Any]) -> list[Any]:
+    """Rows of a :data:`JOINED` template without their first two values, the packed entries'
+    columns read from their frames (an entry whose blob is nowhere keeps no row: the caller
+    counts it missing).
+    """
+    names = JOINED[template]
+    missing = [int(r[0]) for r in rows if r[1] is None]
+    if not missing:
+        return [r[2:] for r in rows]
+    pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
+    packed = packed_by_id(conn, missing)
+    if len(names) == 1:
+        found = {int(p[0]): (pick(p),) for p in packed}
+    else:
+        found = {int(p[0]): pick(p) for p in packed}
+    out = []
+    for r in rows:
+        if r[1] is not None:
+            out.append(r[2:])
+        else:
+            got = found.get(int(r[0]))
+            if got is not None:
+                out.append(got)
+    return out
 
 
 def range_sql(template: str, dialect: str) -> str:
@@ -82,7 +127,8 @@ def range_params(seg: int, lo: int, hi: int) -> tuple[int, ...]:
 def fetch_range(conn: AnyConnection, template: str, seg: int, lo: int, hi: int) -> list[Any]:
     """The rows ``template`` gives for positions [lo, hi) of segment ``seg``, in order."""
     sql = range_sql(template, rsql.dialect_of(conn))
-    return rsql.fetchall(conn, sql, range_params(seg, lo, hi))
+    rows = rsql.fetchall(conn, sql, range_params(seg, lo, hi))
+    return _fill_packed(conn, template, rows) if template in JOINED else rows
 
 
 GROW = "UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed"
@@ -91,7 +137,7 @@ position once written is never written again and ``(segment, length)`` names fix
 
 GROW_WITH_ENTRIES = (
     "WITH g AS (UPDATE segments SET length = ? WHERE id = ? AND length = ? AND NOT sealed "
-    "RETURNING id), a AS (SELECT ARRAY(SELECT (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    f"RETURNING id), a AS (SELECT ARRAY(SELECT {pg_id_by_digest('v.d')} "
     "FROM (VALUES {rows}) AS v (p, d) ORDER BY v.p) AS ids) "
     "INSERT INTO segment_runs (segment_id, start, blob_ids) "
     "SELECT (SELECT id FROM g), ?, CASE WHEN array_position(a.ids, NULL) IS NULL THEN a.ids END "
@@ -109,7 +155,7 @@ OWN_TIP = (
 it, its row locked until commit (so neither another writer nor `gc` changes it before the
 transaction grows it: :meth:`ViewStore.grow_later`). Run after the session's row is locked."""
 
-BLOBS_FIRST = "LOCK TABLE blobs IN ROW EXCLUSIVE MODE"
+BLOBS_FIRST = "LOCK TABLE blob_rows IN ROW EXCLUSIVE MODE"
 """PostgreSQL, before :data:`OWN_TIP` in a write that stores blobs later: the lock its blob
 insert would take, taken first. `gc` locks ``blobs`` then ``segments`` (``exclude_writers``);
 a writer holding a segment's row (``segments`` share-locked) and then inserting blobs would
@@ -193,7 +239,9 @@ class SegmentRow:
     base_length: int
 
 
-def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
+def covers_of_views(
+    conn: Connection, views: Sequence[View], *, before_0010: bool = False
+) -> dict[View, int]:
     """The covering digest of each view, computed in one ordered pass over every entry.
 
     What ``archive verify`` checks the recorded digests against, and how the upgrade to
@@ -219,9 +267,14 @@ def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
         chains[view] = chain
     sums: dict[tuple[int, int], int] = {}
     current, running, pending = None, 0, list[int]()
-    rows = conn.exec_driver_sql(
-        "SELECT e.segment_id, e.position, b.digest FROM segment_entries e "
-        "JOIN blobs b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
+    loose = "blobs" if before_0010 else "blob_rows"  # (0004 computes them: every blob a row)
+    rows = _with_packed_digests(
+        conn,
+        conn.exec_driver_sql(
+            "SELECT e.segment_id, e.position, e.blob_id, b.digest FROM segment_entries e "
+            f"LEFT JOIN {loose} b ON b.id = e.blob_id ORDER BY e.segment_id, e.position"
+        ),
+        packed=not before_0010,
     )
 
     def settle(upto: int | None) -> None:
@@ -247,6 +300,31 @@ def covers_of_views(conn: Connection, views: Sequence[View]) -> dict[View, int]:
             total += sums.get((seg, hi), 0) - sums.get((seg, lo), 0)
         out[view] = total % COVER_MOD
     return out
+
+
+def _with_packed_digests(
+    conn: Any, rows: Iterable[Any], *, packed: bool = True
+) -> Iterator[tuple[int, int, bytes]]:
+    """``(segment, position, digest)`` of ``(segment, position, blob id, loose digest)`` rows,
+    a packed blob's digest read from its frame (0010), a segment at a time; an entry whose
+    blob is nowhere is left out (as the join with ``blobs`` left it).
+    """
+    held: list[Any] = []
+
+    def flush() -> Iterator[tuple[int, int, bytes]]:
+        missing = [int(r[2]) for r in held if r[3] is None] if packed else []
+        found = {int(p[0]): bytes(p[1]) for p in packed_by_id(conn, missing)} if missing else {}
+        for seg, pos, blob, digest in held:
+            got = bytes(digest) if digest is not None else found.get(int(blob))
+            if got is not None:
+                yield int(seg), int(pos), got
+        held.clear()
+
+    for row in rows:
+        if held and row[0] != held[-1][0]:
+            yield from flush()
+        held.append(tuple(row))
+    yield from flush()
 
 
 class ViewStore:
@@ -300,9 +378,11 @@ class ViewStore:
             IntegrityError: a range yields fewer rows than it spans (missing entries or blobs).
         """
         rows: list[Any] = []
-        sql = range_sql(sql, rsql.dialect_of(conn))
+        template, sql = sql, range_sql(sql, rsql.dialect_of(conn))
         for seg_id, lo, hi in clip(self.chain(conn, view), start):
             part = rsql.fetchall(conn, sql, range_params(seg_id, lo, hi))
+            if template in JOINED:
+                part = _fill_packed(conn, template, part)
             if len(part) != hi - lo:
                 raise IntegrityError(
                     f"view {view.archive_view_id}: segment {seg_id} {verb} {len(part)} of the "

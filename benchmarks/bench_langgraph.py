@@ -179,6 +179,8 @@ def run_variant(
                 start = time.perf_counter()
                 state = graph.get_state(config)
                 load = time.perf_counter() - start
+                if isinstance(saver, AlpstoreSaver):  # a frame being packed holds a read
+                    saver.store.archive.wait_for_packing()  # open: the WAL would not fold in
                 size = checkpointed_bytes(path)
                 out[turn] = {
                     "bytes": size,

@@ -111,7 +111,7 @@ def _backfill_digests(conn: Connection) -> None:
     heads = conn.exec_driver_sql("SELECT id, head_segment_id, head_length FROM sessions").all()
     cks = conn.exec_driver_sql("SELECT id, segment_id, length FROM checkpoints").all()
     views = [View(seg, int(n)) for _, seg, n in [*heads, *cks]]
-    covers = covers_of_views(conn, views)
+    covers = covers_of_views(conn, views, before_0010=True)
     sessions = sa.table("sessions", sa.column("id"), sa.column("head_digest"))
     checkpoints = sa.table("checkpoints", sa.column("id"), sa.column("covering_digest"))
     for table, rows, column in (

@@ -25,13 +25,15 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from alpstore.codec import MAX_RAW_SIZE, Decompressor, digest_bytes
 from alpstore.db import raw as rsql
+from alpstore.db.members import CODEC_PACKED as CODEC_PACKED
+from alpstore.db.members import pointer as pointer
+from alpstore.db.members import pointers as pointers
+from alpstore.db.members import varint
 from alpstore.errors import IntegrityError
 
 if TYPE_CHECKING:
     from alpstore.db.raw import AnyConnection
 
-CODEC_PACKED = 4
-"""``blobs.codec`` of a blob stored in a pack frame (its ``payload`` is :func:`pointer`)."""
 
 FRAME_CACHE = 16
 """Decoded frames a reader keeps (by content digest): 16 × ~192 KB (``FRAME_TARGET``)."""
@@ -50,47 +52,11 @@ class FrameRow(NamedTuple):
     raw_size: int
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def pointer(frame_id: int, offset: int) -> bytes:
-    """The ``payload`` of a packed blob: where its bytes are."""
-    return _varint(frame_id) + _varint(offset)
-
-
-def pointers(frame_id: int, offsets: Sequence[int]) -> list[bytes]:
-    """:func:`pointer` of each offset into frame ``frame_id`` (the frame's varint made once;
-    an offset below 2**21, every offset of a frame of at most 2 MiB, in one expression):
-    the same bytes.
-    """
-    prefix = _varint(frame_id)
-    out = []
-    for at in offsets:
-        if at < 0x80:
-            out.append(prefix + bytes((at,)))
-        elif at < 0x4000:
-            out.append(prefix + bytes((at & 0x7F | 0x80, at >> 7)))
-        elif at < 0x200000:
-            out.append(prefix + bytes((at & 0x7F | 0x80, (at >> 7) & 0x7F | 0x80, at >> 14)))
-        else:
-            out.append(prefix + _varint(at))
-    return out
-
-
 def frame_prefix(frame_id: int) -> bytes:
     """The first bytes of every pointer into frame ``frame_id`` (a varint ends itself, so a
     pointer starts with these bytes exactly when it points into this frame).
     """
-    return _varint(frame_id)
+    return varint(frame_id)
 
 
 def parse_pointer(payload: Any) -> tuple[int, int]:

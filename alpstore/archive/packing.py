@@ -24,23 +24,19 @@ dead fraction (bytes of blobs deleted since it was written) passes :data:`REPACK
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import zstandard
 
 from alpstore.archive.base import Problem
 from alpstore.archive.frames import (
-    CODEC_PACKED,
     FrameRow,
     decode_frame,
-    frame_prefix,
-    parse_pointer,
-    pointer,
 )
 from alpstore.archive.reading import ArchiveReader, BlobRow
 from alpstore.codec import (
@@ -52,9 +48,18 @@ from alpstore.codec import (
     digest_bytes,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import (
+    DESCRIPTION,
+    Described,
+    digest_key,
+    encode_kinds,
+    encode_list,
+)
 from alpstore.errors import IntegrityError, UsageError
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from alpstore.db.database import Database
     from alpstore.db.raw import AnyConnection
 
@@ -81,15 +86,10 @@ READ_SLICE = 500
 """Loose blobs read and decoded at a time while packing."""
 
 LOOSE_SELECT = (
-    "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+    "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blob_rows "
     f"WHERE id > ? AND id <= ? "
     f"AND codec IN ({CODEC_RAW}, {CODEC_ZSTD}, {CODEC_ZSTD_DICT}, {CODEC_ZSTD_BASE}) "
     "AND raw_size <= ? ORDER BY id LIMIT ?"
-)
-
-PACK_UPDATE = (
-    f"UPDATE blobs SET codec = {CODEC_PACKED}, dict_id = NULL, base_id = NULL, payload = ? "
-    f"WHERE id = ? AND codec != {CODEC_PACKED}"
 )
 
 
@@ -106,6 +106,8 @@ class PackReport:
     """The frames' bytes."""
     frames_deleted: int = 0
     frames_rewritten: int = 0
+    dropped: list[int] = field(default_factory=list)
+    """The dead members a repack dropped (ids no live blob refers to)."""
 
 
 @dataclass(frozen=True)
@@ -144,14 +146,20 @@ class PackWriting(ArchiveReader):
 
     # ----------------------------------------------------------------- packing
     def pack_cold(
-        self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
+        self,
+        *,
+        keep_loose: int = 0,
+        pause: Callable[[], bool] | None = None,
+        whole: bool = False,
     ) -> PackReport:
         """Pack every cold loose blob (see the module docstring), one frame per transaction.
 
         ``keep_loose``: leave the newest this many blobs loose (the background packer).
         ``pause``: called before each frame is written; it returns once the frame may be
         written, False to stop there (the background packer waits for a pause in its process's
-        writes, and stops when the archive closes).
+        writes, and stops when the archive closes). ``whole``: the newest blobs that do not
+        fill a frame (:data:`FRAME_TARGET`) stay loose for a later packing, instead of a small
+        frame of their own (a packing at every few turns: ``SqlArchive.pack_at_turn_end``).
 
         Raises:
             UsageError: called inside a transaction.
@@ -160,7 +168,11 @@ class PackWriting(ArchiveReader):
             raise UsageError("packing runs its own transactions: call it outside one")
         report = PackReport()
         with self.db.read() as conn:
-            top = rsql.fetchone(conn, "SELECT max(id) FROM blobs")[0]
+            top = rsql.fetchone(conn, "SELECT max(id) FROM blob_rows")[0]
+            starts = sorted(
+                (int(a), int(b))
+                for a, b in rsql.fetchall(conn, "SELECT first_id, last_id FROM pack_frames")
+            )
         upto = int(top or 0) - keep_loose
         last = 0
         batch: list[tuple[BlobRow, bytes]] = []
@@ -171,6 +183,17 @@ class PackWriting(ArchiveReader):
                 part = [BlobRow(*r) for r in rsql.fetchall(conn, LOOSE_SELECT, params)]
                 raws = self.decode_rows(conn, part, verify=False)
             for row, raw in zip(part, raws, strict=True):
+                # a loose id inside a frame's id range stays loose, and a frame never spans
+                # another's range: the frame that can hold an id is then the one with the
+                # greatest first_id below it (0010)
+                at = bisect.bisect_right(starts, (row.id, 1 << 62)) - 1
+                if at >= 0 and starts[at][1] >= row.id:
+                    continue
+                if batch and at >= 0 and starts[at][0] > batch[0][0].id:
+                    if pause is not None and not pause():
+                        return report
+                    self._write_frame(batch, report)
+                    batch, size = [], 0
                 batch.append((row, raw))
                 size += len(raw)
                 if size >= FRAME_TARGET:
@@ -181,7 +204,7 @@ class PackWriting(ArchiveReader):
             if len(part) < READ_SLICE:
                 break
             last = part[-1].id
-        if batch and (pause is None or pause()):
+        if batch and not whole and (pause is None or pause()):
             self._write_frame(batch, report)
         return report
 
@@ -208,15 +231,25 @@ class PackWriting(ArchiveReader):
             offsets.append(at)
             at += len(raw)
         with self.db.atomic() as conn:
-            frame_id = self._insert_frame(conn, content, codec, dict_id, len(members), data)
-            rsql.executemany(
+            self._insert_frame(
                 conn,
-                PACK_UPDATE,
+                content,
+                codec,
+                dict_id,
+                len(members),
+                data,
                 [
-                    (pointer(frame_id, off), row.id)
+                    (row.id, bytes(row.digest), row.kind, off)
                     for (row, _), off in zip(members, offsets, strict=True)
                 ],
             )
+            for part in range(0, len(members), 500):
+                ids = [row.id for row, _ in members[part : part + 500]]
+                rsql.execute(
+                    conn,
+                    f"DELETE FROM blob_rows WHERE id IN ({rsql.placeholders(len(ids))})",
+                    ids,
+                )
         report.frames += 1
         report.blobs += len(members)
         report.raw_bytes += len(content)
@@ -231,77 +264,121 @@ class PackWriting(ArchiveReader):
         dict_id: int | None,
         count: int,
         data: bytes,
+        members: Sequence[tuple[int, bytes, int, int]] = (),
     ) -> int:
+        """Insert a frame row describing ``members`` — ``(id, digest, kind, offset)`` in
+        content order (0010) — and, on SQLite, its digest keys; its id.
+        """
+        dialect = "sqlite" if self.db.is_sqlite else "postgresql"
+        ids = [m[0] for m in members]
+        first = min(ids) if ids else 0
+        contiguous = ids == list(range(first, first + len(ids)))
         sql = (
             "INSERT INTO pack_frames (digest, codec, dict_id, raw_size, blob_count, created_at, "
-            "data) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            "data, first_id, last_id, offsets, kinds, ids, digests) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        params = [digest_bytes(content), codec, dict_id, len(content), count, time.time(), data]
+        params = [
+            digest_bytes(content),
+            codec,
+            dict_id,
+            len(content),
+            count,
+            time.time(),
+            data,
+            first,
+            max(ids) if ids else -1,
+            encode_list(dialect, [m[3] for m in members]),
+            encode_kinds(dialect, [m[2] for m in members]),
+            None if contiguous else encode_list(dialect, ids),
+            b"".join(m[1] for m in members),
+        ]
         if self.db.is_sqlite:
-            return int(rsql.execute(conn, sql, params).lastrowid)
+            frame_id = int(rsql.execute(conn, sql, params).lastrowid)
+            keys = sorted({digest_key(m[1]) for m in members})
+            if keys:
+                rsql.executemany(
+                    conn,
+                    "INSERT OR IGNORE INTO pack_digests (prefix, frame_id) VALUES (?, ?)",
+                    [(k, frame_id) for k in keys],
+                )
+            return frame_id
         return int(rsql.fetchone(conn, sql + " RETURNING id", params)[0])
+
+    def _new_blob_ids(self, conn: AnyConnection, n: int) -> list[int]:
+        """``n`` new blob ids from the loose rows' sequence, ascending (never reused)."""
+        if n <= 0:
+            return []
+        if self.db.is_sqlite:  # the writer holds the file: raise the sequence past them
+            top = rsql.fetchone(
+                conn,
+                "SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'blob_rows'), "
+                "0), coalesce((SELECT max(id) FROM blob_rows), 0))",
+            )[0]
+            first = int(top) + 1
+            rsql.execute(conn, "DELETE FROM sqlite_sequence WHERE name = 'blob_rows'", [])
+            rsql.execute(
+                conn,
+                "INSERT INTO sqlite_sequence (name, seq) VALUES ('blob_rows', ?)",
+                [first + n - 1],
+            )
+            return list(range(first, first + n))
+        rows = rsql.fetchall(
+            conn, "SELECT nextval('blob_rows_id_seq') FROM generate_series(1, ?)", [n]
+        )
+        return sorted(int(r[0]) for r in rows)
 
     # ----------------------------------------------------------------- gc
     def _members(self, conn: AnyConnection) -> dict[int, list[tuple[int, int, int]]]:
-        """``{frame id: [(blob id, offset, size)]}`` of every packed blob (one scan)."""
-        out: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-        sql = f"SELECT id, raw_size, payload FROM blobs WHERE codec = {CODEC_PACKED}"
-        for blob_id, size, payload in rsql.fetchall(conn, sql):
-            try:
-                frame_id, offset = parse_pointer(payload)
-            except IntegrityError:
-                continue  # verify names it
-            out[frame_id].append((int(blob_id), offset, int(size)))
+        """``{frame id: [(blob id, offset, size)]}`` of every frame's members (0010: read from
+        the frames' descriptions, one scan of ``pack_frames`` without its data).
+        """
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for row in rsql.fetchall(conn, f"SELECT {DESCRIPTION} FROM pack_frames"):
+            frame = Described(row)
+            out[frame.frame_id] = list(zip(frame.ids, frame.offsets, frame.sizes(), strict=True))
         return out
 
-    def repack(self, *, threshold: float = REPACK_DEAD) -> PackReport:
-        """After `gc`: delete the frames no blob points into, and rewrite each frame whose dead
-        fraction passes ``threshold`` (its live blobs into a new frame). Each frame is its own
-        transaction, in which its members are read again (nothing decided on an older read).
+    def repack(
+        self, conn: Connection, live: set[int], *, threshold: float = REPACK_DEAD
+    ) -> PackReport:
+        """Inside `gc`'s transaction, writers excluded, after its mark (``live``: every blob id
+        still reachable): delete each frame no live blob is a member of, and rewrite each whose
+        dead fraction passes ``threshold`` into a new frame of its live members (their ids
+        and bytes kept: invariant 9, a rewritten frame is a new row). A frame row is never
+        changed; a dead member of a frame under the threshold stays (a later write of the same
+        content finds and reuses it). ``report.blobs``: the dead members dropped.
         """
         report = PackReport()
-        with self.db.read() as conn:
-            frames = {
-                int(i): int(n)
-                for i, n in rsql.fetchall(conn, "SELECT id, raw_size FROM pack_frames")
-            }
-            members = self._members(conn)
-        for frame_id, raw_size in frames.items():
-            live = sum(size for _, _, size in members.get(frame_id, ()))
-            if live and (not raw_size or 1.0 - live / raw_size <= threshold):
+        for row in rsql.fetchall(conn, f"SELECT {DESCRIPTION} FROM pack_frames ORDER BY id"):
+            frame = Described(row)
+            keep = [i for i, bid in enumerate(frame.ids) if bid in live]
+            sizes = frame.sizes()
+            live_raw = sum(sizes[i] for i in keep)
+            if keep and frame.raw_size and 1.0 - live_raw / frame.raw_size <= threshold:
                 continue
-            self._rewrite_frame(frame_id, report)
-        return report
-
-    def _rewrite_frame(self, frame_id: int, report: PackReport) -> None:
-        with self.db.atomic() as conn:
-            self.db.exclude_writers(conn)  # no packer or gc may move a member meanwhile
-            prefix = frame_prefix(frame_id)
-            sql = (
-                "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
-                f"WHERE codec = {CODEC_PACKED} AND substr(payload, 1, {len(prefix)}) = ? "
-                "ORDER BY id"
-            )
-            rows = [BlobRow(*r) for r in rsql.fetchall(conn, sql, [prefix])]
-            rows = [r for r in rows if parse_pointer(r.payload)[0] == frame_id]
-            if rows:  # the live part of one frame: one new frame, smaller
-                raws = self.decode_rows(conn, rows, verify=True)
-                content = b"".join(raws)
-                codec, dict_id, data = self._compress_frame(content)
-                new_id = self._insert_frame(conn, content, codec, dict_id, len(rows), data)
-                at, updates = 0, []
-                for row, raw in zip(rows, raws, strict=True):
-                    updates.append((pointer(new_id, at), row.id))
+            kept = set(keep)
+            report.dropped += [bid for i, bid in enumerate(frame.ids) if i not in kept]
+            report.blobs += len(frame.ids) - len(keep)
+            if keep:  # the live part of one frame: one new frame, smaller
+                content = self._frame_contents(conn, [frame.frame_id]).get(frame.frame_id)
+                if content is None:
+                    raise IntegrityError(f"pack frame {frame.frame_id} is missing")
+                raws = [content[frame.offsets[i] : frame.offsets[i] + sizes[i]] for i in keep]
+                joined = b"".join(raws)
+                codec, dict_id, data = self._compress_frame(joined)
+                members, at = [], 0
+                for i, raw in zip(keep, raws, strict=True):
+                    members.append((frame.ids[i], frame.digest(i), frame.kinds[i], at))
                     at += len(raw)
-                rsql.executemany(
-                    conn,
-                    f"UPDATE blobs SET payload = ? WHERE id = ? AND codec = {CODEC_PACKED}",
-                    updates,
-                )
+                self._insert_frame(conn, joined, codec, dict_id, len(keep), data, members)
                 report.frames_rewritten += 1
             else:
                 report.frames_deleted += 1
-            rsql.execute(conn, "DELETE FROM pack_frames WHERE id = ?", [frame_id])
+            rsql.execute(conn, "DELETE FROM pack_frames WHERE id = ?", [frame.frame_id])
+            if self.db.is_sqlite:
+                rsql.execute(conn, "DELETE FROM pack_digests WHERE frame_id = ?", [frame.frame_id])
+        return report
 
     # ----------------------------------------------------------------- stats, verify
     def frame_stats(self) -> FrameStats:
@@ -309,8 +386,7 @@ class PackWriting(ArchiveReader):
         with self.db.read() as conn:
             loose = rsql.fetchone(
                 conn,
-                "SELECT count(*), coalesce(sum(length(payload)), 0) FROM blobs "
-                f"WHERE codec != {CODEC_PACKED}",
+                "SELECT count(*), coalesce(sum(length(payload)), 0) FROM blob_rows",
             )
             frames = rsql.fetchone(
                 conn,

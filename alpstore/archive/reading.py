@@ -28,6 +28,7 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import packed_by_digest, rows_by_id, select_columns
 from alpstore.db.names import BLOB_MESSAGE, DIGEST_PREFIX
 from alpstore.errors import IntegrityError, NotFoundError
 
@@ -139,20 +140,27 @@ def digest_rows(
     """
     if not digests:
         return []
+
     if rsql.dialect_of(conn) != "sqlite":
         marks = rsql.placeholders(len(digests))
-        sql = f"SELECT digest, {columns} FROM blobs WHERE digest IN ({marks})"
+        sql = f"SELECT digest, {columns} FROM blob_rows WHERE digest IN ({marks})"
         if lock:
             sql += " FOR KEY SHARE"
-        return [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, digests)]
-    wanted = set(digests)
-    prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in wanted})
-    sql = (
-        f"SELECT digest, {columns} FROM blobs "
-        f"WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({rsql.placeholders(len(prefixes))})"
-    )
-    rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, prefixes)]
-    return [r for r in rows if r[0] in wanted]
+        rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, digests)]
+    else:
+        wanted = set(digests)
+        prefixes = list({bytes(d[:DIGEST_PREFIX]) for d in wanted})
+        sql = (
+            f"SELECT digest, {columns} FROM blob_rows "
+            f"WHERE substr(digest, 1, {DIGEST_PREFIX}) IN ({rsql.placeholders(len(prefixes))})"
+        )
+        rows = [(bytes(r[0]), *r[1:]) for r in rsql.fetchall(conn, sql, prefixes)]
+        rows = [r for r in rows if r[0] in wanted]
+    missing = set(digests).difference(r[0] for r in rows)
+    if missing:  # packed: described in their frame's row (0010)
+        packed = packed_by_digest(conn, list(missing), lock=lock)
+        rows += select_columns(packed, f"digest, {columns}")
+    return rows
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
@@ -294,12 +302,8 @@ class ArchiveReader(FrameReading):
 
     def _row_by_id(self, conn: AnyConnection, blob_id: int) -> BlobRow | None:
         """Blob row ``blob_id`` whole, or None when there is none."""
-        row = rsql.fetchone(
-            conn,
-            f"{BLOB_SELECT} WHERE id = ?",
-            (blob_id,),
-        )
-        return None if row is None else BlobRow(*row)
+        rows = rows_by_id(conn, [blob_id])
+        return BlobRow(*rows[0]) if rows else None
 
     def _decode_id(self, conn: AnyConnection, blob_id: int) -> bytes:
         """Blob ``blob_id`` read whole and decoded by ``_decode_row`` (errors name its digest).
@@ -346,8 +350,7 @@ class ArchiveReader(FrameReading):
         out: dict[int, tuple[Digest, int, bytes]] = {}
         unique = list(dict.fromkeys(ids))
         for part in chunks(unique):
-            sql = f"{BLOB_SELECT} WHERE id IN ({rsql.placeholders(len(part))})"
-            rows = rsql.fetchall(conn, sql, part)
+            rows = rows_by_id(conn, part)
             raws = self.decode_rows(conn, rows, verify=verify)
             digests: Iterable[Digest] = map(bytes, map(itemgetter(1), rows))  # type: ignore[arg-type]
             kinds = map(itemgetter(2), rows)
@@ -385,13 +388,21 @@ class ArchiveReader(FrameReading):
         Raises:
             NotFoundError: a digest is not stored (the first one is named).
         """
+        unique = list(dict.fromkeys(bytes(d) for d in digests))
+        by_digest: dict[bytes, Any] = {}
         with self.db.read() as conn:
-            ids = self.ids_for(conn, list(digests))
-            for d in digests:
-                if d not in ids:
-                    raise NotFoundError(f"no blob {digest_hex(d)} in the archive")
-            loaded = self.load_by_ids(conn, ids.values(), verify=verify)
-        return [loaded[ids[d]][2] for d in digests]
+            for part in chunks(unique):  # the rows whole, found by digest: no second lookup by id
+                rows = [r[1:] for r in digest_rows(conn, BLOB_COLUMNS, part)]
+                found = {bytes(r[1]) for r in rows}
+                for d in part:
+                    if d not in found:
+                        raise NotFoundError(f"no blob {digest_hex(d)} in the archive")
+                raws = self.decode_rows(conn, rows, verify=verify)
+                docs = parse_documents(
+                    [(bytes(r[1]), raw) for r, raw in zip(rows, raws, strict=True)]
+                )
+                by_digest.update(zip((bytes(r[1]) for r in rows), docs, strict=True))
+        return [by_digest[bytes(d)] for d in digests]
 
     def get_raw(self, digest: Digest, *, verify: bool = True) -> tuple[int, bytes]:
         """Return ``(kind, canonical bytes)`` of a blob.

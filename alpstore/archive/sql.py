@@ -6,12 +6,12 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alpstore.archive.ahead import FramesAhead
 from alpstore.archive.base import ArchiveStats, Problem, VerifyReport
-from alpstore.archive.frames import CODEC_PACKED, pointers
+from alpstore.archive.frames import CODEC_PACKED
 from alpstore.archive.packing import (
     PACK_BLOB_MAX,
     PACK_TRAIN_SAMPLES,
@@ -22,6 +22,7 @@ from alpstore.archive.packing import (
 from alpstore.archive.reading import (
     BASE_CACHE,
     CHUNK,
+    BlobRow,
     Encoded,
     chunks,
     encode,
@@ -47,6 +48,14 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import (
+    DESCRIPTION,
+    LOCK_NEW_BLOBS,
+    LOOSE_SELECT,
+    Described,
+    digest_key,
+    rows_by_id,
+)
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, UsageError
 
@@ -81,6 +90,11 @@ PACK_EVERY = 4000
 
 PACK_KEEP_LOOSE = 1000
 """...leaving its newest this many blobs loose: the turns a live writer reads back at once."""
+
+PACK_TURN_NEW = 512
+"""A writer's turn ended (:meth:`SqlArchive.pack_at_turn_end`): pack at once, without waiting
+for a pause, once this many new blobs were stored since the last packing (about a frame's
+worth of messages, :data:`~alpstore.archive.packing.FRAME_TARGET`, at ~0.5 KB each)."""
 
 PACKED_ROWS = 100
 """Rows per insert of :meth:`SqlArchive.store_packed`: the driver parses a statement's
@@ -136,16 +150,46 @@ class SqlArchive(PackWriting, ArchiveWriter):
             )
             self._packer.start()
 
-    def _pack_in_background(self) -> None:
-        """The packer thread's body; never raises (the error is kept in ``packing_error``)."""
+    def pack_at_turn_end(self) -> bool:
+        """A writer's turn ended (``AlpstoreSaver``: a thread's next input came): once
+        :data:`PACK_TURN_NEW` blobs were stored since the last packing, start the packer
+        thread now instead of at a pause in the writes, which a writer driven in a tight loop
+        never makes. It packs whole frames only (the newest blobs that do not fill one stay
+        loose for the next time), each frame in a short transaction of its own, off the
+        writer's thread; it stops at the next frame when the archive closes. True when it
+        started.
+        """
+        if not self.auto_pack or self._since_pack < PACK_TURN_NEW:
+            return False
+        with self._trainer_lock:
+            if self._closed or self._packer is not None:
+                return False
+            self._since_pack = 0
+            self._packer = threading.Thread(
+                target=self._pack_in_background,
+                kwargs={"at_once": True},
+                name="alpstore-packer",
+                daemon=True,
+            )
+            self._packer.start()
+        return True
+
+    def _pack_in_background(self, *, at_once: bool = False) -> None:
+        """The packer thread's body; never raises (the error is kept in ``packing_error``).
+        ``at_once``: whole frames, no wait for a pause (:meth:`pack_at_turn_end`).
+        """
 
         def pause() -> bool:
-            self._wait_for_pause()
+            if not at_once:
+                self._wait_for_pause()
             return not self._closing.is_set()
 
         try:
             self.wait_for_training()
-            if pause():
+            if at_once:
+                if pause():
+                    self.pack_cold(pause=pause, whole=True)
+            elif pause():
                 self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause)
             self.packing_error = None
         except BaseException as err:  # kept for the caller to see; tried again later
@@ -168,7 +212,11 @@ class SqlArchive(PackWriting, ArchiveWriter):
         self.wait_for_packing()
 
     def pack_cold(
-        self, *, keep_loose: int = 0, pause: Callable[[], bool] | None = None
+        self,
+        *,
+        keep_loose: int = 0,
+        pause: Callable[[], bool] | None = None,
+        whole: bool = False,
     ) -> PackReport:
         """Pack the cold loose blobs (:meth:`PackWriting.pack_cold`), first training the
         frames a better dictionary when the archive has outgrown its own (see
@@ -181,9 +229,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
             raise UsageError("packing runs its own transactions: call it outside one")
         with self._pack_lock:
             self._train_for_packing()
-            report = super().pack_cold(keep_loose=keep_loose, pause=pause)
+            report = super().pack_cold(keep_loose=keep_loose, pause=pause, whole=whole)
             self._since_pack = 0  # what was written so far is packed
-            if keep_loose == 0:  # ...and what an import's one transaction wrote
+            if keep_loose == 0 and not whole:  # ...and what an import's one transaction wrote
                 self._pending_new = 0
             return report
 
@@ -215,8 +263,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
         them, issue 33); on SQLite since issue 41 (compressing each byte once, not loose and
         then again into frames). The frame uses the archive's dictionary, if it has one, at
         ``PACK_LEVEL``; with ``ahead`` (an import's, :meth:`frames_ahead`) its compressor.
-        On PostgreSQL a digest another transaction stores meanwhile keeps that row (``ON
-        CONFLICT DO NOTHING``): its bytes in this frame are dead, as a packer's can be.
+        On PostgreSQL the import takes ``db.members.NEW_BLOBS_LOCK`` exclusive (until it
+        commits) before it looks the items up: a loose writer or another import storing the
+        same new content waits for it, or it for them, and a digest is stored once.
 
         ``known``: gets the id of every small item, found or inserted (locked in this
         transaction: ``store_encoded_counted``'s ``known``, so the turns that follow need not
@@ -227,6 +276,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
         repeats no digest): they are not looked up.
         """
         wanted = {d: (d, k, r) for d, k, r in items if len(r) <= PACK_BLOB_MAX}
+        if wanted and not self.db.is_sqlite:  # the frame's members are new content
+            rsql.execute(conn, LOCK_NEW_BLOBS, defer=True)  # its own statement, before
         have = self.ids_for(conn, list(wanted), lock=True) if wanted and probe else {}
         if known is not None:
             known.update(have)
@@ -241,24 +292,24 @@ class SqlArchive(PackWriting, ArchiveWriter):
             data = b""
         else:
             codec, dict_id, data = ahead.compress([raw for _, _, raw in fresh], content)
-        frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data)
-        if ahead is not None and ahead.behind:
-            ahead.compress_behind(frame_id, content)
-        del content, data  # (an import's memory holds one frame's turns: no more copies)
         offsets, at = [], 0
         for _, _, raw in fresh:
             offsets.append(at)
             at += len(raw)
-        rows: list[tuple[Any, ...]] = [
-            (digest, kind, len(raw), CODEC_PACKED, None, where, None)
-            for (digest, kind, raw), where in zip(fresh, pointers(frame_id, offsets), strict=True)
+        # the members' ids in content order (0010: no row of their own; the frame describes
+        # them, and ids first_id, first_id + 1, ... need no list)
+        new_ids = self._new_blob_ids(conn, len(fresh))
+        members = [
+            (bid, digest, kind, off)
+            for bid, (digest, kind, _), off in zip(new_ids, fresh, offsets, strict=True)
         ]
-        rows.sort()  # the insert order of every writer (see ``store_encoded_counted``)
-        ids: dict[bytes, int] = {}
-        stored = sum(self._insert_blobs(conn, part, ids) for part in chunks(rows, PACKED_ROWS))
+        frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data, members)
+        if ahead is not None and ahead.behind:
+            ahead.compress_behind(frame_id, content)
+        del content, data  # (an import's memory holds one frame's turns: no more copies)
         if known is not None:
-            known.update(ids)
-        return stored
+            known.update((m[1], m[0]) for m in members)
+        return len(members)
 
     def _train_for_packing(self) -> int | None:
         """Train a new dictionary from the newest ``min(small blobs, PACK_TRAIN_SAMPLES)``
@@ -276,11 +327,19 @@ class SqlArchive(PackWriting, ArchiveWriter):
             return None
         self.wait_for_training()
         with self.db.read() as conn:
-            small, small_bytes, loose = rsql.fetchone(
+            # the loose small blobs, and every frame's members (all small; those under 16
+            # bytes, which the samples leave out, counted too: a frame's row sums them whole)
+            loose_n, loose = rsql.fetchone(
                 conn,
-                "SELECT count(*), coalesce(sum(raw_size), 0), coalesce(sum(CASE WHEN codec != "
-                f"{CODEC_PACKED} THEN raw_size ELSE 0 END), 0) FROM blobs WHERE {SAMPLE_WHERE}",
+                "SELECT count(*), coalesce(sum(raw_size), 0) FROM blob_rows "
+                f"WHERE {SAMPLE_WHERE} AND codec != {CODEC_PACKED}",
             )
+            packed_n, packed_bytes = rsql.fetchone(
+                conn,
+                "SELECT coalesce(sum(blob_count), 0), coalesce(sum(raw_size), 0) FROM pack_frames",
+            )
+            small = int(loose_n) + int(packed_n)
+            small_bytes = int(loose) + int(packed_bytes)
             newest = rsql.fetchone(
                 conn, "SELECT sample_count FROM zstd_dicts ORDER BY id DESC LIMIT 1"
             )
@@ -362,10 +421,6 @@ class SqlArchive(PackWriting, ArchiveWriter):
         """Decode and check every dictionary row; decompress and re-hash every blob; check
         sizes, codecs and summary references.
         """
-        from sqlalchemy import select
-
-        from alpstore.db.tables import blobs
-
         report = VerifyReport()
         bad: list[tuple[int, bytes, str]] = []
         with self.db.read() as conn:
@@ -376,15 +431,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 report.problems.append(
                     Problem(what=f"pack frames could not be read ({type(exc).__name__}: {exc})")
                 )
-            last = 0
-            while True:
-                rows = conn.execute(
-                    select(blobs).where(blobs.c.id > last).order_by(blobs.c.id).limit(CHUNK)
-                ).all()
-                if not rows:
-                    break
+            for rows in self._every_blob(conn, report):
                 for row in rows:
-                    last = int(row.id)
                     report.blobs_checked += 1
                     digest = bytes(row.digest)
                     try:
@@ -405,6 +453,57 @@ class SqlArchive(PackWriting, ArchiveWriter):
         report.problems.extend(Problem(what=msg, digest=d.hex()) for _, d, msg in bad)
         report.bad_blob_ids = [i for i, _, _ in bad]
         return report
+
+    def _every_blob(self, conn: Connection, report: VerifyReport) -> Iterator[list[BlobRow]]:
+        """Every blob's row, :data:`CHUNK` at a time: the loose rows by id, then each frame's
+        members from its description (0010). On SQLite a frame whose members' digest keys
+        are not all in ``pack_digests`` is a finding (a lookup by digest would miss them).
+        """
+        last = 0
+        while True:
+            loose = rsql.fetchall(
+                conn, f"{LOOSE_SELECT} WHERE id > ? ORDER BY id LIMIT ?", (last, CHUNK)
+            )
+            if not loose:
+                break
+            last = int(loose[-1][0])
+            yield [BlobRow(*r) for r in loose]
+        frame_ids = [
+            int(r[0]) for r in rsql.fetchall(conn, "SELECT id FROM pack_frames ORDER BY id")
+        ]
+        for frame_id in frame_ids:
+            row = rsql.fetchone(
+                conn, f"SELECT {DESCRIPTION} FROM pack_frames WHERE id = ?", (frame_id,)
+            )
+            if row is None:
+                continue
+            try:
+                frame = Described(row)
+                members = frame.rows()
+            except (ValueError, TypeError) as exc:
+                report.problems.append(
+                    Problem(
+                        what=f"pack frame {frame_id}: its members' description is damaged ({exc})"
+                    )
+                )
+                continue
+            if self.db.is_sqlite:
+                keys = {
+                    int(k)
+                    for (k,) in rsql.fetchall(
+                        conn, "SELECT prefix FROM pack_digests WHERE frame_id = ?", (frame_id,)
+                    )
+                }
+                lost = [m for m in members if digest_key(bytes(m[1])) not in keys]
+                if lost:
+                    report.problems.append(
+                        Problem(
+                            what=f"pack frame {frame_id}: {len(lost)} member(s) missing from "
+                            "pack_digests (not found by digest)",
+                            digest=bytes(lost[0][1]).hex(),
+                        )
+                    )
+            yield [BlobRow(*m) for m in members]
 
     def _verify_dictionaries(self, conn: Connection) -> list[Problem]:
         """Every ``zstd_dicts`` row decoded and checked against its digest as stored now, with
@@ -431,19 +530,19 @@ class SqlArchive(PackWriting, ArchiveWriter):
     def _check_summary_refs(self, conn: Connection, blob_id: int, digest: bytes, doc: Any) -> None:
         from sqlalchemy import select
 
-        from alpstore.db.tables import blob_refs, blobs
+        from alpstore.db.tables import blob_refs
 
         covers = doc.get("covers") if isinstance(doc, dict) else None
-        refs = (
-            conn.execute(
-                select(blobs.c.digest)
-                .select_from(blob_refs.join(blobs, blobs.c.id == blob_refs.c.child_id))
+        children = [
+            int(c)
+            for c in conn.execute(
+                select(blob_refs.c.child_id)
                 .where(blob_refs.c.parent_id == blob_id)
                 .order_by(blob_refs.c.position)
-            )
-            .scalars()
-            .all()
-        )
+            ).scalars()
+        ]
+        found = {int(r[0]): bytes(r[1]) for r in rows_by_id(conn, children)} if children else {}
+        refs = [found.get(c, b"") for c in children]
         if covers != [bytes(r).hex() for r in refs]:
             raise IntegrityError(
                 f"summary {digest.hex()}: covered list does not match its stored references"

@@ -28,6 +28,7 @@ from alpstore.codec import (
     train_dictionary,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import DESCRIPTION, Described
 from alpstore.db.names import SQLITE_BUSY_TIMEOUT_MS
 from alpstore.errors import UsageError
 
@@ -53,6 +54,7 @@ coding-agent messages (~500 B each) are 4 MB; of 11 KB messages they were 88 MB,
 import peaked at 308 MB instead of 160 MB (``benchmarks/bench_portable.py``)."""
 
 
+# (every packed blob is small: PACK_BLOB_MAX is SMALL_BLOB_MAX, so a frame's members count whole)
 SAMPLE_WHERE = f"raw_size <= {SMALL_BLOB_MAX} AND raw_size >= 16 AND codec != {CODEC_ZSTD_BASE}"
 """The blobs a dictionary learns from: small ones, not deltas (``_training_samples``, and the
 count a pack run compares with its dictionary's samples)."""
@@ -209,7 +211,7 @@ class DictionaryTraining(ArchiveReader):
         The samples need not be one snapshot: each is a blob as it was when its slice was read.
         """
         sql = (
-            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blob_rows "
             f"WHERE {SAMPLE_WHERE}"
         )
         params: list[Any] = []
@@ -227,6 +229,8 @@ class DictionaryTraining(ArchiveReader):
             )
             with self.db.read() as conn:
                 found = rsql.fetchall(conn, f"{query} ORDER BY id DESC LIMIT ?", [*bound, want])
+                if after is None:  # and the frames' members (0010: no rows of their own)
+                    found = _newest(found, _packed_samples(conn, below, want), want)
                 part = [BlobRow(*r) for r in found]
                 decoded = self.decode_rows(conn, part, verify=False)
             rows += part
@@ -307,7 +311,7 @@ class DictionaryTraining(ArchiveReader):
                 with self.db.atomic() as conn:
                     rsql.executemany(
                         conn,
-                        "UPDATE blobs SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
+                        "UPDATE blob_rows SET codec = ?, dict_id = ?, payload = ? WHERE id = ?",
                         updates,
                     )
                 changed += len(updates)
@@ -335,7 +339,10 @@ class DictionaryTraining(ArchiveReader):
             with self.db.read() as conn:
                 self._small_count = int(
                     rsql.fetchone(
-                        conn, "SELECT count(*) FROM blobs WHERE raw_size <= ?", (SMALL_BLOB_MAX,)
+                        conn,
+                        "SELECT (SELECT count(*) FROM blob_rows WHERE raw_size <= ?) + "
+                        "(SELECT coalesce(sum(blob_count), 0) FROM pack_frames)",
+                        (SMALL_BLOB_MAX,),
                     )[0]
                 )
         else:
@@ -449,7 +456,7 @@ class DictionaryTraining(ArchiveReader):
             small = int(
                 rsql.fetchone(
                     conn,
-                    "SELECT count(*) FROM blobs WHERE raw_size <= ? AND codec != ?",
+                    "SELECT count(*) FROM blob_rows WHERE raw_size <= ? AND codec != ?",
                     (SMALL_BLOB_MAX, CODEC_PACKED),
                 )[0]
             )
@@ -471,7 +478,7 @@ class DictionaryTraining(ArchiveReader):
         bounded however large the archive), each batch its own transaction.
         """
         sql = (
-            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blobs "
+            "SELECT id, digest, kind, raw_size, codec, dict_id, payload, base_id FROM blob_rows "
             "WHERE raw_size <= ? AND raw_size >= 16 AND codec IN (?, ?) AND id > ? "
             "ORDER BY id LIMIT ?"
         )
@@ -516,7 +523,7 @@ class DictionaryTraining(ArchiveReader):
                 contextlib.suppress(Exception),
                 self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
             ):
-                conn.exec_driver_sql("VACUUM blobs")
+                conn.exec_driver_sql("VACUUM blob_rows")
             return
         path = self.db.location
         try:
@@ -537,3 +544,35 @@ class DictionaryTraining(ArchiveReader):
                     driver.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
         except (OSError, sqlite3.Error):
             return
+
+
+def _packed_samples(conn: Any, below: int | None, want: int) -> list[tuple[Any, ...]]:
+    """The newest ``want`` frame members (rows of the old ``blobs`` shape) with ids below
+    ``below`` (all when None) that a dictionary learns from, newest first: frames read newest
+    first until they hold as many.
+    """
+    out: list[tuple[Any, ...]] = []
+    top = below
+    while len(out) < want:
+        sql = f"SELECT {DESCRIPTION} FROM pack_frames"
+        params: list[Any] = []
+        if top is not None:
+            sql += " WHERE first_id < ?"
+            params.append(top)
+        row = rsql.fetchone(conn, f"{sql} ORDER BY first_id DESC LIMIT 1", params)
+        if row is None:
+            break
+        frame = Described(row)
+        out += [
+            m
+            for m in frame.rows()
+            if (below is None or m[0] < below) and 16 <= m[3] <= SMALL_BLOB_MAX
+        ]
+        top = min(frame.ids) if frame.ids else int(row[1])
+    out.sort(key=lambda m: -int(m[0]))
+    return out[:want]
+
+
+def _newest(a: Sequence[Any], b: Sequence[Any], want: int) -> list[Any]:
+    """The ``want`` rows with the largest ids of two lists."""
+    return sorted([*a, *b], key=lambda r: -int(r[0]))[:want]

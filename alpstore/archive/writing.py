@@ -24,6 +24,7 @@ from alpstore.codec import (
     line_hashes,
 )
 from alpstore.db import raw as rsql
+from alpstore.db.members import LOCK_NEW_BLOBS_SHARED
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
 
@@ -33,15 +34,17 @@ if TYPE_CHECKING:
     from alpstore.db.database import Database
 
 INSERT_BLOBS = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows} "
-    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "VALUES {rows} ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
 )
 """One multi-row insert that hands back the ids it assigned (a digest another transaction
 stored first is not returned: it is looked up)."""
 INSERT_MISSING = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) "
     "SELECT v.* FROM (VALUES {rows}) AS v (digest, kind, raw_size, codec, dict_id, payload, "
-    "base_id) WHERE NOT EXISTS (SELECT 1 FROM blobs b WHERE b.digest = v.digest) "
+    "base_id) WHERE NOT EXISTS (SELECT 1 FROM blob_rows b WHERE b.digest = v.digest) "
+    "AND NOT EXISTS (SELECT 1 FROM pack_frames f WHERE alp_digest_keys(f.digests) "
+    "@> ARRAY[alp_digest_key(v.digest)] AND alp_member(f.digests, v.digest) IS NOT NULL) "
     "ON CONFLICT (digest) DO NOTHING RETURNING digest, id"
 )
 """PostgreSQL, no lookup first (:meth:`ArchiveWriter.store_encoded_later`): the rows not stored
@@ -55,20 +58,23 @@ INSERT_MISSING_ROW = (
 )
 
 INSERT_MISSING_BASED = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) "
     "SELECT v.digest, v.kind, v.raw_size, "
     f"CASE WHEN b.id IS NULL THEN v.codec ELSE {CODEC_ZSTD_BASE} END, "
     "CASE WHEN b.id IS NULL THEN v.dict_id END, "
     "CASE WHEN b.id IS NULL THEN v.payload ELSE v.delta END, b.id "
     "FROM (VALUES {rows}) AS v (digest, kind, raw_size, codec, dict_id, payload, base_digest, "
-    "delta) LEFT JOIN LATERAL (SELECT x.id FROM blobs x WHERE x.digest = v.base_digest "
+    "delta) LEFT JOIN LATERAL (SELECT x.id FROM blob_rows x WHERE x.digest = v.base_digest "
     f"AND x.codec <> {CODEC_ZSTD_BASE} FOR KEY SHARE) AS b ON true "
-    "WHERE NOT EXISTS (SELECT 1 FROM blobs o WHERE o.digest = v.digest) ORDER BY v.digest "
-    "ON CONFLICT (digest) DO NOTHING RETURNING digest, id, base_id"
+    "WHERE NOT EXISTS (SELECT 1 FROM blob_rows o WHERE o.digest = v.digest) "
+    "AND NOT EXISTS (SELECT 1 FROM pack_frames f WHERE alp_digest_keys(f.digests) "
+    "@> ARRAY[alp_digest_key(v.digest)] AND alp_member(f.digests, v.digest) IS NOT NULL) "
+    "ORDER BY v.digest ON CONFLICT (digest) DO NOTHING RETURNING digest, id, base_id"
 )
 """:data:`INSERT_MISSING` for rows of which some are deltas against a recent base, the base
-found (and locked ``FOR KEY SHARE``, as :meth:`ArchiveWriter._base_ids` does) by the insert
-itself instead of a lookup first, a round trip: a delta row carries its base's digest and
+found among the loose rows (and locked ``FOR KEY SHARE``, as :meth:`ArchiveWriter._base_ids`
+does) by the insert itself instead of a lookup first, a round trip (a base is a large blob,
+which stays loose; one found packed is no base here): a delta row carries its base's digest and
 the delta beside its plain payload, and is stored plain when the base is gone (`gc` collected
 it) or is a delta itself. The row returns its ``base_id``, NULL then."""
 
@@ -78,7 +84,7 @@ INSERT_MISSING_BASED_ROW = (
 )
 
 INSERT_BLOBS_PLAIN = (
-    "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
+    "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) VALUES {rows}"
 )
 """The same on SQLite: rows its transaction looked up and did not find, so none is stored (a
 SQLite writer holds the whole database; the digest is not a unique index there, 0008), and no
@@ -218,6 +224,8 @@ class ArchiveWriter(DictionaryTraining):
         wanted = list(dict.fromkeys(d for d, _, _ in items))
         ids: dict[bytes, int] = {d: known[d] for d in wanted if d in known} if known else {}
         rest = [d for d in wanted if d not in ids] if ids else wanted
+        if rest and not self.db.is_sqlite:  # new content: ordered with imports' frames
+            rsql.execute(conn, LOCK_NEW_BLOBS_SHARED, defer=True)
         if (probe or self.db.is_sqlite) and rest:  # SQLite inserts only what it did not find
             ids.update(self.ids_for(conn, rest, lock=True))
         fresh: dict[bytes, Encoded] = {}
@@ -228,7 +236,7 @@ class ArchiveWriter(DictionaryTraining):
         if fresh:
             rows, new_bases = self._blob_rows(conn, fresh, packed)
             for part in chunks(rows, INSERT_ROWS):
-                inserted += self._insert_blobs(conn, part, ids)
+                inserted += self._insert_blobs(conn, part, ids, looked_up=probe)
             raced = [d for d in fresh if d not in ids]  # stored meanwhile, or before unprobed
             if raced:
                 ids.update(self.ids_for(conn, raced, lock=True))
@@ -310,6 +318,7 @@ class ArchiveWriter(DictionaryTraining):
             return
         based: list[tuple[bytes | None, bytes | None]] = []
         rows, new_bases = self._blob_rows(conn, fresh, None, based=based)
+        rsql.execute(conn, LOCK_NEW_BLOBS_SHARED, defer=True)  # its own statement, before
         small = {d for d, (_, _, raw) in fresh.items() if len(raw) <= SMALL_BLOB_MAX}
         # based: empty (no delta) or one per row
         bases_of = {row[0]: b[0] for row, b in zip(rows, based, strict=False) if b[0]}
@@ -342,10 +351,18 @@ class ArchiveWriter(DictionaryTraining):
             self._remember_base(base_digest, base_raw, lines)
 
     def _insert_blobs(
-        self, conn: Connection, part: Sequence[tuple[Any, ...]], ids: dict[bytes, int]
+        self,
+        conn: Connection,
+        part: Sequence[tuple[Any, ...]],
+        ids: dict[bytes, int],
+        *,
+        looked_up: bool = True,
     ) -> int:
         """Insert blob rows (those already stored are left as they are), note the new rows'
         ids in ``ids`` and return how many there were.
+
+        ``looked_up`` False (PostgreSQL): the rows were not looked up first, so one packed in
+        a frame (no unique index there) is left out by the insert itself (``INSERT_MISSING``).
 
         SQLite: no RETURNING. The writer holds the whole database and inserts only rows its
         transaction looked up and did not find, so the statement inserts every row and their
@@ -364,7 +381,11 @@ class ArchiveWriter(DictionaryTraining):
                 ids[bytes(row[0])] = first + offset
             return int(cur.rowcount)
         inserted = 0
-        for digest, blob_id in rsql.fetchall(conn, INSERT_BLOBS.format(rows=group), values):
+        if not looked_up:
+            sql = INSERT_MISSING.format(rows=", ".join([INSERT_MISSING_ROW] * len(part)))
+        else:
+            sql = INSERT_BLOBS.format(rows=group)
+        for digest, blob_id in rsql.fetchall(conn, sql, values):
             ids[bytes(digest)] = int(blob_id)
             inserted += 1
         return inserted

@@ -147,8 +147,8 @@ def verify(
     ] = False,
 ) -> None:
     """Re-hash every blob and check every view and reference; exit non-zero on damage."""
-    from alpstore.maintenance import repair as run_repair
     from alpstore.maintenance import verify as run_verify
+    from alpstore.repairing import repair as run_repair
 
     repaired = run_repair(store(ctx, create=False)) if repair else None
     report = repaired.after if repaired else run_verify(read_store(ctx))

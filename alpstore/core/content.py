@@ -15,12 +15,13 @@ from alpstore.archive.reading import parse_raws
 from alpstore.codec import Digest, parse_json
 from alpstore.core.reads import StoreReads
 from alpstore.db import raw as rsql
+from alpstore.db.members import rows_by_id
 from alpstore.db.names import BLOB_STATE, BLOB_SUMMARY
 from alpstore.errors import IntegrityError, NotFoundError
 from alpstore.gcpause import no_gc_pause
 from alpstore.sessions import CheckpointInfo, Entry
 from alpstore.sessions.records import steering_text
-from alpstore.views import View, clip, common_prefix, cover_of
+from alpstore.views import READ_RANGE_SIZES, View, clip, common_prefix, cover_of, fetch_range
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -168,9 +169,8 @@ class StoreContent(StoreReads):
         unique = list(dict.fromkeys(ids))
         for start in range(0, len(unique), 500):
             part = unique[start : start + 500]
-            sql = f"SELECT id, digest FROM blobs WHERE id IN ({rsql.placeholders(len(part))})"
-            for i, d in rsql.fetchall(conn, sql, part):
-                found[int(i)] = Digest(bytes(d))
+            for row in rows_by_id(conn, part):
+                found[int(row[0])] = Digest(bytes(row[1]))
         return [found[i] for i in ids]
 
     def session_backtracks(self, session_id: int) -> list[dict[str, Any]]:
@@ -222,11 +222,6 @@ def checkpoint_deltas(store: StoreContent, cks: list[CheckpointInfo]) -> dict[in
     this archive compresses it, so an exported and imported session logs the same figures.
     """
     out: dict[int, tuple[int, int]] = {}
-    sql = (
-        "SELECT COUNT(*), COALESCE(SUM(b.raw_size), 0) FROM segment_entries e "
-        "JOIN blobs b ON b.id = e.blob_id WHERE e.segment_id = ? AND e.position >= ? "
-        "AND e.position < ?"
-    )
     with store.db.read() as conn:
         previous: list[tuple[int, int, int]] = []
         for ck in cks:
@@ -234,9 +229,9 @@ def checkpoint_deltas(store: StoreContent, cks: list[CheckpointInfo]) -> dict[in
             start = common_prefix(previous, chain)
             entries = total = 0
             for seg, lo, hi in clip(chain, start):
-                n, size = rsql.fetchone(conn, sql, (seg, lo, hi))
-                entries += int(n)
-                total += int(size)
+                sizes = fetch_range(conn, READ_RANGE_SIZES, seg, lo, hi)
+                entries += len(sizes)
+                total += sum(int(r[0]) for r in sizes)
             out[ck.id] = (entries, total)
             previous = chain
     return out

@@ -15,6 +15,7 @@ from alpstore.codec import Digest
 from alpstore.core.parts import StoreParts
 from alpstore.core.rows import CHECKPOINT_COLUMNS, SESSION_COLUMNS, CheckpointRow, SessionRow
 from alpstore.db import raw as rsql
+from alpstore.db.members import rows_by_id
 from alpstore.errors import NotFoundError
 from alpstore.gcpause import no_gc_pause
 from alpstore.rules.ids import is_number
@@ -334,14 +335,7 @@ class StoreReads(StoreParts):
             ids = [i for i in (row.kernel_blob_id, row.wm_blob_id) if i is not None]
             digests = {}
             if ids:
-                digests = {
-                    int(i): Digest(bytes(d))
-                    for i, d in rsql.fetchall(
-                        conn,
-                        f"SELECT id, digest FROM blobs WHERE id IN ({rsql.placeholders(len(ids))})",
-                        ids,
-                    )
-                }
+                digests = {int(r[0]): Digest(bytes(r[1])) for r in rows_by_id(conn, ids)}
             return self._ck(row, found[0], digests)
 
     def resolve_checkpoint(self, ref: str) -> CheckpointInfo:

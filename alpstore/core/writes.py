@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from alpstore.core.naming import StoreNaming, acceptable_id
 from alpstore.db import raw as rsql
+from alpstore.db.members import pg_id_by_digest
 from alpstore.errors import IntegrityError, NotFoundError, UsageError
 from alpstore.rules.ids import text_problem
 from alpstore.rules.limits import check_event_kind
@@ -53,10 +54,13 @@ CHECKPOINT_READ_BACK = (
 """A checkpoint whose row's reply was lost with its COMMIT's, found by what it was written
 with."""
 
-STATE_BY_DIGEST = "COALESCE((SELECT id FROM blobs WHERE digest = ?), -1)"
-"""A checkpoint's kernel or working-memory blob named by digest, stored earlier in the same
-transaction: its id, or -1 (no blob has it: the foreign key refuses the row, the turn is
-rolled back) should it somehow be missing."""
+STATE_BY_DIGEST = (
+    f"(SELECT coalesce({pg_id_by_digest('x.d')}, alp_missing_blob(x.d)) "
+    "FROM (SELECT CAST(? AS BYTEA) AS d) x)"
+)
+"""PostgreSQL: a checkpoint's kernel or working-memory blob named by digest, stored earlier in
+the same transaction: its id (loose or packed, 0010), or the statement fails (a foreign key
+violation, the turn rolled back) should it somehow be missing."""
 
 
 CHECKPOINT_ROWS = 100

@@ -374,7 +374,7 @@ class Database:
         (every reference to a blob or a segment locks it), while readers go on.
         """
         if self.is_postgresql:
-            conn.exec_driver_sql("LOCK TABLE blobs, segments IN EXCLUSIVE MODE")
+            conn.exec_driver_sql("LOCK TABLE blob_rows, pack_frames, segments IN EXCLUSIVE MODE")
             # A writer that only set NULL references (a new session, an empty checkpoint)
             # took and released its share lock at once: it may still commit during our
             # transaction. ``atomic(snapshot=True)`` keeps the reads that follow on one

@@ -6,11 +6,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, func, inspect, select, text
+from sqlalchemy import Connection, Table, func, inspect, select, text
 
 from alpstore.db.engine import Database, translate_errors
 from alpstore.db.migrate import SCHEMA_HEAD, current_revision, known_revisions
-from alpstore.db.tables import metadata
+from alpstore.db.tables import metadata, view_metadata
 
 
 @dataclass
@@ -68,11 +68,17 @@ def describe(db: Database) -> DatabaseInfo:
     """Collect backend, revision, sizes and row counts (read-only; nothing is migrated)."""
     revision = current_revision(db)
     with translate_errors(db.location), db.read() as conn:
-        present = set(inspect(conn).get_table_names())
+        found = inspect(conn)
+        present = set(found.get_table_names())
+        views = set(found.get_view_names())  # ``blobs`` (0010)
         tables = [
-            TableInfo(t.name, _count(conn, t.name), _table_bytes(db, conn, t.name))
+            TableInfo(t.name, _count(conn, t), _table_bytes(db, conn, t.name))
             for t in metadata.sorted_tables
             if t.name in present
+        ] + [
+            TableInfo(t.name, _count(conn, t), None)  # (a view's bytes are its tables')
+            for t in view_metadata.sorted_tables
+            if t.name in views
         ]
         version = _server_version(db, conn)
         total = _total_bytes(db, conn)
@@ -88,8 +94,8 @@ def describe(db: Database) -> DatabaseInfo:
     )
 
 
-def _count(conn: Connection, table: str) -> int:
-    return int(conn.execute(select(func.count()).select_from(metadata.tables[table])).scalar_one())
+def _count(conn: Connection, table: Table) -> int:
+    return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
 
 
 def _server_version(db: Database, conn: Connection) -> str:

@@ -13,7 +13,7 @@ from alpstore.errors import NotFoundError, SchemaVersionError, UsageError
 ARCHIVE_DIR = Path("traces") / "archive"
 ARCHIVE_FILE = "archive.db"
 
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0010"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
 
 DIGEST_PREFIX = 4
@@ -46,7 +46,7 @@ BLOB_KINDS = {
 
 ARCHIVE_TABLES = (
     "zstd_dicts",
-    "blobs",
+    "blob_rows",
     "blob_refs",
     "sessions",
     "segments",
@@ -56,7 +56,7 @@ ARCHIVE_TABLES = (
     "session_events",
 )
 
-ALPSTORE_MARKS = frozenset({"alembic_version", "blobs", "sessions"})
+ALPSTORE_MARKS = frozenset({"alembic_version", "sessions", "zstd_dicts"})
 """Tables every alpstore archive has (at any revision): a database holding tables but not these
 is someone else's, and is never touched (no journal mode, no migration)."""
 

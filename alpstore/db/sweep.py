@@ -9,20 +9,15 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, text
 
-from alpstore.db.tables import metadata
+from alpstore.db.tables import BLOB_REFERENCES
 from alpstore.errors import IntegrityError
 
 
 def blob_root_columns() -> list[tuple[str, str]]:
-    """``(table, column)`` pairs that reference ``blobs.id`` and keep a blob alive."""
-    roots = []
-    for table in metadata.sorted_tables:
-        if table.name in ("blob_refs", "blobs"):
-            continue
-        for column in table.columns:
-            if any(fk.column.table.name == "blobs" for fk in column.foreign_keys):
-                roots.append((table.name, column.name))
-    return roots
+    """``(table, column)`` pairs that reference ``blobs.id`` and keep a blob alive (their
+    foreign keys went in 0010: a packed blob has no row they could name).
+    """
+    return [(t, c) for t, c in BLOB_REFERENCES if t != "blob_refs"]
 
 
 def check_unreferenced(conn: Connection, doomed: list[int]) -> None:

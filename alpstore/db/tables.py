@@ -80,8 +80,8 @@ zstd_dicts = Table(
     sqlite_autoincrement=True,
 )
 
-blobs = Table(
-    "blobs",
+blob_rows = Table(
+    "blob_rows",
     metadata,
     Column("id", Integer, primary_key=True),
     # one copy of the digest (0008): unique on PostgreSQL; on SQLite looked up through an
@@ -93,13 +93,18 @@ blobs = Table(
     Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
     Column("payload", LargeBinary, nullable=False),
     Column("base_id", Integer, nullable=True),
-    UniqueConstraint("digest", name="uq_blobs_digest").ddl_if(dialect="postgresql"),
-    comment="Content-addressed nodes: digest = BLAKE3-256 of the canonical JSON bytes.",
+    UniqueConstraint("digest", name="uq_blob_rows_digest").ddl_if(dialect="postgresql"),
+    comment="Loose content-addressed nodes (packed ones are described in their frame's row; "
+    "the view blobs shows both).",
     sqlite_autoincrement=True,
 )
-Index("ix_blobs_digest_prefix", func.substr(blobs.c.digest, 1, DIGEST_PREFIX)).ddl_if(
+"""Loose blobs (0010: the table ``blobs`` was; packed blobs live in their frame's row)."""
+Index("ix_blob_rows_digest_prefix", func.substr(blob_rows.c.digest, 1, DIGEST_PREFIX)).ddl_if(
     dialect="sqlite"
 )
+
+_ARRAY = Text().with_variant(ARRAY(Integer), "postgresql")
+"""An integer list: PostgreSQL ``INTEGER[]``, SQLite JSON text ``[1,2,3]``."""
 
 pack_frames = Table(
     "pack_frames",
@@ -113,17 +118,48 @@ pack_frames = Table(
     Column("blob_count", Integer, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("data", LargeBinary, nullable=False),
+    # the members (0010), in content order: the smallest and largest id, where each starts
+    # (ascending), each kind (PostgreSQL a byte each, SQLite a digit each), the ids when not
+    # first_id, first_id + 1, ... (else NULL), the 32-byte digests concatenated
+    Column("first_id", Integer, nullable=False, index=True),
+    Column("last_id", Integer, nullable=False),
+    Column("offsets", _ARRAY, nullable=False),
+    Column("kinds", Text().with_variant(LargeBinary, "postgresql"), nullable=False),
+    Column("ids", _ARRAY, nullable=True),
+    Column("digests", LargeBinary, nullable=False),
     comment="Pack frames (0007): cold blobs rewritten in conversation order into one zstd "
-    "frame; a packed blob (codec 4) points at (frame, offset) and holds raw_size bytes of it.",
+    "frame; since 0010 the row describes its members (the blobs view shows them as rows).",
     sqlite_autoincrement=True,
 )
+Index(
+    "ix_pack_frames_digest_keys",
+    func.alp_digest_keys(pack_frames.c.digests),
+    postgresql_using="gin",
+    # each frame's keys go straight into the tree: a pending list (fastupdate) left 115 B a
+    # key at 2,000 imported turns
+    postgresql_with={"fastupdate": "off"},
+).ddl_if(dialect="postgresql")
+
+pack_digests = Table(
+    "pack_digests",
+    metadata,
+    Column("prefix", Integer, primary_key=True),
+    Column("frame_id", Integer, primary_key=True),
+    comment="SQLite (0010): the frames holding a digest, by its first four bytes (signed, "
+    "big-endian); PostgreSQL finds them through a GIN index over pack_frames.digests.",
+    sqlite_with_rowid=False,
+)
+
+SQLITE_ONLY = frozenset({"pack_digests"})
+"""Tables only SQLite archives have (``include_for`` leaves them out elsewhere)."""
+
 
 blob_refs = Table(
     "blob_refs",
     metadata,
-    Column("parent_id", Integer, ForeignKey("blobs.id"), primary_key=True),
+    Column("parent_id", Integer, primary_key=True),
     Column("position", Integer, primary_key=True),
-    Column("child_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
+    Column("child_id", Integer, nullable=False, index=True),
     comment="The ordered digests a summary covers (also inside its content).",
     sqlite_with_rowid=False,
 )
@@ -138,7 +174,7 @@ sessions = Table(
     Column("source_checkpoint_id", Integer, nullable=True),
     Column("root_id", Integer, nullable=True),
     Column("origin", Text, nullable=True),
-    Column("manifest_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("manifest_blob_id", Integer, nullable=True),
     Column("status", String(16), nullable=False),
     Column("head_segment_id", Integer, nullable=True),
     Column("head_length", Integer, nullable=False),
@@ -180,8 +216,37 @@ segment_runs = Table(
     sqlite_with_rowid=False,
 )
 
+BLOB_REFERENCES = (
+    ("blob_refs", "parent_id"),
+    ("blob_refs", "child_id"),
+    ("sessions", "manifest_blob_id"),
+    ("checkpoints", "kernel_blob_id"),
+    ("checkpoints", "wm_blob_id"),
+    ("backtracks", "steering_blob_id"),
+    ("lg_checkpoint_blobs", "blob_id"),
+    ("lg_write_items", "blob_id"),
+)
+"""The columns holding a blob id (their foreign keys to ``blobs.id`` went in 0010, as
+``segment_entries.blob_id``'s did in 0009: ``alpstore.db.sweep`` checks a sweep's deletes)."""
+
 view_metadata = MetaData()
 """SQL views described for Core reads (not created from here: the migrations make them)."""
+
+blobs = Table(
+    "blobs",
+    view_metadata,
+    Column("id", Integer, primary_key=True),
+    Column("digest", LargeBinary(32)),
+    Column("kind", SmallInteger),
+    Column("raw_size", Integer),
+    Column("codec", SmallInteger),
+    Column("dict_id", Integer),
+    Column("payload", LargeBinary),
+    Column("base_id", Integer),
+    comment="VIEW since 0010: the loose rows (blob_rows) and every frame's members.",
+)
+"""Every blob one row each, as the table was before 0010 (read only): loose rows UNION ALL the
+frames' members (codec 4, payload their pointer)."""
 
 segment_entries = Table(
     "segment_entries",
@@ -203,8 +268,8 @@ checkpoints = Table(
     Column("turn", Integer, nullable=False),
     Column("segment_id", Integer, ForeignKey("segments.id"), nullable=True, index=True),
     Column("length", Integer, nullable=False),
-    Column("kernel_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
-    Column("wm_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("kernel_blob_id", Integer, nullable=True),
+    Column("wm_blob_id", Integer, nullable=True),
     Column("label", String(200), nullable=True),
     Column("trigger", String(32), nullable=True),
     Column("abandoned", Boolean(name="ck_checkpoints_abandoned"), nullable=False),
@@ -223,7 +288,7 @@ backtracks = Table(
     Column("from_checkpoint_id", Integer, nullable=True),
     Column("to_checkpoint_id", Integer, nullable=False),
     Column("steps", Integer, nullable=False),
-    Column("steering_blob_id", Integer, ForeignKey("blobs.id"), nullable=True),
+    Column("steering_blob_id", Integer, nullable=True),
     Column("automatic", Boolean(name="ck_backtracks_automatic"), nullable=False),
     Column("error_signature", String(200), nullable=True),
     Column("created_at", Float, nullable=False),
@@ -291,7 +356,7 @@ lg_checkpoint_blobs = Table(
     "lg_checkpoint_blobs",
     metadata,
     Column("checkpoint_ref", Integer, ForeignKey("lg_checkpoints.id"), primary_key=True),
-    Column("blob_id", Integer, ForeignKey("blobs.id"), primary_key=True, index=True),
+    Column("blob_id", Integer, primary_key=True, index=True),
     comment="The content-addressed channel values a LangGraph checkpoint refers to.",
     sqlite_with_rowid=False,
 )
@@ -317,7 +382,7 @@ lg_write_items = Table(
     metadata,
     Column("write_id", Integer, ForeignKey("lg_writes.id"), primary_key=True),
     Column("position", Integer, primary_key=True),
-    Column("blob_id", Integer, ForeignKey("blobs.id"), nullable=False, index=True),
+    Column("blob_id", Integer, nullable=False, index=True),
     comment="The blobs (messages, large values) of a task's pending writes, in order.",
     sqlite_with_rowid=False,
 )
@@ -330,6 +395,8 @@ def include_for(dialect: str) -> Callable[..., bool]:
     """
 
     def include(obj: Any, name: str | None, type_: str, reflected: bool, other: Any) -> bool:
+        if type_ == "table" and name in SQLITE_ONLY and dialect != "sqlite":
+            return False
         cond = getattr(obj, "_ddl_if", None)
         return reflected or cond is None or cond.dialect in (None, dialect)
 

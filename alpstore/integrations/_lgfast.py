@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from alpstore.archive.reading import Encoded, parse_documents
 from alpstore.db import raw as rsql
+from alpstore.db.members import pg_id_by_digest, rows_by_id
 from alpstore.errors import DatabaseError, IntegrityError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgpack import id_bytes, id_text
@@ -30,12 +31,14 @@ _WRITES_WITH_BLOBS = (
     "SELECT w.id, w.task_id, w.codec, w.dict_id, w.raw_size, w.state, i.blob_id, "
     "b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
     "FROM lg_writes w LEFT JOIN lg_write_items i ON i.write_id = w.id "
-    "LEFT JOIN blobs b ON b.id = i.blob_id "
+    "LEFT JOIN blob_rows b ON b.id = i.blob_id "
     "WHERE w.thread_ref = (SELECT id FROM lg_threads WHERE thread_id = ? AND checkpoint_ns = ?) "
     "AND w.checkpoint_id = {checkpoint} ORDER BY w.id, i.position"
 )
 """A checkpoint's pending writes with their item blobs, the checkpoint named by id or as the
-thread's newest (:data:`_NEWEST`)."""
+thread's newest (:data:`_NEWEST`). The loose rows only (``blob_rows``, by its primary key): the
+``blobs`` view would unnest every frame's members to find a packed id (0010), a cost that
+grows with the archive; a packed item (NULL here) is read from its frame afterwards."""
 
 _NEWEST = (
     "(SELECT lc.checkpoint_id FROM lg_checkpoints lc "
@@ -47,14 +50,14 @@ _NEWEST = (
 
 
 _VALUE_BLOBS = (
-    "SELECT b.id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
-    "FROM lg_checkpoint_blobs cb JOIN blobs b ON b.id = cb.blob_id "
+    "SELECT cb.blob_id, b.digest, b.kind, b.raw_size, b.codec, b.dict_id, b.payload, b.base_id "
+    "FROM lg_checkpoint_blobs cb LEFT JOIN blob_rows b ON b.id = cb.blob_id "
     "WHERE cb.checkpoint_ref = (SELECT lc.id FROM lg_checkpoints lc "
     "JOIN lg_threads t ON t.id = lc.thread_ref "
     "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND lc.checkpoint_id = {checkpoint})"
 )
 """The blobs a checkpoint's channel values refer to (``lg_checkpoint_blobs``), the checkpoint
-named as in :data:`_WRITES_WITH_BLOBS`."""
+named as in :data:`_WRITES_WITH_BLOBS`; a packed one's digest NULL (read afterwards)."""
 
 
 def find_latest_with_writes(
@@ -95,7 +98,8 @@ def find_latest_with_writes(
         latest, rows = rsql.fetch_together(conn, statements)
     found = lgdb.latest_row(latest[0] if latest else None)
     writes: dict[int, tuple[int, str, tuple[int, int | None, int, bytes], list[int]]] = {}
-    blob_rows: dict[int, Any] = {int(r[0]): r for r in values}
+    blob_rows: dict[int, Any] = {int(r[0]): r for r in values if r[1] is not None}
+    packed = {int(r[0]) for r in values if r[1] is None}
     for r in rows:
         write_id = int(r[0])
         entry = writes.get(write_id)
@@ -106,6 +110,12 @@ def find_latest_with_writes(
             entry[3].append(int(r[6]))
             if r[7] is not None:
                 blob_rows.setdefault(int(r[7]), r[7:])
+            else:
+                packed.add(int(r[6]))
+    packed.difference_update(blob_rows)
+    if packed:  # from their frames (a read transaction ended already: ReadEnded, unsent)
+        for row in rows_by_id(conn, sorted(packed)):
+            blob_rows.setdefault(int(row[0]), row)
     docs: Docs = {}
     if blob_rows:
         unique = list(blob_rows.values())
@@ -146,7 +156,7 @@ _INSERT_WRITES_BY_NAME = _INSERT_WRITES.replace("VALUES (?,", f"VALUES ({_THREAD
 _INSERT_WRITES_WITH_ITEMS = (
     "WITH w AS ({writes} RETURNING id) "
     "INSERT INTO lg_write_items (write_id, position, blob_id) "
-    "SELECT (SELECT id FROM w), v.p, (SELECT b.id FROM blobs b WHERE b.digest = v.d) "
+    f"SELECT (SELECT id FROM w), v.p, {pg_id_by_digest('v.d')} "
     "FROM (VALUES {rows}) AS v (p, d)"
 )
 """A task's writes and their item blobs (named by digest, stored earlier in the transaction)

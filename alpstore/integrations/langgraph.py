@@ -262,6 +262,10 @@ class AlpstoreSaver(SaverState):
                 th.forget()
                 raise
             store.archive.after_commit()
+            if md.get("source") == "input":
+                # a new invoke's input: the thread's last turn is over, its messages cold
+                # (packed on the archive's packer thread, never in this put)
+                store.archive.pack_at_turn_end()
             if self._policy is not None and split:
                 messages = checkpoint["channel_values"][self.messages_key]
                 lgpolicy.policy_events(self, (thread_id, ns), session_id, messages)

@@ -21,8 +21,10 @@ from alpstore.rules.ids import shown
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-NAME_LOCK: Final = 0x616C7073_6E616D65
-"""The advisory lock key that serialises name claims on PostgreSQL ("alpsname")."""
+NAME_LOCK: Final = 0x6E616D65
+"""The advisory lock (two-key form: this key, "name", then the hash of the archive's schema)
+that serialises name claims on PostgreSQL; an archive in another schema of the same database
+claims its names beside this one's."""
 
 
 @overload
@@ -50,7 +52,9 @@ def claim_name(conn: Connection, store: _HasDatabase, name: str, *, suffix: bool
     """
     name = normal_name(name)
     if store.db.is_postgresql:
-        rsql.execute(conn, "SELECT pg_advisory_xact_lock(?)", (NAME_LOCK,))
+        rsql.execute(
+            conn, "SELECT pg_advisory_xact_lock(?, hashtext(current_schema()))", (NAME_LOCK,)
+        )
 
     def taken(candidate: str) -> bool:
         row = rsql.fetchone(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
+from alpstore.db.members import packed_by_id, rows_by_id
 from alpstore.db.names import BLOB_SUMMARY
 from alpstore.debug.diff import _covered, json_diff
 from alpstore.debug.entries import load_entries
@@ -26,9 +27,12 @@ if TYPE_CHECKING:
 DIFF_PAGE = 200
 """Rows (changed, removed or added entries) per diff page."""
 SUMMARY_POSITIONS = (
-    "SELECT e.position FROM segment_entries e JOIN blobs b ON b.id = e.blob_id "
-    "WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? AND b.kind = ?"
+    "SELECT e.position, e.blob_id, b.id IS NULL FROM segment_entries e LEFT JOIN blob_rows b "
+    "ON b.id = e.blob_id WHERE e.segment_id = ? AND e.position >= ? AND e.position < ? "
+    "AND (b.kind = ? OR b.id IS NULL)"
 )
+"""A range's loose summaries, and its packed entries (kind in their frame's row: 0010) by id.
+Not the ``blobs`` view: its packed half is every frame's members, unnested for each row."""
 
 
 @dataclass(frozen=True)
@@ -72,16 +76,8 @@ class DiffPage:
 
 
 def _summary_ids(store: Store, ids: list[int]) -> set[int]:
-    out: set[int] = set()
     with store.db.read() as conn:
-        for i in range(0, len(ids), 500):
-            part = ids[i : i + 500]
-            sql = (
-                f"SELECT id FROM blobs WHERE kind = {BLOB_SUMMARY} "
-                f"AND id IN ({rsql.placeholders(len(part))})"
-            )
-            out.update(int(r[0]) for r in rsql.fetchall(conn, sql, part))
-    return out
+        return {int(r[0]) for r in rows_by_id(conn, ids) if r[2] == BLOB_SUMMARY}
 
 
 def _extension_diff(
@@ -100,10 +96,19 @@ def _extension_diff(
     chain, length = (chains[1], b.length) if grew else (chains[0], a.length)
     summary_pos: list[int] = []
     if grew:
+        packed: dict[int, list[int]] = {}
         with store.db.read() as conn:
             for seg, lo, hi in clip(chain, shared):
-                rows = rsql.fetchall(conn, SUMMARY_POSITIONS, (seg, lo, hi, BLOB_SUMMARY))
-                summary_pos.extend(int(r[0]) for r in rows)
+                for pos, blob_id, is_packed in rsql.fetchall(
+                    conn, SUMMARY_POSITIONS, (seg, lo, hi, BLOB_SUMMARY)
+                ):
+                    if is_packed:
+                        packed.setdefault(int(blob_id), []).append(int(pos))
+                    else:
+                        summary_pos.append(int(pos))
+            for row in packed_by_id(conn, list(packed)):
+                if row[2] == BLOB_SUMMARY:
+                    summary_pos.extend(packed[int(row[0])])
         summary_pos.sort()
     folds: list[FoldRow] = []
     if summary_pos:

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from alpstore.db import open_database
-from alpstore.db.tables import blobs
+from alpstore.db.tables import blob_rows
 from tests.conftest import run_cli
 
 
@@ -32,11 +32,11 @@ def test_verify_names_the_flipped_blob(cli: Any, run_root: Path) -> None:
     ]
     assert cli("archive", "verify").code == 0
     db = open_database(root=run_root)  # the SQLite file, or the PostgreSQL schema of this root
-    where = blobs.c.digest == bytes.fromhex(digests[1])
+    where = blob_rows.c.digest == bytes.fromhex(digests[1])
     with db.atomic() as conn:
-        damaged = bytearray(conn.execute(select(blobs.c.payload).where(where)).scalar_one())
+        damaged = bytearray(conn.execute(select(blob_rows.c.payload).where(where)).scalar_one())
         damaged[len(damaged) // 2] ^= 0x5A
-        conn.execute(update(blobs).where(where).values(payload=bytes(damaged)))
+        conn.execute(update(blob_rows).where(where).values(payload=bytes(damaged)))
     db.close()
     result = cli("archive", "verify")
     assert result.code != 0

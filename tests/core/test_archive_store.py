@@ -11,7 +11,7 @@ from sqlalchemy import func, select, text
 from alpstore.archive import MemoryArchive, SqlArchive
 from alpstore.archive.sql import AUTO_TRAIN_SAMPLES
 from alpstore.db import open_database
-from alpstore.db.tables import blobs
+from alpstore.db.tables import blob_rows, blobs
 from alpstore.errors import NotFoundError
 
 
@@ -70,7 +70,9 @@ def test_flipped_byte_is_named_by_verify(archive: SqlArchive) -> None:
         damaged = bytearray(payload)
         damaged[len(damaged) // 2] ^= 0xFF
         conn.execute(
-            blobs.update().where(blobs.c.digest == digests[2]).values(payload=bytes(damaged))
+            blob_rows.update()
+            .where(blob_rows.c.digest == digests[2])
+            .values(payload=bytes(damaged))
         )
     report = archive.verify()
     assert not report.ok

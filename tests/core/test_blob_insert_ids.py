@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sqlalchemy import delete, select
 
 from alpstore.archive.sql import encode
-from alpstore.db.tables import blobs
+from alpstore.db.tables import blob_rows, blobs
 from tests.conftest import Backend
 
 ops = st.lists(
@@ -42,13 +42,13 @@ def _item(n: int) -> Any:
 def test_returned_ids_name_the_rows_of_their_digests(backend: Backend, steps: list[Any]) -> None:
     store = backend.open_store()
     with store.db.atomic() as conn:  # a clean slate for each example
-        conn.execute(delete(blobs))
+        conn.execute(delete(blob_rows))
     stored: set[bytes] = set()
     for op, numbers, probe in steps:
         if op == "delete":  # unreferenced rows, as `gc` deletes them: gaps in the ids
             gone = [_item(n)[0] for n in numbers]
             with store.db.atomic() as conn:
-                conn.execute(delete(blobs).where(blobs.c.digest.in_(gone)))
+                conn.execute(delete(blob_rows).where(blob_rows.c.digest.in_(gone)))
             stored -= set(gone)
             continue
         # batches of one transaction: the later ones see the earlier ones' ids in `known`

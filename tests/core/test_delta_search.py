@@ -16,7 +16,7 @@ from alpstore.archive.candidates import FIELD_MAX, FIELDS_PER_BASE, DeltaCandida
 from alpstore.archive.sql import SqlArchive, encode
 from alpstore.codec import CODEC_ZSTD_BASE
 from alpstore.db import open_database
-from alpstore.db.tables import blobs
+from alpstore.db.tables import blob_rows, blobs
 
 
 class TodaysSearch:
@@ -226,7 +226,7 @@ def test_a_base_deleted_meanwhile_is_replaced_by_the_new_document(tmp_path: Path
     archive = SqlArchive(open_database(root=tmp_path / "run"), auto_train=False)
     first = archive.put(_file(1))
     with archive.db.atomic() as conn:  # as `gc` would: nothing refers to it
-        conn.execute(delete(blobs).where(blobs.c.digest == first))
+        conn.execute(delete(blob_rows).where(blob_rows.c.digest == first))
     second = archive.put(_file(2))  # its best base is gone: stored whole, a base itself
     third = archive.put(_file(3))
     codecs = _codecs(archive)
@@ -252,7 +252,7 @@ def test_a_packed_delta_is_stored_whole_in_its_frame_and_needs_no_base(tmp_path:
     assert codecs[first][:2] == (CODEC_PACKED, None)
     assert codecs[second][:2] == (CODEC_PACKED, None)
     with archive.db.atomic() as conn:  # the old base gone: the packed delta reads alone
-        conn.execute(delete(blobs).where(blobs.c.digest == first))
+        conn.execute(delete(blob_rows).where(blob_rows.c.digest == first))
     archive.close()
     fresh = SqlArchive(open_database(root=tmp_path / "run"), auto_train=False)
     try:

@@ -32,7 +32,7 @@ def _insert_raw(store: Store, digest: bytes, payload: bytes) -> int:
     """A row stored by hand (the digest chosen, not derived): what a prefix collision is."""
     with store.db.atomic() as conn:
         cur = conn.exec_driver_sql(
-            "INSERT INTO blobs (digest, kind, raw_size, codec, dict_id, payload, base_id) "
+            "INSERT INTO blob_rows (digest, kind, raw_size, codec, dict_id, payload, base_id) "
             "VALUES (?, 0, ?, ?, NULL, ?, NULL)",
             (digest, len(payload), CODEC_RAW, payload),
         )
@@ -49,21 +49,21 @@ def test_the_digest_is_held_once_and_looked_up_through_its_prefix(tmp_path: Path
                 str(name): str(sql)
                 for name, sql in conn.exec_driver_sql(
                     "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
-                    "AND tbl_name = 'blobs'"
+                    "AND tbl_name = 'blob_rows'"
                 )
             }
             plan = " ".join(
                 str(r[-1])
                 for r in conn.exec_driver_sql(
-                    "EXPLAIN QUERY PLAN SELECT digest, id FROM blobs "
+                    "EXPLAIN QUERY PLAN SELECT digest, id FROM blob_rows "
                     f"WHERE substr(digest, 1, {DIGEST_PREFIX}) IN (?, ?)",
                     (b"ab", b"cd"),
                 )
             )
         # no unique index on the whole digest (an autoindex would be named sqlite_autoindex_*)
-        assert set(indexes) == {"ix_blobs_digest_prefix"}, indexes
-        assert f"substr(digest, 1, {DIGEST_PREFIX})" in indexes["ix_blobs_digest_prefix"]
-        assert "ix_blobs_digest_prefix" in plan, plan
+        assert set(indexes) == {"ix_blob_rows_digest_prefix"}, indexes  # (0010: renamed)
+        assert f"substr(digest, 1, {DIGEST_PREFIX})" in indexes["ix_blob_rows_digest_prefix"]
+        assert "ix_blob_rows_digest_prefix" in plan, plan
     finally:
         store.close()
 
@@ -133,7 +133,7 @@ def test_the_migration_keeps_ids_and_the_id_sequence(tmp_path: Path) -> None:
     with store.db.read() as conn:
         before = dict(conn.exec_driver_sql("SELECT digest, id FROM blobs").all())
         seq = conn.exec_driver_sql(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'blobs'"
+            "SELECT seq FROM sqlite_sequence WHERE name = 'blob_rows'"
         ).scalar_one()
     store.close()
     assert seq > max(before.values())
@@ -152,9 +152,9 @@ def test_the_migration_keeps_ids_and_the_id_sequence(tmp_path: Path) -> None:
     con = sqlite3.connect(sqlite_path_for_root(tmp_path))
     try:
         assert dict(con.execute("SELECT digest, id FROM blobs").fetchall()) == before
-        assert con.execute("SELECT seq FROM sqlite_sequence WHERE name = 'blobs'").fetchone() == (
-            seq,
-        )
+        assert con.execute(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'blob_rows'"
+        ).fetchone() == (seq,)
         assert con.execute("PRAGMA foreign_key_check").fetchall() == []
     finally:
         con.close()
@@ -183,10 +183,10 @@ def test_postgresql_keeps_the_unique_digest(backend: Backend) -> None:
         names = {
             str(r[0])
             for r in conn.exec_driver_sql(
-                "SELECT conname FROM pg_constraint WHERE conrelid = 'blobs'::regclass"
+                "SELECT conname FROM pg_constraint WHERE conrelid = 'blob_rows'::regclass"
             )
         }
-    assert "uq_blobs_digest" in names
+    assert "uq_blob_rows_digest" in names  # (0010: the loose rows' table)
 
 
 def _foreign_keys_on(store: Store) -> bool:

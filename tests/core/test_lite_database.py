@@ -76,7 +76,7 @@ def test_refuses_writes_with_a_clear_error(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match="opened for reading"), lite.atomic():
             pass
         with pytest.raises(StorageError, match="read-only"), lite.read() as conn:
-            rsql.execute(conn, "DELETE FROM blobs")
+            rsql.execute(conn, "DELETE FROM blob_rows")
         with lite.read() as conn:
             assert rsql.fetchone(conn, "SELECT count(*) FROM blobs")[0] == len(DOCS)
     finally:

@@ -223,7 +223,7 @@ def test_a_damaged_blob_in_a_cold_read_is_named_by_its_digest(backend: Backend, 
     with store.db.atomic() as conn:  # the frame's last bytes (its checksum) garbled
         rsql.execute(
             conn,
-            "UPDATE blobs SET payload = ? WHERE id = ?",
+            "UPDATE blob_rows SET payload = ? WHERE id = ?",
             (payload[:-4] + bytes(b ^ 0xFF for b in payload[-4:]), victim[0]),
         )
     cold = AlpstoreSaver(backend.open_store())

@@ -184,6 +184,6 @@ def test_upgrade_records_the_digests_of_an_existing_archive(backend: Backend) ->
     if not backend.is_postgresql:
         with again.db.read() as conn:
             sql = conn.exec_driver_sql(
-                "SELECT sql FROM sqlite_master WHERE name = 'blobs'"
+                "SELECT sql FROM sqlite_master WHERE name = 'blob_rows'"  # (0010: renamed)
             ).scalar()
         assert "AUTOINCREMENT" in str(sql)

@@ -94,7 +94,7 @@ def head_rows(store: Store) -> list[Any]:
 def damage(store: Store, row: Any, **columns: Any) -> None:
     sets = ", ".join(f"{name} = ?" for name in columns)
     with store.db.atomic() as conn:
-        rsql.execute(conn, f"UPDATE blobs SET {sets} WHERE id = ?", (*columns.values(), row[0]))
+        rsql.execute(conn, f"UPDATE blob_rows SET {sets} WHERE id = ?", (*columns.values(), row[0]))
 
 
 def declaring(frame: bytes, size: int) -> bytes:

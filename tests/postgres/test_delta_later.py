@@ -18,7 +18,7 @@ from sqlalchemy import delete
 from alpstore.archive.sql import SqlArchive, encode
 from alpstore.codec import CODEC_ZSTD_BASE
 from alpstore.db import open_database
-from alpstore.db.tables import blobs
+from alpstore.db.tables import blob_rows
 from tests.conftest import postgres_schema
 from tests.core.test_delta_search import _codecs, _file
 
@@ -70,7 +70,7 @@ def test_a_base_gone_meanwhile_leaves_the_document_whole_and_a_base_itself(
     with _archive(tmp_path, monkeypatch) as archive:
         first = _later(archive, _file(1), {"role": "user", "content": "one"})
         with archive.db.atomic() as conn:  # as `gc` would: nothing refers to it
-            conn.execute(delete(blobs).where(blobs.c.digest == first))
+            conn.execute(delete(blob_rows).where(blob_rows.c.digest == first))
         second = _later(archive, _file(2), {"role": "user", "content": "two"})
         third = _later(archive, _file(3), {"role": "user", "content": "three"})
         codecs = _codecs(archive)

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from alpstore.errors import AlpstoreError, CorruptArchiveError, IntegrityError
-from alpstore.maintenance import repair, verify
+from alpstore.maintenance import verify
+from alpstore.repairing import repair
 from alpstore.store import Store
 from tests.backend_pass import sqlite_only
 from tests.conftest import run_cli
@@ -108,7 +109,7 @@ def test_a_flipped_blob_payload_is_named_with_its_sessions_and_checkpoints(damag
     users = _checkpoints_using(conn, blob_id)
     assert users
     with conn:
-        conn.execute("UPDATE blobs SET payload = ? WHERE id = ?", (_flip(payload, 7), blob_id))
+        conn.execute("UPDATE blob_rows SET payload = ? WHERE id = ?", (_flip(payload, 7), blob_id))
     conn.close()
     with Store.open(damaged) as store:
         report = verify(store)
@@ -136,7 +137,7 @@ def test_a_damaged_kernel_blob_names_its_checkpoints(damaged: Path) -> None:
         "ORDER BY c.id LIMIT 1"
     ).fetchone()
     with conn:
-        conn.execute("UPDATE blobs SET payload = ? WHERE id = ?", (_flip(payload, 3), blob_id))
+        conn.execute("UPDATE blob_rows SET payload = ? WHERE id = ?", (_flip(payload, 3), blob_id))
     conn.close()
     with Store.open(damaged) as store:
         report = verify(store)
@@ -160,7 +161,7 @@ def test_any_payload_damage_fails_verified_reads_and_verify(
     bit = data.draw(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]))
     with conn:
         conn.execute(
-            "UPDATE blobs SET payload = ? WHERE id = ?", (_flip(payload, index, bit), blob_id)
+            "UPDATE blob_rows SET payload = ? WHERE id = ?", (_flip(payload, index, bit), blob_id)
         )
     users = _checkpoints_using(conn, blob_id)
     conn.close()
@@ -324,8 +325,12 @@ def test_repair_drops_only_unreachable_damaged_blobs_and_says_so(damaged: Path) 
         "ORDER BY b.id LIMIT 1"
     ).fetchone()
     with conn:
-        conn.execute("UPDATE blobs SET payload = ? WHERE id = ?", (_flip(payload, 9), orphan_id))
-        conn.execute("UPDATE blobs SET payload = ? WHERE id = ?", (_flip(used_payload, 5), used_id))
+        conn.execute(
+            "UPDATE blob_rows SET payload = ? WHERE id = ?", (_flip(payload, 9), orphan_id)
+        )
+        conn.execute(
+            "UPDATE blob_rows SET payload = ? WHERE id = ?", (_flip(used_payload, 5), used_id)
+        )
     blobs_before = conn.execute("SELECT COUNT(*) FROM blobs").fetchone()[0]
     conn.close()
     # without the flag nothing changes
@@ -365,7 +370,7 @@ def test_export_refuses_a_damaged_blob_and_writes_nothing(damaged: Path) -> None
     ).fetchone()
     users = _checkpoints_using(conn, blob_id)
     with conn:
-        conn.execute("UPDATE blobs SET payload = ? WHERE id = ?", (_flip(payload, 4), blob_id))
+        conn.execute("UPDATE blob_rows SET payload = ? WHERE id = ?", (_flip(payload, 4), blob_id))
     conn.close()
     with Store.open(damaged) as store:
         ck = store.get_checkpoint(max(users))

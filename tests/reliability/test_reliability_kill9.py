@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, update
 
 from alpstore.db import open_database
-from alpstore.db.tables import blobs
+from alpstore.db.tables import blob_rows, blobs
 from alpstore.testing.torture import (
     Torture,
     TortureConfig,
@@ -97,7 +97,9 @@ def test_a_damaged_blob_is_caught(short_run: Torture) -> None:
         for blob_id, payload in raw:
             if b"w" in payload:
                 damaged = bytes(payload).replace(b"w", b"W")
-                conn.execute(update(blobs).where(blobs.c.id == blob_id).values(payload=damaged))
+                conn.execute(
+                    update(blob_rows).where(blob_rows.c.id == blob_id).values(payload=damaged)
+                )
     db.close()
     with pytest.raises(TortureFailure, match="archive verify failed"):
         check_log(model, _forge(short_run), TortureReport())

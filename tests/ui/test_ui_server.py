@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from alpstore.archive.reading import encode
 from alpstore.debug.diff import diff
 from alpstore.errors import AlpstoreError
 from alpstore.store import Store
@@ -137,12 +138,27 @@ def _all_checkpoints(store: Store) -> list[Any]:
     ]
 
 
+@pytest.fixture(scope="module")
+def packed_demo_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    """The demo archive with every blob packed (0010: summaries' kinds in their frames' rows)."""
+    root = tmp_path_factory.mktemp("ui-demo-packed")
+    with Store.open(root) as store:
+        build_demo(store)
+        assert store.archive.pack_cold(keep_loose=0).blobs > 0
+    ro = read_only(root)
+    yield ro
+    ro.close()
+
+
 @settings(max_examples=25)
-@given(data=st.data())
+@given(data=st.data(), packed=st.booleans())
 def test_diff_page_reports_what_debug_diff_reports(
-    demo_store: tuple[Store, dict[str, Any]], data: st.DataObject
+    demo_store: tuple[Store, dict[str, Any]],
+    packed_demo_store: Store,
+    data: st.DataObject,
+    packed: bool,
 ) -> None:
-    store = demo_store[0]
+    store = packed_demo_store if packed else demo_store[0]
     cks = _all_checkpoints(store)
     a = data.draw(st.sampled_from(cks))
     b = data.draw(st.sampled_from(cks))
@@ -162,6 +178,53 @@ def test_diff_page_reports_what_debug_diff_reports(
     assert sorted((r.position, r.new.digest) for r in rows if r.new) == sorted(
         (p, e.digest) for p, e in want.added
     )
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_diff_page_folds_what_debug_diff_folds_for_every_pair(
+    demo_store: tuple[Store, dict[str, Any]], packed_demo_store: Store, packed: bool
+) -> None:
+    """Every pair of checkpoints whose diff folds entries into a summary (90 of the demo's
+    2,209; the sampled test above meets few), loose and with the summaries packed."""
+    store = packed_demo_store if packed else demo_store[0]
+    cks = _all_checkpoints(store)
+    seen = 0
+    for a in cks:
+        for b in cks:
+            want = diff(store, str(a.id), str(b.id))
+            if not want.folds:
+                continue
+            seen += 1
+            got = diffs.diff_page(store, a, b, 0)
+            assert [(f.position, f.summary.digest) for f in got.folds] == [
+                (f.position, f.summary.digest) for f in want.folds
+            ], (a.id, b.id)
+    assert seen >= 10
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_an_extension_diff_finds_the_summaries_of_its_tail(tmp_path: Path, packed: bool) -> None:
+    """B extends A with summaries appended among its turns: the diff lists them as folds,
+    whether their kind is in a loose row or in their frame's row (0010)."""
+    with Store.open(tmp_path) as store:
+        s = store.create_session(name="tail")
+        s.commit_turn([{"role": "user", "content": "first"}])
+        a = store.list_checkpoints(s.id)[-1]
+        summaries = []
+        for t in range(3):
+            msg = {"role": "user", "content": f"q{t}"}
+            s.commit_turn([msg])
+            summaries.append(s.append_summary(f"summary {t}", [encode(msg)[0]]))
+        s.commit_turn([{"role": "user", "content": "last"}])  # a checkpoint after the last
+        if packed:
+            assert store.archive.pack_cold(keep_loose=0).blobs > 0
+        b = store.list_checkpoints(s.id)[-1]
+        want = diff(store, str(a.id), str(b.id))
+        got = diffs.diff_page(store, a, b, 0)
+        assert [f.summary.digest for f in got.folds] == summaries
+        assert [(f.position, f.summary.digest) for f in got.folds] == [
+            (f.position, f.summary.digest) for f in want.folds
+        ]
 
 
 def test_timeline_pages_match_session_log(tmp_path: Path) -> None:
