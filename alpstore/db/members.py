@@ -145,6 +145,11 @@ _DIGITS = bytes.maketrans(b"0123456789", bytes(range(10)))
 """SQLite's kinds (a digit each) as their values, one byte each."""
 
 
+FIND_AT_MOST: Final = 8
+"""``Described.index_of_digests``: up to this many wanted digests are found by ``bytes.find``
+each; more through a dict of the frame's digests."""
+
+
 class Described:
     """One frame's members, decoded from its row (:data:`DESCRIPTION`)."""
 
@@ -193,10 +198,15 @@ class Described:
         ]
 
     def index_of_digests(self, wanted: set[bytes]) -> list[int]:
-        """The members whose digest is in ``wanted`` (each found by ``bytes.find``, at a
-        32-byte boundary).
+        """The members whose digest is in ``wanted``: a few each found by ``bytes.find`` (at a
+        32-byte boundary); more through a dict of the frame's digests, built once (a find per
+        wanted digest scans the whole column: an import probing 400 digests against every
+        frame whose keys matched did 36,000 scans, 61 ms of a 1,000-turn import).
         """
         d = self.digests
+        if len(wanted) > FIND_AT_MOST:
+            index = {d[at : at + 32]: at // 32 for at in range(0, len(d), 32)}
+            return [index[w] for w in wanted if w in index]
         out = []
         for digest in wanted:
             at = d.find(digest)

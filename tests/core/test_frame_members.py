@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
+import alpstore.db.members as members_module
 from alembic import command
+from alpstore.db.members import Described
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision, upgrade
 from alpstore.maintenance import gc, verify
 from alpstore.store import Store
@@ -153,3 +157,32 @@ def test_verify_names_a_member_its_digest_key_lost(tmp_path: Path) -> None:
         assert any("missing from pack_digests" in p.what for p in report.problems)
     finally:
         store.close()
+
+
+@settings(max_examples=200)
+@given(
+    members=st.lists(st.binary(min_size=32, max_size=32), min_size=1, max_size=40, unique=True),
+    others=st.lists(st.binary(min_size=32, max_size=32), max_size=20),
+    data=st.data(),
+)
+def test_a_frames_members_are_found_by_digest_the_same_few_or_many(
+    members: list[bytes], others: list[bytes], data: st.DataObject
+) -> None:
+    """``index_of_digests`` finds a few wanted digests by ``bytes.find`` and many through a
+    dict of the frame's digests: the same members either way, never a match that straddles
+    two digests (a wanted digest made of one member's tail and the next one's head)."""
+    column = b"".join(members)
+    straddling = [column[at : at + 32] for at in range(1, len(column) - 32, 7)]
+    wanted = set(data.draw(st.lists(st.sampled_from(members)))) | set(others)
+    wanted |= set(data.draw(st.lists(st.sampled_from(straddling)))) if straddling else set()
+    frame = Described((1, 1, None, list(range(len(members))), bytes(len(members)), column, 0))
+    want = sorted(i for i, m in enumerate(members) if m in wanted)
+    with_find = members_module.FIND_AT_MOST
+    try:
+        members_module.FIND_AT_MOST = 10**9  # every wanted digest by find
+        by_find = sorted(frame.index_of_digests(wanted))
+        members_module.FIND_AT_MOST = 0  # every one through the dict
+        by_dict = sorted(frame.index_of_digests(wanted))
+    finally:
+        members_module.FIND_AT_MOST = with_find
+    assert by_find == by_dict == want
