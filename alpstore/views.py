@@ -97,18 +97,22 @@ def _fill_packed(conn: AnyConnection, template: str, rows: list[Any]) -> list[An
     missing = [int(r[0]) for r in rows if r[1] is None]
     if not missing:
         return [r[2:] for r in rows]
-    pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
     packed = packed_by_id(conn, missing)
-    if len(names) == 1:
-        found = {int(p[0]): (pick(p),) for p in packed}
+    if names == PACKED_COLUMNS:  # the whole row (a hydrate's): no copy of each
+        found = {p[0]: p for p in packed}
+    elif len(names) == 1:
+        one = itemgetter(PACKED_COLUMNS.index(names[0]))
+        found = {p[0]: (one(p),) for p in packed}
     else:
-        found = {int(p[0]): pick(p) for p in packed}
+        pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
+        found = {p[0]: pick(p) for p in packed}
     out = []
+    get = found.get
     for r in rows:
         if r[1] is not None:
             out.append(r[2:])
         else:
-            got = found.get(int(r[0]))
+            got = get(r[0])
             if got is not None:
                 out.append(got)
     return out

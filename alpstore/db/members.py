@@ -185,16 +185,14 @@ class Described:
 
     def rows(self, wanted: Iterable[int] | None = None) -> list[tuple[Any, ...]]:
         """The members (indexes ``wanted``, else all) as rows of the old ``blobs`` shape."""
-        if wanted is None:
-            picked: Sequence[int] = range(len(self.offsets))
-            sizes = self.sizes()
-        else:
-            picked = sorted(set(wanted))
-            sizes = {i: self.size(i) for i in picked}  # type: ignore[assignment]
-        where = pointers(self.frame_id, [self.offsets[i] for i in picked])
+        offsets, ids, kinds, d = self.offsets, self.ids, self.kinds, self.digests
+        picked: Sequence[int] = range(len(offsets)) if wanted is None else sorted(set(wanted))
+        ends = [*offsets[1:], self.raw_size]
+        starts = [offsets[i] for i in picked]
+        where = pointers(self.frame_id, starts)
         return [
-            (self.ids[i], self.digest(i), self.kinds[i], sizes[i], CODEC_PACKED, None, p, None)
-            for i, p in zip(picked, where, strict=True)
+            (ids[i], d[32 * i : 32 * i + 32], kinds[i], ends[i] - at, CODEC_PACKED, None, p, None)
+            for i, at, p in zip(picked, starts, where, strict=True)
         ]
 
     def index_of_digests(self, wanted: set[bytes]) -> list[int]:
