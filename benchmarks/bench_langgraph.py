@@ -20,7 +20,7 @@ import statistics
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -156,6 +156,25 @@ def alpstore_variant(root: Path) -> tuple[Any, Path]:
     return saver, root / "traces" / "archive" / "archive.db"
 
 
+def invoke_turns(
+    graph: Any,
+    config: dict[str, Any],
+    script: deque[BaseMessage],
+    data: tuple[list[list[BaseMessage]], list[list[BaseMessage]]],
+    marks: list[int],
+    times: list[float],
+) -> Iterator[int]:
+    """Invoke ``graph`` turn by turn up to the last mark (each turn's replies scripted first),
+    appending each invoke's seconds to ``times``; yield each turn's number after it."""
+    inputs, replies = data
+    for turn in range(1, marks[-1] + 1):
+        script.extend(replies[turn - 1])
+        start = time.perf_counter()
+        graph.invoke({"messages": inputs[turn - 1]}, config)
+        times.append(time.perf_counter() - start)
+        yield turn
+
+
 def run_variant(
     make: Callable[[Path], tuple[Any, Path]],
     schema: Any,
@@ -170,11 +189,7 @@ def run_variant(
         graph = build(saver, schema, script)
         config = {"configurable": {"thread_id": "bench"}}
         times: list[float] = []
-        for turn in range(1, marks[-1] + 1):
-            script.extend(replies[turn - 1])
-            start = time.perf_counter()
-            graph.invoke({"messages": inputs[turn - 1]}, config)
-            times.append(time.perf_counter() - start)
+        for turn in invoke_turns(graph, config, script, (inputs, replies), marks, times):
             if turn in marks:
                 start = time.perf_counter()
                 state = graph.get_state(config)

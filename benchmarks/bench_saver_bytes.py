@@ -23,7 +23,6 @@ import os
 import sqlite3
 import sys
 import tempfile
-import time
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from langgraph.graph import MessagesState
 
 from alpstore.integrations.langgraph import AlpstoreSaver
 from benchmarks._util import checkpointed_bytes, write_results
-from benchmarks.bench_langgraph import build, conversation
+from benchmarks.bench_langgraph import build, conversation, invoke_turns
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "saver_bytes.md"
@@ -56,11 +55,7 @@ def tool_loop(saver: AlpstoreSaver, marks: list[int], measure: Any) -> dict[int,
     config = {"configurable": {"thread_id": "bench"}}
     times: list[float] = []
     out: dict[int, Any] = {}
-    for turn in range(1, marks[-1] + 1):
-        script.extend(replies[turn - 1])
-        start = time.perf_counter()
-        graph.invoke({"messages": inputs[turn - 1]}, config)
-        times.append(time.perf_counter() - start)
+    for turn in invoke_turns(graph, config, script, (inputs, replies), marks, times):
         if turn in marks:
             tail = times[-50:]
             out[turn] = (raw[turn - 1], measure(turn), 1000 * sum(tail) / len(tail))

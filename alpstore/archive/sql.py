@@ -139,16 +139,24 @@ class SqlArchive(PackWriting, ArchiveWriter):
         self._since_pack += new_blobs
         if self._since_pack < PACK_EVERY + PACK_KEEP_LOOSE:
             return
+        self._start_packer(at_once=False)
+
+    def _start_packer(self, *, at_once: bool) -> bool:
+        """Start the packer thread unless one runs or the archive is closed; True when it
+        started. ``at_once``: whole frames, no wait for a pause (:meth:`pack_at_turn_end`).
+        """
         with self._trainer_lock:
             if self._closed or self._packer is not None:
-                return
+                return False
             self._since_pack = 0
             self._packer = threading.Thread(
                 target=self._pack_in_background,
+                kwargs={"at_once": at_once},
                 name="alpstore-packer",
                 daemon=True,  # an unclosed store must not hold the interpreter open
             )
             self._packer.start()
+        return True
 
     def pack_at_turn_end(self) -> bool:
         """A writer's turn ended (``AlpstoreSaver``: a thread's next input came): once
@@ -161,18 +169,7 @@ class SqlArchive(PackWriting, ArchiveWriter):
         """
         if not self.auto_pack or self._since_pack < PACK_TURN_NEW:
             return False
-        with self._trainer_lock:
-            if self._closed or self._packer is not None:
-                return False
-            self._since_pack = 0
-            self._packer = threading.Thread(
-                target=self._pack_in_background,
-                kwargs={"at_once": True},
-                name="alpstore-packer",
-                daemon=True,
-            )
-            self._packer.start()
-        return True
+        return self._start_packer(at_once=True)
 
     def _pack_in_background(self, *, at_once: bool = False) -> None:
         """The packer thread's body; never raises (the error is kept in ``packing_error``).

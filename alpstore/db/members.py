@@ -174,11 +174,6 @@ class Described:
         ends = [*self.offsets[1:], self.raw_size]
         return [e - s for s, e in zip(self.offsets, ends, strict=True)]
 
-    def size(self, i: int) -> int:
-        """Member ``i``'s length."""
-        end = self.offsets[i + 1] if i + 1 < len(self.offsets) else self.raw_size
-        return end - self.offsets[i]
-
     def digest(self, i: int) -> bytes:
         """Member ``i``'s digest."""
         return self.digests[32 * i : 32 * i + 32]
