@@ -16,8 +16,8 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
-from alpstore.db.members import PACKED_COLUMNS, packed_by_id, pg_id_by_digest
-from alpstore.db.runs import insert_run
+from alpstore.db.members import PACKED_COLUMNS, packed_by_id, pg_id_by_digest, rows_of_ids
+from alpstore.db.runs import insert_run, range_ids
 from alpstore.errors import IntegrityError, UsageError
 
 if TYPE_CHECKING:
@@ -97,8 +97,9 @@ def _fill_packed(conn: AnyConnection, template: str, rows: list[Any]) -> list[An
     missing = [int(r[0]) for r in rows if r[1] is None]
     if not missing:
         return [r[2:] for r in rows]
-    packed = packed_by_id(conn, missing)
-    if names == PACKED_COLUMNS:  # the whole row (a hydrate's): no copy of each
+    whole = names == PACKED_COLUMNS  # a hydrate's: rows that go to the decoder as they are
+    packed = packed_by_id(conn, missing, located=whole)
+    if whole:  # no copy of each
         found = {p[0]: p for p in packed}
     elif len(names) == 1:
         one = itemgetter(PACKED_COLUMNS.index(names[0]))
@@ -383,10 +384,16 @@ class ViewStore:
         """
         rows: list[Any] = []
         template, sql = sql, range_sql(sql, rsql.dialect_of(conn))
+        lite = template in JOINED and rsql.dialect_of(conn) == "sqlite"
         for seg_id, lo, hi in clip(self.chain(conn, view), start):
-            part = rsql.fetchall(conn, sql, range_params(seg_id, lo, hi))
-            if template in JOINED:
-                part = _fill_packed(conn, template, part)
+            if lite:  # in process: the runs as stored, then the rows of their ids
+                names = JOINED[template]
+                ids = range_ids(conn, seg_id, lo, hi)
+                part = rows_of_ids(conn, ids, names, located=names == PACKED_COLUMNS)
+            else:  # PostgreSQL: one joined range scan (a round trip), then the packed ones
+                part = rsql.fetchall(conn, sql, range_params(seg_id, lo, hi))
+                if template in JOINED:
+                    part = _fill_packed(conn, template, part)
             if len(part) != hi - lo:
                 raise IntegrityError(
                     f"view {view.archive_view_id}: segment {seg_id} {verb} {len(part)} of the "

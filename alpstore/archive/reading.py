@@ -115,7 +115,10 @@ def parse_raws(raws: Sequence[bytes], digests: Sequence[bytes] | None = None) ->
     if not raws:
         return []
     try:
-        docs = json.loads(b"".join((b"[", b",".join(raws), b"]")))
+        parts = list(raws)  # the brackets on the first and last: one copy of the batch, not two
+        parts[0] = b"[" + parts[0]
+        parts[-1] = parts[-1] + b"]"
+        docs = json.loads(b",".join(parts))
     except ValueError:
         names = [f"blob {bytes(d).hex()}" for d in digests] if digests is not None else None
         docs = [

@@ -13,8 +13,10 @@ frame with the greatest ``first_id`` ≤ the id is the one that can hold it). Pl
 from __future__ import annotations
 
 import json
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import itemgetter, mul, sub
 from typing import TYPE_CHECKING, Any, Final
 
 from alpstore.db import raw as rsql
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 
 CODEC_PACKED: Final = 4
 """``blobs.codec`` of a packed blob (its ``payload`` is :func:`pointer`)."""
+
+Located = tuple[int, int]
+"""A packed blob's place as rows read for decoding carry it (:meth:`Described.rows`,
+``located``): ``(frame id, offset)``, what its :func:`pointer` payload encodes."""
 
 NEW_BLOBS_LOCK: Final = 0x6E657762  # "newb"
 """PostgreSQL advisory lock (two-key form: this key, then the hash of the archive's schema)
@@ -178,17 +184,44 @@ class Described:
         """Member ``i``'s digest."""
         return self.digests[32 * i : 32 * i + 32]
 
-    def rows(self, wanted: Iterable[int] | None = None) -> list[tuple[Any, ...]]:
-        """The members (indexes ``wanted``, else all) as rows of the old ``blobs`` shape."""
-        offsets, ids, kinds, d = self.offsets, self.ids, self.kinds, self.digests
-        picked: Sequence[int] = range(len(offsets)) if wanted is None else sorted(set(wanted))
+    def rows(
+        self, wanted: Iterable[int] | None = None, *, located: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """The members (indexes ``wanted``, else all) as rows of the old ``blobs`` shape.
+
+        ``located``: each payload is ``(frame id, offset)`` (a :data:`Located`) instead of the
+        pointer's bytes, for rows that go straight to the decoder (issue 41: encoding 6,000
+        pointers and parsing them back was a tenth of a hydrate).
+        """
+        offsets, d, n = self.offsets, self.digests, len(self.offsets)
+        picked: Sequence[int] = range(n) if wanted is None else sorted(set(wanted))
+        if not picked:
+            return []
         ends = [*offsets[1:], self.raw_size]
-        starts = [offsets[i] for i in picked]
-        where = pointers(self.frame_id, starts)
-        return [
-            (ids[i], d[32 * i : 32 * i + 32], kinds[i], ends[i] - at, CODEC_PACKED, None, p, None)
-            for i, at, p in zip(picked, starts, where, strict=True)
-        ]
+        a, b = picked[0], picked[-1] + 1
+        ids: Iterable[int]
+        kinds: Iterable[int]
+        if b - a == len(picked):  # a run of members (a hydrate's): slices, no lookup each
+            starts, ends, ids, kinds = offsets[a:b], ends[a:b], self.ids[a:b], self.kinds[a:b]
+        else:
+            starts = list(map(offsets.__getitem__, picked))
+            ends = list(map(ends.__getitem__, picked))
+            ids, kinds = map(self.ids.__getitem__, picked), map(self.kinds.__getitem__, picked)
+        where: Iterable[Any] = (
+            zip(repeat(self.frame_id), starts) if located else pointers(self.frame_id, starts)
+        )
+        return list(  # C-level loops: a hydrate builds thousands
+            zip(
+                ids,
+                [d[at : at + 32] for at in map(mul, picked, repeat(32))],
+                kinds,
+                map(sub, ends, starts),
+                repeat(CODEC_PACKED),
+                repeat(None),
+                where,
+                repeat(None),
+            )
+        )
 
     def index_of_digests(self, wanted: set[bytes]) -> list[int]:
         """The members whose digest is in ``wanted``: a few each found by ``bytes.find`` (at a
@@ -246,28 +279,72 @@ def packed_by_digest(
     return list(out.values())
 
 
+WALK_AT_MOST: Final = 32
+"""SQLite's :func:`frames_by_id` looks up at most this many frames one by one (a view's ids
+run through a few frames in order: a probe per frame, not per id) before the rest go to one
+query that probes each id."""
+
+_AT_OR_BEFORE: Final = (
+    f"SELECT last_id, {DESCRIPTION} FROM pack_frames WHERE first_id <= ? "
+    "ORDER BY first_id DESC LIMIT 1"
+)
+_AFTER: Final = (
+    f"SELECT last_id, {DESCRIPTION} FROM pack_frames WHERE first_id > ? ORDER BY first_id LIMIT 1"
+)
+
+
+def _walk(conn: AnyConnection, want: list[int]) -> tuple[list[Described], int]:
+    """The frames holding ids of ``want`` (sorted) from the first on, found one by one through
+    the index on ``first_id`` (frames hold disjoint id ranges), and how many ids of ``want``
+    that covers: all, or where :data:`WALK_AT_MOST` lookups stopped.
+    """
+    out: list[Described] = []
+    i = probes = 0
+    while i < len(want) and probes < WALK_AT_MOST:
+        x = want[i]
+        probes += 1
+        row = rsql.fetchone(conn, _AT_OR_BEFORE, (x,))
+        if row is None or int(row[0]) < x:  # x is in no frame: on to the next frame's ids
+            row = rsql.fetchone(conn, _AFTER, (x,))
+            if row is None:
+                return out, len(want)
+            i = bisect_left(want, int(row[2]), i)
+            if i == len(want) or want[i] > int(row[0]):
+                continue
+        out.append(Described(row[1:]))
+        i = bisect_right(want, int(row[0]), i)
+    return out, i
+
+
 def frames_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[Described]:
     """The frames that can hold ``ids`` (each id's frame: the greatest ``first_id`` ≤ it)."""
     if not ids:
         return []
     want = sorted(set(ids))
-    if rsql.dialect_of(conn) == "postgresql":
+    if rsql.dialect_of(conn) == "postgresql":  # one round trip, the probes on the server
         sql = (
             f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
             "pack_frames f WHERE f.first_id <= v ORDER BY f.first_id DESC LIMIT 1) "
             "FROM unnest(CAST(? AS int4[])) v)"
         )
         return [Described(r) for r in rsql.fetchall(conn, sql, (want,))]
-    sql = (
-        f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
-        "pack_frames f WHERE f.first_id <= v.value ORDER BY f.first_id DESC LIMIT 1) "
-        "FROM json_each(?) v)"
-    )
-    return [Described(r) for r in rsql.fetchall(conn, sql, (json.dumps(want),))]
+    out, done = _walk(conn, want)  # in process: a lookup per frame, not a probe per id
+    if done < len(want):
+        sql = (
+            f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
+            "pack_frames f WHERE f.first_id <= v.value ORDER BY f.first_id DESC LIMIT 1) "
+            "FROM json_each(?) v)"
+        )
+        out += [Described(r) for r in rsql.fetchall(conn, sql, (json.dumps(want[done:]),))]
+    return out
 
 
-def packed_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]:
-    """Rows of the old ``blobs`` shape of the packed blobs among ``ids``."""
+def packed_by_id(
+    conn: AnyConnection, ids: Sequence[int], *, located: bool = False
+) -> list[tuple[Any, ...]]:
+    """Rows of the old ``blobs`` shape of the packed blobs among ``ids`` (``located``: payloads
+    as ``(frame id, offset)``, see :meth:`Described.rows`).
+    """
     want = sorted(set(ids))
     wanted = set(want)
     out = []
@@ -275,10 +352,37 @@ def packed_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...
         held = frame.ids
         if isinstance(held, range):  # no gap: an id's place is its distance from first_id
             lo, hi = bisect_left(want, held.start), bisect_left(want, held.stop)
-            out += frame.rows([i - held.start for i in want[lo:hi]])  # its ids, not all
+            out += frame.rows([i - held.start for i in want[lo:hi]], located=located)
         else:
-            out += frame.rows(i for i, bid in enumerate(held) if bid in wanted)
+            out += frame.rows((i for i, bid in enumerate(held) if bid in wanted), located=located)
     return out
+
+
+def rows_of_ids(
+    conn: AnyConnection, ids: Sequence[int], names: Sequence[str], *, located: bool = False
+) -> list[tuple[Any, ...]]:
+    """SQLite: a row of columns ``names`` (of the old ``blobs`` shape) for each of ``ids``, in
+    order (an id repeated, its row repeated; an id that names no blob left out: the caller
+    counts them). The packed ones from their frames first (most of a long view: a lookup per
+    frame), then the loose ones in one query; ``located``: see :meth:`Described.rows`.
+    """
+    whole = tuple(names) == PACKED_COLUMNS
+    packed = packed_by_id(conn, ids, located=located and whole)
+    if whole:
+        found: dict[int, tuple[Any, ...]] = {p[0]: p for p in packed}
+    else:
+        pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
+        found = {p[0]: pick(p) if len(names) > 1 else (pick(p),) for p in packed}
+    loose = [i for i in dict.fromkeys(ids) if i not in found]
+    if loose:
+        sql = (
+            f"SELECT id, {', '.join(names)} FROM blob_rows "
+            "WHERE id IN (SELECT value FROM json_each(?))"
+        )
+        for r in rsql.fetchall(conn, sql, (json.dumps(loose),)):
+            found[r[0]] = tuple(r[1:])
+    get = found.get
+    return [row for row in map(get, ids) if row is not None]
 
 
 def select_columns(rows: list[tuple[Any, ...]], columns: str) -> list[tuple[Any, ...]]:
