@@ -305,7 +305,7 @@ class ArchiveReader(FrameReading):
 
     def _row_by_id(self, conn: AnyConnection, blob_id: int) -> BlobRow | None:
         """Blob row ``blob_id`` whole, or None when there is none."""
-        rows = rows_by_id(conn, [blob_id])
+        rows = rows_by_id(conn, [blob_id], located=True)
         return BlobRow(*rows[0]) if rows else None
 
     def _decode_id(self, conn: AnyConnection, blob_id: int) -> bytes:
@@ -353,7 +353,7 @@ class ArchiveReader(FrameReading):
         out: dict[int, tuple[Digest, int, bytes]] = {}
         unique = list(dict.fromkeys(ids))
         for part in chunks(unique):
-            rows = rows_by_id(conn, part)
+            rows = rows_by_id(conn, part, located=True)
             raws = self.decode_rows(conn, rows, verify=verify)
             digests: Iterable[Digest] = map(bytes, map(itemgetter(1), rows))  # type: ignore[arg-type]
             kinds = map(itemgetter(2), rows)

@@ -396,10 +396,12 @@ LOOSE_SELECT: Final = (
 )
 
 
-def rows_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]:
+def rows_by_id(
+    conn: AnyConnection, ids: Sequence[int], *, located: bool = False
+) -> list[tuple[Any, ...]]:
     """Rows of the old ``blobs`` shape of ``ids``: the loose ones from their rows (500 an
     ``IN`` list), the rest from their frames' descriptions (absent: an id that names no
-    blob).
+    blob); ``located``: for the decoder, see :meth:`Described.rows`.
     """
     if not ids:
         return []
@@ -411,5 +413,5 @@ def rows_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[tuple[Any, ...]]
         rows += [tuple(r) for r in rsql.fetchall(conn, sql, part)]
     if len(rows) < len(want):
         have = {int(r[0]) for r in rows}
-        rows += packed_by_id(conn, [i for i in want if i not in have])
+        rows += packed_by_id(conn, [i for i in want if i not in have], located=located)
     return rows

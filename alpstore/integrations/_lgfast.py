@@ -114,7 +114,7 @@ def find_latest_with_writes(
                 packed.add(int(r[6]))
     packed.difference_update(blob_rows)
     if packed:  # from their frames (a read transaction ended already: ReadEnded, unsent)
-        for row in rows_by_id(conn, sorted(packed)):
+        for row in rows_by_id(conn, sorted(packed), located=True):
             blob_rows.setdefault(int(row[0]), row)
     docs: Docs = {}
     if blob_rows:

@@ -38,9 +38,9 @@ def test_a_thread_packed_after_it_was_written_reads_back_whole(
     from_frames: list[int] = []
     rows_by_id = lgfast.rows_by_id
 
-    def counted(conn: Any, ids: Any) -> Any:
+    def counted(conn: Any, ids: Any, **kwargs: Any) -> Any:
         from_frames.extend(ids)
-        return rows_by_id(conn, ids)
+        return rows_by_id(conn, ids, **kwargs)
 
     monkeypatch.setattr(lgfast, "rows_by_id", counted)
     config: Any = {"configurable": {"thread_id": "packed"}}
