@@ -64,7 +64,7 @@ def base_url() -> str | None:
 def timed(
     turns: int, step: Callable[[int], None], line: DelayLine, own: Owned | None = None
 ) -> tuple[float, float, float]:
-    """(median ms per turn, round trips per turn, those of ``own`` — the caller's connections
+    """(median ms per turn, round trips per turn, those of ``own`` — the turn's connections
     while it held them: the turn's waits, without a background thread's) of ``turns`` calls
     of ``step``, after warm-up."""
     for i in range(WARMUP):
@@ -81,20 +81,25 @@ def timed(
     return 1000 * statistics.median(times), total, mine
 
 
+BACKGROUND = ("alpstore-packer", "alpstore-dictionary")
+"""The archive's own threads (``SqlArchive._start_packer``, the dictionary trainer): their
+round trips are not a turn's waits."""
+
+
 class Owned:
-    """The connections an engine hands to the calling thread, while it holds them: (local port,
-    checked out, checked in), the delay line's round trips told apart by them (a pooled
-    connection serves a background thread too, at other times)."""
+    """The connections an engine hands to the turn's threads (every thread but the archive's
+    ``BACKGROUND`` ones: LangGraph's saves run on its executor's threads), while they hold
+    them: (local port, checked out, checked in), the delay line's round trips told apart by
+    them (a pooled connection serves a background thread too, at other times)."""
 
     def __init__(self, engine: Engine) -> None:
         self.held: list[tuple[int, float, float]] = []
         self._open: dict[int, tuple[int, float]] = {}
-        self._me = threading.get_ident()
         event.listen(engine, "checkout", self._checkout)
         event.listen(engine, "checkin", self._checkin)
 
     def _checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
-        if threading.get_ident() == self._me:
+        if threading.current_thread().name not in BACKGROUND:
             with socket.socket(fileno=os.dup(dbapi_conn.pgconn.socket)) as sock:
                 port = sock.getsockname()[1]
             self._open[id(record)] = (port, time.perf_counter())
