@@ -25,10 +25,13 @@ benchmarks/results/network.md; the command line also refreshes the section of RE
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
+import socket
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -40,13 +43,13 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
 from alpstore.store import Store
 from alpstore.testing.postgres import fresh_schema
 from benchmarks._util import four_message_turns, write_results
-from tests.postgres.netproxy import proxied
+from tests.postgres.delayline import DelayLine, delayed
 
 TITLE = "PostgreSQL across a network: time and round trips per turn (issue 45)"
 WARMUP = 5
@@ -58,28 +61,110 @@ def base_url() -> str | None:
     )
 
 
-def timed(turns: int, step: Callable[[int], None], proxy: Any) -> tuple[float, float]:
-    """(median ms per turn, round trips per turn) of ``turns`` calls of ``step``, after warm-up."""
+def timed(
+    turns: int, step: Callable[[int], None], line: DelayLine, own: Owned | None = None
+) -> tuple[float, float, float]:
+    """(median ms per turn, round trips per turn, those of ``own`` — the turn's connections
+    while it held them: the turn's waits, without a background thread's) of ``turns`` calls
+    of ``step``, after warm-up."""
     for i in range(WARMUP):
         step(i)
     times: list[float] = []
-    start_rt = proxy.round_trips
+    start_rt = line.round_trips
+    began = time.perf_counter()
     for i in range(WARMUP, WARMUP + turns):
         start = time.perf_counter()
         step(i)
         times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times), (proxy.round_trips - start_rt) / turns
+    total = (line.round_trips - start_rt) / turns
+    mine = total if own is None else own.count(line.log(), began) / turns
+    return 1000 * statistics.median(times), total, mine
 
 
-def native(url: str, delay_s: float, turns: int) -> tuple[float, float]:
+BACKGROUND = ("alpstore-packer", "alpstore-dictionary")
+"""The archive's own threads (``SqlArchive._start_packer``, the dictionary trainer): their
+round trips are not a turn's waits."""
+
+
+class Owned:
+    """The connections an engine hands to the turn's threads (every thread but the archive's
+    ``BACKGROUND`` ones: LangGraph's saves run on its executor's threads), while they hold
+    them: (local port, checked out, checked in), the delay line's round trips told apart by
+    them (a pooled connection serves a background thread too, at other times)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.held: list[tuple[int, float, float]] = []
+        self._open: dict[int, tuple[int, float]] = {}
+        event.listen(engine, "checkout", self._checkout)
+        event.listen(engine, "checkin", self._checkin)
+
+    def _checkout(self, dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        if threading.current_thread().name not in BACKGROUND:
+            with socket.socket(fileno=os.dup(dbapi_conn.pgconn.socket)) as sock:
+                port = sock.getsockname()[1]
+            self._open[id(record)] = (port, time.perf_counter())
+
+    def _checkin(self, _dbapi_conn: Any, record: Any) -> None:
+        got = self._open.pop(id(record), None)
+        if got is not None:
+            self.held.append((*got, time.perf_counter()))
+
+    def count(self, log: list[tuple[int, float]], since: float) -> int:
+        """The round trips of ``log`` made on a connection while this thread held it."""
+        spans: dict[int, list[tuple[float, float]]] = {}
+        for port, a, b in self.held:
+            spans.setdefault(port, []).append((a, b))
+        for held in spans.values():
+            held.sort()
+        n = 0
+        for port, at in log:
+            held = spans.get(port, [])
+            k = bisect.bisect_right(held, (at, float("inf"))) - 1
+            n += at >= since and k >= 0 and held[k][1] >= at
+        return n
+
+
+def native(url: str, delay_s: float, turns: int) -> tuple[float, float, float]:
     msgs = list(four_message_turns(turns + WARMUP))
-    with proxied(url, delay_s=delay_s) as (proxy, via), tempfile.TemporaryDirectory() as tmp:
+    with delayed(url, delay_s=delay_s) as (line, via), tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp), url=via)
         try:
+            own = Owned(store.db.engine)
             session = store.create_session(name="bench")
-            return timed(turns, lambda i: session.commit_turn(msgs[i]), proxy)
+            return timed(turns, lambda i: session.commit_turn(msgs[i]), line, own)
         finally:
             store.close()
+
+
+def probe(url: str, delay_s: float, n: int = 300) -> tuple[float, float, float]:
+    """What one round trip costs here, in ms (medians of ``n``): a ``SELECT 1`` through the
+    delay line at ``delay_s``; one sent directly after as long an idle wait (an idle machine
+    wakes slower: 0.04 ms back to back, ~0.2 after 4 ms idle); a direct durable one-row commit
+    (the server's WAL flush, which every turn waits for)."""
+    import psycopg
+
+    from benchmarks.bench_postgres import conninfo
+
+    def median_of(conn: Any, sql: str, idle: float) -> float:
+        took = []
+        for _ in range(n):
+            if idle:
+                time.sleep(idle)
+            start = time.perf_counter()
+            conn.execute(sql)
+            took.append(time.perf_counter() - start)
+        return 1000 * statistics.median(took)
+
+    with (
+        delayed(url, delay_s=delay_s) as (_line, via),
+        psycopg.connect(conninfo(via), autocommit=True) as conn,
+    ):
+        through = median_of(conn, "SELECT 1", 0.0)
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        direct = median_of(conn, "SELECT 1", 2 * delay_s)
+        conn.execute("CREATE TABLE IF NOT EXISTS probe_commit (x int)")
+        commit = median_of(conn, "INSERT INTO probe_commit VALUES (1)", 0.0)
+    return through, direct, commit
 
 
 def prepared_ab(url: str, delay_s: float, turns: int) -> tuple[float, float, float, float]:
@@ -87,7 +172,7 @@ def prepared_ab(url: str, delay_s: float, turns: int) -> tuple[float, float, flo
     (``alpstore_prepared=0``), two archives through one proxy, alternating turn by turn so
     both see the same load: (median ms a turn, median CPU ms a turn) of each."""
     msgs = list(four_message_turns(turns + WARMUP))
-    with proxied(url, delay_s=delay_s) as (_proxy, via), ExitStack() as stack:
+    with delayed(url, delay_s=delay_s) as (_line, via), ExitStack() as stack:
         sessions = []
         for name, query in (("on", ""), ("off", "alpstore_prepared=0")):
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
@@ -109,7 +194,7 @@ def prepared_ab(url: str, delay_s: float, turns: int) -> tuple[float, float, flo
     return on, on_cpu, off, off_cpu
 
 
-def saver(kind: str, url: str, delay_s: float, turns: int) -> tuple[float, float]:
+def saver(kind: str, url: str, delay_s: float, turns: int) -> tuple[float, float, float]:
     from langgraph.graph import MessagesState
 
     from benchmarks import bench_langgraph as lg
@@ -117,8 +202,9 @@ def saver(kind: str, url: str, delay_s: float, turns: int) -> tuple[float, float
 
     inputs, replies, _ = lg.conversation(turns + WARMUP)
     with ExitStack() as stack:
-        proxy, via = stack.enter_context(proxied(url, delay_s=delay_s))
+        line, via = stack.enter_context(delayed(url, delay_s=delay_s))
         the_saver: Any
+        own: Owned | None = None
         if kind == "postgres":
             from langgraph.checkpoint.postgres import PostgresSaver
 
@@ -129,6 +215,7 @@ def saver(kind: str, url: str, delay_s: float, turns: int) -> tuple[float, float
 
             root = stack.enter_context(tempfile.TemporaryDirectory(prefix="alpstore-bench-"))
             the_saver = stack.enter_context(AlpstoreSaver.open(root, url=via))
+            own = Owned(the_saver.store.db.engine)
         script: deque[Any] = deque()
         graph = lg.build(the_saver, MessagesState, script)
         config = {"configurable": {"thread_id": "bench"}}
@@ -137,7 +224,12 @@ def saver(kind: str, url: str, delay_s: float, turns: int) -> tuple[float, float
             script.extend(replies[i])
             graph.invoke({"messages": inputs[i]}, config)
 
-        return timed(turns, step, proxy)
+        return timed(turns, step, line, own)
+
+
+def trips(own: float, total: float) -> str:
+    """Round trips a turn: the turn's own, and with a background thread's when those add."""
+    return f"{own:.1f}" if round(total, 1) == round(own, 1) else f"{own:.1f} ({total:.1f})"
 
 
 def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float]) -> str:
@@ -146,9 +238,17 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
         raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
     admin = create_engine(base, poolclass=NullPool)
     rows: list[str] = []
+    probes: list[str] = []
     for delay_ms in delays:
         delay_s = delay_ms / 1000
-        results: dict[str, list[tuple[float, float]]] = {"native": [], "alp": [], "pg": []}
+        with fresh_schema(admin, base, "bn_") as url:
+            through, direct, commit = probe(url, delay_s)
+        probes.append(
+            f"| {delay_ms:g} | {through:.3f} | {direct:.3f} |"
+            f" {through - direct - 2 * delay_ms:+.3f} | {commit:.3f} |"
+        )
+        print(probes[-1], flush=True)
+        results: dict[str, list[tuple[float, float, float]]] = {"native": [], "alp": [], "pg": []}
         for r in range(rounds):
             if native_turns:
                 with fresh_schema(admin, base, "bn_") as url:
@@ -160,20 +260,21 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
                         which = "postgres" if kind == "pg" else "alpstore"
                         results[kind].append(saver(which, url, delay_s, saver_turns))
         med = {
-            k: (statistics.median(t for t, _ in v), statistics.median(n for _, n in v))
+            k: tuple(statistics.median(x[i] for x in v) for i in range(3))
             for k, v in results.items()
             if v
         }
         row = (
-            f"| {delay_ms:g} | {med['native'][0]:.2f} | {med['native'][1]:.1f} |"
+            f"| {delay_ms:g} | {med['native'][0]:.2f} |"
+            f" {trips(med['native'][2], med['native'][1])} |"
             if native_turns
             else f"| {delay_ms:g} | - | - |"  # --native-turns 0: the saver rows only
         )
         if saver_turns:
             ratio = med["alp"][0] / med["pg"][0]
             row += (
-                f" {med['alp'][0]:.1f} | {med['alp'][1]:.1f} | {med['pg'][0]:.1f} |"
-                f" {med['pg'][1]:.1f} | {ratio:.2f}× |"
+                f" {med['alp'][0]:.1f} | {trips(med['alp'][2], med['alp'][1])} |"
+                f" {med['pg'][0]:.1f} | {med['pg'][1]:.1f} | {ratio:.2f}× |"
             )
         rows.append(row)
         print(row, flush=True)
@@ -189,7 +290,12 @@ def run_all(native_turns: int, saver_turns: int, rounds: int, delays: list[float
         f"{head}\n"
         + "\n".join(rows)
         + f"\n\n{native_turns} native 4-message turns, {saver_turns} tool-loop turns, "
-        f"{rounds} rounds, medians (5 warm-up turns each).\n"
+        f"{rounds} rounds, medians (5 warm-up turns each). Round trips: the turn's own "
+        "connections' (in brackets with a background thread's — the dictionary trainer, the "
+        "packer — when those add; PostgresSaver has none).\n\n"
+        "| one-way delay (ms) | `SELECT 1` through the delay line | directly, after as long "
+        "idle | added beyond 2 × the delay | direct durable one-row commit |\n"
+        "|---:|---:|---:|---:|---:|\n" + "\n".join(probes) + "\n\nms, medians of 300.\n"
     )
 
 

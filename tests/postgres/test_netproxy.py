@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import statistics
 import threading
 import time
 
+from tests.postgres.delayline import DelayLine
 from tests.postgres.netproxy import NetProxy
 
 DELAY_S = 0.002
@@ -71,3 +73,56 @@ def test_bursts_in_flight_together_each_arrive_one_delay_after_their_send() -> N
     # burst now and then over 3.5 ms when a thread wakes late) and the old one's whole extra
     # delay (median ~4 ms)
     assert statistics.median(late) < DELAY_S + 0.0009, [f"{t * 1000:.2f}" for t in late]
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    got = b""
+    while len(got) < n:
+        data = sock.recv(n - len(got))
+        if not data:
+            break
+        got += data
+    return got
+
+
+def _echo_server(listener: socket.socket) -> None:
+    """Answer each whole message (a 4-byte length, then its bytes) with its bytes reversed."""
+    conn, _ = listener.accept()
+    with conn:
+        while head := _read_exactly(conn, 4):
+            body = _read_exactly(conn, int.from_bytes(head, "big"))
+            conn.sendall(head + body[::-1])
+
+
+def _message(body: bytes) -> bytes:
+    return len(body).to_bytes(4, "big") + body
+
+
+def test_the_delay_line_passes_bytes_both_ways_and_counts_each_wait_once() -> None:
+    """The benchmark's delay line (a process of its own): every byte arrives, in order, both
+    ways; a request answered before the next is one round trip (five here, 77 KB each, several
+    reads each way); two requests written before the reply came are one more; the log gives
+    each with the client's port."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        server = threading.Thread(target=_echo_server, args=(listener,), daemon=True)
+        server.start()
+        with DelayLine("127.0.0.1", listener.getsockname()[1], delay_s=0.0005) as line:
+            with socket.create_connection(("127.0.0.1", line.port)) as client:
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                port = client.getsockname()[1]
+                for i in range(5):
+                    body = bytes(range(256))[i:] * 300
+                    client.sendall(_message(body))
+                    assert _read_exactly(client, 4 + len(body)) == _message(body[::-1])
+                client.sendall(_message(b"one"))  # a pipeline: two writes, then the reads
+                client.sendall(_message(b"two"))
+                assert _read_exactly(client, 14) == _message(b"eno") + _message(b"owt")
+            total, by_port = line.counts()
+            log = line.log()
+        server.join(5)
+    assert total == 6, total
+    assert by_port == {port: 6}, by_port
+    assert [p for p, _ in log] == [port] * 6
+    assert [a < b for (_, a), (_, b) in itertools.pairwise(log)] == [True] * 5
