@@ -9,7 +9,7 @@ due now waits for the switch interval (5 ms) at worst, and the delay measured th
 delays no client thread. ``DelayLine`` does what the benchmark needs — delay each direction by
 ``delay_s`` and count round trips — in a child process (``python -m tests.postgres.delayline``), on
 plain threads: per connection and direction one thread reads and stamps each chunk with its
-due time, one sleeps to it (1 µs timer slack, the last 150 µs yielding in a loop) and sends.
+due time, one sleeps to it (1 µs timer slack, the last 30 µs yielding in a loop) and sends.
 
 Round trips are counted as ``NetProxy`` counts them (a client burst that follows a server
 reply, or opens a connection, is one) in total and by the client's port, so a benchmark can
@@ -21,6 +21,7 @@ its parent goes.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import queue
@@ -35,8 +36,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
-
-from tests.postgres.netproxy import _fine_timer_slack, _sleep_until
 
 
 class DelayLine:
@@ -270,6 +269,29 @@ def _close(sock: socket.socket) -> None:
     with suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
     sock.close()
+
+
+def _sleep_until(due: float) -> None:
+    """Sleep to ``due`` (``time.perf_counter``) within some 10 µs: sleep to ``SPIN_S`` before it
+    (with a fine timer slack, ``_fine_timer_slack``, ``time.sleep`` wakes some 20 µs late),
+    then yield in a loop."""
+    while (left := due - time.perf_counter()) > 0:
+        time.sleep(left - SPIN_S if left > 2 * SPIN_S else 0)
+
+
+SPIN_S = 0.00003
+"""How long before a delivery's due time its sender stops sleeping and yields in a loop."""
+
+
+def _fine_timer_slack() -> None:
+    """The calling thread's timer slack at 1 µs instead of Linux's 50 µs default, by which the
+    kernel may delay each wake-up: it made every delivery 50-70 µs late, twice a round trip."""
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(_PR_SET_TIMERSLACK, 1000, 0, 0, 0)
+
+
+_PR_SET_TIMERSLACK = 29
 
 
 if __name__ == "__main__":

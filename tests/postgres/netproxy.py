@@ -30,15 +30,13 @@ so a test that forgets it never hangs a run.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,9 +92,7 @@ class NetProxy:
         self.refuse_new = False
         self.refused = 0
         self._ready = threading.Event()
-        self._waiters = ThreadPoolExecutor(
-            max_workers=64, thread_name_prefix="netproxy-wait", initializer=_fine_timer_slack
-        )
+        self._waiters = ThreadPoolExecutor(max_workers=64, thread_name_prefix="netproxy-wait")
         """Where deliveries wait for their due time (see ``_deliver``)."""
         self._thread = threading.Thread(target=self._run, name="netproxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
@@ -334,26 +330,10 @@ class NetProxy:
 
 
 def _sleep_until(due: float) -> None:
-    """Sleep to ``due`` (``time.perf_counter``) within some 10 µs: sleep to ``SPIN_S`` before it
-    (with a fine timer slack, ``_fine_timer_slack``, ``time.sleep`` wakes some 20 µs late),
-    then yield in a loop."""
+    """Sleep to ``due`` (``time.perf_counter``) within some 50 µs: ``time.sleep`` overshoots
+    by about that much, so the last 0.2 ms in short sleeps."""
     while (left := due - time.perf_counter()) > 0:
-        time.sleep(left - SPIN_S if left > 2 * SPIN_S else 0)
-
-
-SPIN_S = 0.00003
-"""How long before a delivery's due time its waiter stops sleeping and yields in a loop."""
-
-
-def _fine_timer_slack() -> None:
-    """A waiter thread's timer slack at 1 µs instead of Linux's 50 µs default, by which the
-    kernel may delay each wake-up: it made every delivery 50-70 µs late, twice a round trip."""
-    if sys.platform.startswith("linux"):
-        with suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(_PR_SET_TIMERSLACK, 1000, 0, 0, 0)
-
-
-_PR_SET_TIMERSLACK = 29
+        time.sleep(left - 0.0002 if left > 0.0004 else min(left, 0.00005))
 
 
 _HELD, _FREE, _CUT = 0, 1, 2

@@ -108,7 +108,9 @@ def test_the_delay_line_passes_bytes_both_ways_and_counts_each_wait_once() -> No
         listener.listen(4)
         server = threading.Thread(target=_echo_server, args=(listener,), daemon=True)
         server.start()
-        with DelayLine("127.0.0.1", listener.getsockname()[1], delay_s=0.0005) as line:
+        # 5 ms each way: the pipeline's second write goes out long before the first reply
+        # comes back, even on a loaded machine
+        with DelayLine("127.0.0.1", listener.getsockname()[1], delay_s=0.005) as line:
             with socket.create_connection(("127.0.0.1", line.port)) as client:
                 client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 port = client.getsockname()[1]
