@@ -129,10 +129,25 @@ def range_params(seg: int, lo: int, hi: int) -> tuple[int, ...]:
     return (seg, hi, seg, lo, lo, hi)
 
 
+RUNS_FROM = 128
+"""SQLite reads a range of this many positions or more from its runs (``fetch_range``): below
+it the join's cost per entry is less than the runs' few more statements."""
+
+
 def fetch_range(conn: AnyConnection, template: str, seg: int, lo: int, hi: int) -> list[Any]:
-    """The rows ``template`` gives for positions [lo, hi) of segment ``seg``, in order."""
-    sql = range_sql(template, rsql.dialect_of(conn))
-    rows = rsql.fetchall(conn, sql, range_params(seg, lo, hi))
+    """The rows ``template`` gives for positions [lo, hi) of segment ``seg``, in order.
+
+    SQLite, a :data:`JOINED` template, :data:`RUNS_FROM` positions or more: no join (the runs
+    as stored, then the rows of their ids: ``members.rows_of_ids``, three or four statements).
+    Else the one joined statement (on PostgreSQL a round trip), then the packed entries from
+    their frames.
+    """
+    dialect = rsql.dialect_of(conn)
+    if template in JOINED and dialect == "sqlite" and hi - lo >= RUNS_FROM:
+        names = JOINED[template]
+        ids = range_ids(conn, seg, lo, hi)
+        return rows_of_ids(conn, ids, names)
+    rows = rsql.fetchall(conn, range_sql(template, dialect), range_params(seg, lo, hi))
     return _fill_packed(conn, template, rows) if template in JOINED else rows
 
 
@@ -383,17 +398,8 @@ class ViewStore:
             IntegrityError: a range yields fewer rows than it spans (missing entries or blobs).
         """
         rows: list[Any] = []
-        template, sql = sql, range_sql(sql, rsql.dialect_of(conn))
-        lite = template in JOINED and rsql.dialect_of(conn) == "sqlite"
         for seg_id, lo, hi in clip(self.chain(conn, view), start):
-            if lite:  # in process: the runs as stored, then the rows of their ids
-                names = JOINED[template]
-                ids = range_ids(conn, seg_id, lo, hi)
-                part = rows_of_ids(conn, ids, names, located=names == PACKED_COLUMNS)
-            else:  # PostgreSQL: one joined range scan (a round trip), then the packed ones
-                part = rsql.fetchall(conn, sql, range_params(seg_id, lo, hi))
-                if template in JOINED:
-                    part = _fill_packed(conn, template, part)
+            part = fetch_range(conn, sql, seg_id, lo, hi)
             if len(part) != hi - lo:
                 raise IntegrityError(
                     f"view {view.archive_view_id}: segment {seg_id} {verb} {len(part)} of the "

@@ -13,7 +13,7 @@ frame with the greatest ``first_id`` ≤ the id is the one that can hold it). Pl
 from __future__ import annotations
 
 import json
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter, mul, sub
@@ -279,41 +279,34 @@ def packed_by_digest(
     return list(out.values())
 
 
-WALK_AT_MOST: Final = 32
-"""SQLite's :func:`frames_by_id` looks up at most this many frames one by one (a view's ids
-run through a few frames in order: a probe per frame, not per id) before the rest go to one
-query that probes each id."""
+FRAMES_IN_RANGE_AT_MOST: Final = 64
+"""SQLite's :func:`frames_by_id` reads the frames whose ids lie between the wanted ones in one
+statement when at most this many lie there; more (other sessions' frames between them): one
+probe per id instead."""
 
-_AT_OR_BEFORE: Final = (
-    f"SELECT last_id, {DESCRIPTION} FROM pack_frames WHERE first_id <= ? "
-    "ORDER BY first_id DESC LIMIT 1"
-)
-_AFTER: Final = (
-    f"SELECT last_id, {DESCRIPTION} FROM pack_frames WHERE first_id > ? ORDER BY first_id LIMIT 1"
+_IN_RANGE: Final = (
+    f"SELECT last_id, {DESCRIPTION} FROM pack_frames WHERE first_id >= (SELECT "
+    "COALESCE(MAX(f.first_id), 0) FROM pack_frames f WHERE f.first_id <= ?) AND first_id <= ? "
+    "ORDER BY first_id LIMIT ?"
 )
 
 
-def _walk(conn: AnyConnection, want: list[int]) -> tuple[list[Described], int]:
-    """The frames holding ids of ``want`` (sorted) from the first on, found one by one through
-    the index on ``first_id`` (frames hold disjoint id ranges), and how many ids of ``want``
-    that covers: all, or where :data:`WALK_AT_MOST` lookups stopped.
+def _in_range(conn: AnyConnection, want: list[int]) -> list[Described] | None:
+    """The frames holding ids of ``want`` (sorted), read in one statement: from the frame that
+    can hold the first (the greatest ``first_id`` ≤ it; frames hold disjoint id ranges) up to
+    the last; those that hold none of them dropped before they are decoded. None when more
+    than :data:`FRAMES_IN_RANGE_AT_MOST` lie there.
     """
-    out: list[Described] = []
-    i = probes = 0
-    while i < len(want) and probes < WALK_AT_MOST:
-        x = want[i]
-        probes += 1
-        row = rsql.fetchone(conn, _AT_OR_BEFORE, (x,))
-        if row is None or int(row[0]) < x:  # x is in no frame: on to the next frame's ids
-            row = rsql.fetchone(conn, _AFTER, (x,))
-            if row is None:
-                return out, len(want)
-            i = bisect_left(want, int(row[2]), i)
-            if i == len(want) or want[i] > int(row[0]):
-                continue
-        out.append(Described(row[1:]))
-        i = bisect_right(want, int(row[0]), i)
-    return out, i
+    at_most = FRAMES_IN_RANGE_AT_MOST
+    rows = rsql.fetchall(conn, _IN_RANGE, (want[0], want[-1], at_most + 1))
+    if len(rows) > at_most:
+        return None
+    out = []
+    for row in rows:
+        i = bisect_left(want, int(row[2]))  # the first wanted id from its first_id on
+        if i < len(want) and want[i] <= int(row[0]):
+            out.append(Described(row[1:]))
+    return out
 
 
 def frames_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[Described]:
@@ -328,15 +321,15 @@ def frames_by_id(conn: AnyConnection, ids: Sequence[int]) -> list[Described]:
             "FROM unnest(CAST(? AS int4[])) v)"
         )
         return [Described(r) for r in rsql.fetchall(conn, sql, (want,))]
-    out, done = _walk(conn, want)  # in process: a lookup per frame, not a probe per id
-    if done < len(want):
-        sql = (
-            f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
-            "pack_frames f WHERE f.first_id <= v.value ORDER BY f.first_id DESC LIMIT 1) "
-            "FROM json_each(?) v)"
-        )
-        out += [Described(r) for r in rsql.fetchall(conn, sql, (json.dumps(want[done:]),))]
-    return out
+    found = _in_range(conn, want)  # a view's ids run through a few frames: one range read
+    if found is not None:
+        return found
+    sql = (
+        f"SELECT {DESCRIPTION} FROM pack_frames WHERE id IN (SELECT (SELECT f.id FROM "
+        "pack_frames f WHERE f.first_id <= v.value ORDER BY f.first_id DESC LIMIT 1) "
+        "FROM json_each(?) v)"
+    )
+    return [Described(r) for r in rsql.fetchall(conn, sql, (json.dumps(want),))]
 
 
 def packed_by_id(
@@ -359,15 +352,16 @@ def packed_by_id(
 
 
 def rows_of_ids(
-    conn: AnyConnection, ids: Sequence[int], names: Sequence[str], *, located: bool = False
+    conn: AnyConnection, ids: Sequence[int], names: Sequence[str]
 ) -> list[tuple[Any, ...]]:
     """SQLite: a row of columns ``names`` (of the old ``blobs`` shape) for each of ``ids``, in
     order (an id repeated, its row repeated; an id that names no blob left out: the caller
     counts them). The packed ones from their frames first (most of a long view: a lookup per
-    frame), then the loose ones in one query; ``located``: see :meth:`Described.rows`.
+    frame), then the loose ones in one query. Rows for the decoder: a packed blob's payload is
+    its place, ``(frame id, offset)`` (see :meth:`Described.rows`), not a pointer.
     """
     whole = tuple(names) == PACKED_COLUMNS
-    packed = packed_by_id(conn, ids, located=located and whole)
+    packed = packed_by_id(conn, ids, located=True)
     if whole:
         found: dict[int, tuple[Any, ...]] = {p[0]: p for p in packed}
     else:

@@ -1,6 +1,6 @@
-"""A view's rows as SQLite reads them for a hydrate (issue 41): the segment's runs as stored,
-then each id's row, packed ones from their frames (a lookup per frame) and loose ones in one
-query, packed payloads handed to the decoder as ``(frame id, offset)``.
+"""A view's rows as SQLite reads them for a hydrate (issue 41): a long range's runs as stored,
+then each id's row, packed ones from their frames (the frames between the ids in one read)
+and loose ones in one query, packed payloads handed to the decoder as ``(frame id, offset)``.
 
 Each is held against the older reading it replaces on the same archive: the ``json_each``
 join of the runs with ``blob_rows`` (``RUN_ENTRIES``) and rows by id (loose first, then
@@ -23,7 +23,7 @@ from alpstore.db import raw as rsql
 from alpstore.db.members import CODEC_PACKED, Described, frames_by_id, pointer, rows_by_id
 from alpstore.errors import IntegrityError
 from alpstore.store import Store
-from alpstore.views import JOINED, READ_RANGE, View, range_params, range_sql
+from alpstore.views import JOINED, READ_RANGE, RUNS_FROM, View, range_params, range_sql
 
 pytestmark = pytest.mark.sqlite_only("SQLite's in-process reading of a view's runs")
 
@@ -36,7 +36,7 @@ def _archive(tmp_path: Path) -> tuple[Store, Any]:
     store = Store.open(tmp_path)
     s = store.create_session(name="mixed")
     big = "r" * (20 * 1024)  # over PACK_BLOB_MAX: loose, its id inside a frame's range
-    for i in range(60):
+    for i in range(150):
         turn: list[dict[str, Any]] = [{"role": "user", "content": f"q{i} " * 30}]
         if i % 9 == 4:
             turn.append({"role": "tool", "content": big + str(i)})
@@ -65,28 +65,41 @@ def _old_rows(conn: Any, template: str, seg: int, lo: int, hi: int) -> list[tupl
 
 def _as_pointers(rows: list[Any]) -> list[tuple[Any, ...]]:
     """Rows with a located payload written as the pointer it stands for."""
-    out = []
-    for row in rows:
-        row = tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)
-        if len(row) == 8 and row[4] == CODEC_PACKED and isinstance(row[6], tuple):
-            row = (*row[:6], pointer(*row[6]), row[7])
-        out.append(row)
-    return out
+    return [
+        tuple(
+            bytes(v) if isinstance(v, memoryview) else pointer(*v) if isinstance(v, tuple) else v
+            for v in row
+        )
+        for row in rows
+    ]
 
 
-def test_every_joined_reading_gives_the_rows_of_the_old_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("at_most", [64, 2])
+def test_every_joined_reading_gives_the_rows_of_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_most: int
+) -> None:
+    """Long ranges (from their runs) and short ones (joined), the frames read in one range or
+    (more of them than ``at_most`` in between) probed id by id: the old rows."""
+    monkeypatch.setattr(members_module, "FRAMES_IN_RANGE_AT_MOST", at_most)
     store, s = _archive(tmp_path)
     try:
         with store.db.read() as conn:
             frames = int(conn.execute(text("SELECT count(*) FROM pack_frames")).scalar_one())
             gapped = conn.execute(text("SELECT count(*) FROM pack_frames WHERE ids IS NOT NULL"))
-            assert frames > members_module.WALK_AT_MOST // 4 and int(gapped.scalar_one()) >= 1
+            assert frames > 8 and int(gapped.scalar_one()) >= 1
             head = s.head
             chain = store.views.chain(conn, head)
             assert len(chain) == 2  # the backtrack's segment
             rng = random.Random(7)
+            seg, lo, hi = max(chain, key=lambda c: c[2] - c[1])
+            long = [
+                (seg, a, rng.randrange(a + RUNS_FROM, hi + 1)) for a in range(lo, hi - RUNS_FROM, 7)
+            ]
+            ranges = [*chain, *[_sub(rng, chain) for _ in range(30)], *long]
+            assert sum(hi - lo >= RUNS_FROM for _, lo, hi in ranges) >= 5
+            assert sum(hi - lo < RUNS_FROM for _, lo, hi in ranges) >= 5
             for template in JOINED:
-                for seg, lo, hi in [*chain, *[_sub(rng, chain) for _ in range(20)]]:
+                for seg, lo, hi in ranges:
                     want = _old_rows(conn, template, seg, lo, hi)
                     got = store.views._read_ranges(conn, View(seg, hi), template, lo)
                     assert len(want) == hi - lo
@@ -101,22 +114,24 @@ def _sub(rng: random.Random, chain: list[tuple[int, int, int]]) -> tuple[int, in
     return seg, a, rng.randrange(a + 1, hi + 1)
 
 
-@pytest.mark.parametrize("walk", [0, 1, 3, 10**6])
-def test_frames_found_one_by_one_are_the_frames_probed_id_by_id(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, walk: int
+@pytest.mark.parametrize("at_most", [0, 1, 3, 10**6])
+def test_frames_read_in_one_range_are_the_frames_probed_id_by_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at_most: int
 ) -> None:
-    """However many lookups the walk makes before the rest go to the per-id probe, the rows of
-    any ids (packed, loose, unknown, repeated, in any order) are the same."""
+    """Whether the frames between the wanted ids are read in one range or (more than
+    ``at_most`` there) each id is probed, the frames holding any ids (packed, loose, unknown,
+    repeated, in any order) are the same."""
     store, _ = _archive(tmp_path)
     try:
         with store.db.read() as conn:
             top = int(conn.execute(text("SELECT max(id) FROM blob_rows")).scalar_one())
-            rng = random.Random(walk)
+            rng = random.Random(at_most)
             picks = [rng.sample(range(1, top + 40), rng.randrange(1, 60)) for _ in range(30)]
             picks.append(list(range(1, top + 40)))
-            monkeypatch.setattr(members_module, "WALK_AT_MOST", 0)
+            monkeypatch.setattr(members_module, "FRAMES_IN_RANGE_AT_MOST", -1)  # id by id
             expected = [_held(frames_by_id(conn, ids), ids) for ids in picks]
-            monkeypatch.setattr(members_module, "WALK_AT_MOST", walk)
+            assert any(expected)
+            monkeypatch.setattr(members_module, "FRAMES_IN_RANGE_AT_MOST", at_most)
             assert [_held(frames_by_id(conn, ids), ids) for ids in picks] == expected
     finally:
         store.close()
