@@ -207,7 +207,7 @@ class Described:
             starts = list(map(offsets.__getitem__, picked))
             ends = list(map(ends.__getitem__, picked))
             ids, kinds = map(self.ids.__getitem__, picked), map(self.kinds.__getitem__, picked)
-        where: Iterable[Any] = (
+        where: Iterable[Located] | list[bytes] = (
             zip(repeat(self.frame_id), starts) if located else pointers(self.frame_id, starts)
         )
         return list(  # C-level loops: a hydrate builds thousands
@@ -356,9 +356,10 @@ def rows_of_ids(
 ) -> list[tuple[Any, ...]]:
     """SQLite: a row of columns ``names`` (of the old ``blobs`` shape) for each of ``ids``, in
     order (an id repeated, its row repeated; an id that names no blob left out: the caller
-    counts them). The packed ones from their frames first (most of a long view: a lookup per
-    frame), then the loose ones in one query. Rows for the decoder: a packed blob's payload is
-    its place, ``(frame id, offset)`` (see :meth:`Described.rows`), not a pointer.
+    counts them). The packed ones from their frames first (most of a long view: the frames
+    between its ids in one read), then the loose ones in one query. Rows for the decoder: a
+    packed blob's payload is its place, ``(frame id, offset)`` (see :meth:`Described.rows`),
+    not a pointer.
     """
     whole = tuple(names) == PACKED_COLUMNS
     packed = packed_by_id(conn, ids, located=True)
