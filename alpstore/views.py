@@ -12,11 +12,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import count
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from alpstore.db import raw as rsql
-from alpstore.db.members import PACKED_COLUMNS, packed_by_id, pg_id_by_digest, rows_of_ids
+from alpstore.db.members import (
+    PACKED_COLUMNS,
+    column_picker,
+    packed_by_id,
+    pg_id_by_digest,
+    rows_of_ids,
+)
 from alpstore.db.runs import insert_run, range_ids
 from alpstore.errors import IntegrityError, UsageError
 
@@ -97,16 +102,10 @@ def _fill_packed(conn: AnyConnection, template: str, rows: list[Any]) -> list[An
     missing = [int(r[0]) for r in rows if r[1] is None]
     if not missing:
         return [r[2:] for r in rows]
-    whole = names == PACKED_COLUMNS  # a hydrate's: rows that go to the decoder as they are
-    packed = packed_by_id(conn, missing, located=whole)
-    if whole:  # no copy of each
-        found = {p[0]: p for p in packed}
-    elif len(names) == 1:
-        one = itemgetter(PACKED_COLUMNS.index(names[0]))
-        found = {p[0]: (one(p),) for p in packed}
-    else:
-        pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
-        found = {p[0]: pick(p) for p in packed}
+    # a hydrate's whole rows go to the decoder as they are: their packed blobs' places
+    packed = packed_by_id(conn, missing, located=names == PACKED_COLUMNS)
+    pick = column_picker(names)
+    found = {p[0]: pick(p) for p in packed}
     out = []
     get = found.get
     for r in rows:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from operator import itemgetter, mul, sub
 from typing import TYPE_CHECKING, Any, Final
@@ -351,6 +351,22 @@ def packed_by_id(
     return out
 
 
+def column_picker(names: Sequence[str]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """A row of the old ``blobs`` shape -> its columns ``names``, as a tuple (the whole row
+    itself, not a copy, when ``names`` are all of them).
+    """
+    if tuple(names) == PACKED_COLUMNS:
+        return _same_row
+    if len(names) == 1:
+        one = itemgetter(PACKED_COLUMNS.index(names[0]))
+        return lambda row: (one(row),)
+    return itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
+
+
+def _same_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    return row
+
+
 def rows_of_ids(
     conn: AnyConnection, ids: Sequence[int], names: Sequence[str]
 ) -> list[tuple[Any, ...]]:
@@ -361,13 +377,8 @@ def rows_of_ids(
     packed blob's payload is its place, ``(frame id, offset)`` (see :meth:`Described.rows`),
     not a pointer.
     """
-    whole = tuple(names) == PACKED_COLUMNS
-    packed = packed_by_id(conn, ids, located=True)
-    if whole:
-        found: dict[int, tuple[Any, ...]] = {p[0]: p for p in packed}
-    else:
-        pick = itemgetter(*[PACKED_COLUMNS.index(n) for n in names])
-        found = {p[0]: pick(p) if len(names) > 1 else (pick(p),) for p in packed}
+    pick = column_picker(names)
+    found = {p[0]: pick(p) for p in packed_by_id(conn, ids, located=True)}
     loose = [i for i in dict.fromkeys(ids) if i not in found]
     if loose:
         sql = (
@@ -382,8 +393,7 @@ def rows_of_ids(
 
 def select_columns(rows: list[tuple[Any, ...]], columns: str) -> list[tuple[Any, ...]]:
     """``rows`` (the old ``blobs`` shape) cut to ``columns`` (names, comma-separated)."""
-    at = [PACKED_COLUMNS.index(c.strip()) for c in columns.split(",")]
-    return [tuple(r[i] for i in at) for r in rows]
+    return list(map(column_picker([c.strip() for c in columns.split(",")]), rows))
 
 
 LOOSE_SELECT: Final = (

@@ -86,17 +86,7 @@ def insert_runs(
 
 def ids_below(conn: AnyConnection, seg_id: int, hi: int) -> list[int]:
     """The blob ids of ``seg_id``'s entries at positions below ``hi``."""
-    out: list[int] = []
-    rows = rsql.fetchall(
-        conn,
-        "SELECT start, blob_ids FROM segment_runs WHERE segment_id = ? AND start < ? "
-        "ORDER BY start",
-        (seg_id, hi),
-    )
-    for start, stored in rows:
-        ids = run_ids(stored, seg_id, int(start))
-        out.extend(ids[: max(0, hi - int(start))])
-    return out
+    return range_ids(conn, seg_id, 0, hi)
 
 
 RANGE_RUNS = (
