@@ -40,12 +40,7 @@ thread's newest (:data:`_NEWEST`). The loose rows only (``blob_rows``, by its pr
 ``blobs`` view would unnest every frame's members to find a packed id (0010), a cost that
 grows with the archive; a packed item (NULL here) is read from its frame afterwards."""
 
-_NEWEST = (
-    "(SELECT lc.checkpoint_id FROM lg_checkpoints lc "
-    "JOIN checkpoints c ON c.id = lc.alp_checkpoint_id "
-    "JOIN lg_threads t ON t.id = lc.thread_ref "
-    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? ORDER BY lc.checkpoint_id DESC LIMIT 1)"
-)
+_NEWEST = f"(SELECT checkpoint_id FROM lg_checkpoints WHERE id = {lgdb.NEWEST_OF_THREAD})"
 """The newest checkpoint id of a thread namespace, as ``_lgdb.find_latest`` picks it."""
 
 
