@@ -144,8 +144,7 @@ def fetch_and_end(
     """
     if isinstance(conn, LiteConnection) or dialect_of(conn) != "postgresql":
         return None
-    cur = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    dbapi = cur.connection
+    dbapi: Any = conn.connection.dbapi_connection
     bound = [(_translate(sql, "postgresql"), tuple(params)) for sql, params in statements]
     if (
         not _batchable(dbapi)
@@ -156,21 +155,18 @@ def fetch_and_end(
         or not all(_small(params) for _, params in bound)
     ):
         return None
-    parts = [dbapi._get_tx_start_command()]
-    parts.extend(_bound(dbapi, sql, params) for sql, params in bound)
-    parts.append(b"COMMIT")
-    dbapi._autocommit = True  # the BEGIN and the COMMIT are in the batch: the driver adds none
-    try:
-        cur.execute(b"; ".join(parts))
-    finally:
-        dbapi._autocommit = False
+    # the write path's one-wait pipeline (pgconn.BoundedConnection._alp_pipeline): the BEGIN,
+    # the statements (prepared once this connection has seen them: a read's planning was
+    # most of its server time) and the COMMIT in one client write; an error rolls back
+    results: list[Any] = []
+    dbapi.alp_head = 0
+    pipeline = dbapi._alp_pipeline(
+        [dbapi._get_tx_start_command(), *bound], [None, *([results.append] * len(bound))]
+    )
+    with dbapi.lock:
+        dbapi.wait(dbapi._alp_commit_or_roll_back(pipeline))
     dbapi.alp_ended = ReadEnded
-    cur.nextset()  # the BEGIN's
-    found: list[list[Any]] = []
-    for _ in bound:
-        found.append(list(cur.fetchall()) if cur.description is not None else [])
-        cur.nextset()
-    return found
+    return [_rows_of(dbapi, result) for result in results]
 
 
 def begin_later(conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:

@@ -399,6 +399,32 @@ def test_a_read_ended_with_its_reads_refuses_a_later_statement_unsent(tmp_path: 
             store.close()
 
 
+def test_a_read_ended_with_its_reads_runs_prepared_from_its_second_time(tmp_path: Path) -> None:
+    """raw.fetch_and_end goes as the write path's pipeline: a statement this connection saw in
+    an earlier read runs prepared (no parse, no plan: most of get_tuple's server time at 400
+    turns), with the same rows; a statement that fails fails the read whole and leaves the
+    connection clean, and nothing is prepared from it."""
+    sql = "SELECT n, n * 2 FROM generate_series(1, ?) AS n WHERE n > ?"
+    with postgres_schema() as url:
+        store = Store.open(tmp_path, url=url)
+        try:
+            answers = []
+            for _ in range(3):
+                with store.db.read() as conn:
+                    answers.append(rsql.fetch_and_end(conn, [(sql, (5, 2)), ("SELECT 7", ())]))
+                    dbapi: Any = conn.connection.dbapi_connection
+                    prepared = dict(dbapi._alp_prepared or {})
+            assert answers[0] == answers[1] == answers[2] == [[(3, 6), (4, 8), (5, 10)], [(7,)]]
+            assert any(key[0].startswith("SELECT n, n * 2") for key in prepared), prepared
+            with pytest.raises(Exception, match="division by zero"), store.db.read() as conn:
+                rsql.fetch_and_end(conn, [("SELECT 1 / ?", (0,))])
+            with store.db.read() as conn:  # clean: a new transaction reads
+                assert rsql.fetch_and_end(conn, [(sql, (5, 4))]) == [[(5, 10)]]
+                assert not any(k[0].startswith("SELECT 1 /") for k in dbapi._alp_prepared or {})
+        finally:
+            store.close()
+
+
 def test_get_tuple_in_one_wait_reads_again_when_it_needs_more(tmp_path: Path) -> None:
     """get_tuple of a thread this process holds: one wait, a large channel value's blob read
     with it; after another process moved the head (the kept messages no longer describe it)
