@@ -303,7 +303,9 @@ class BoundedConnection(psycopg.Connection[Any]):
         if select.select([pg.socket], [], [], 0)[0]:  # the server spoke first: a goodbye?
             pg.consume_input()  # raises when the connection is gone (nothing of ours sent)
             if pg.status != pq.ConnStatus.OK:
-                raise psycopg.OperationalError("the connection was closed before the COMMIT")
+                raise psycopg.OperationalError(
+                    "the connection was closed before the transaction was sent"
+                )
         self.alp_unsent = False
         pg.enter_pipeline_mode()
         results: list[Any] = []

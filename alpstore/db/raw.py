@@ -135,7 +135,8 @@ def fetch_and_end(
     conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]
 ) -> list[list[Any]] | None:
     """PostgreSQL, first thing in a read transaction: its ``BEGIN``, ``statements`` and its
-    COMMIT in ONE round trip; the rows of each. The transaction is over when this returns, so
+    COMMIT in ONE round trip (one pipeline; a statement this connection sent before runs
+    prepared); the rows of each. The transaction is over when this returns, so
     any later statement on ``conn`` before the block ends raises :class:`ReadEnded` instead
     of reading a later snapshot (``pgconn.BoundedConnection.alp_ended``): everything the
     caller builds from the rows must come from them. None, with nothing sent, where this
