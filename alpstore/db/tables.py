@@ -225,6 +225,7 @@ BLOB_REFERENCES = (
     ("backtracks", "steering_blob_id"),
     ("lg_checkpoint_blobs", "blob_id"),
     ("lg_write_items", "blob_id"),
+    ("lg_turn_blobs", "blob_id"),
 )
 """The columns holding a blob id (their foreign keys to ``blobs.id`` went in 0010, as
 ``segment_entries.blob_id``'s did in 0009: ``alpstore.db.sweep`` checks a sweep's deletes)."""
@@ -384,6 +385,40 @@ lg_write_items = Table(
     Column("position", Integer, primary_key=True),
     Column("blob_id", Integer, nullable=False, index=True),
     comment="The blobs (messages, large values) of a task's pending writes, in order.",
+    sqlite_with_rowid=False,
+)
+
+
+# ---------------------------------------------------------------- a turn's steps in one row (0011)
+lg_turns = Table(
+    "lg_turns",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("thread_ref", Integer, ForeignKey("lg_threads.id"), nullable=False),
+    # the id_bytes of its first and last step: a thread's turn rows hold disjoint ranges, and
+    # no loose lg_checkpoints row of the thread has an id inside one
+    Column("first_checkpoint_id", LargeBinary, nullable=False),
+    Column("last_checkpoint_id", LargeBinary, nullable=False),
+    Column("steps", Integer, nullable=False),
+    # the steps' alpstore checkpoints in step order, their distinct lg_runs ids (no index)
+    Column("alp_ids", _ARRAY, nullable=False),
+    Column("run_refs", _ARRAY, nullable=False),
+    Column("codec", SmallInteger, nullable=False),
+    Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
+    Column("raw_size", Integer, nullable=False),
+    Column("doc", LargeBinary, nullable=False),
+    UniqueConstraint("thread_ref", "first_checkpoint_id"),
+    comment="A LangGraph thread's closed turn (0011): its steps' states and their pending "
+    "writes as one packed document.",
+    sqlite_autoincrement=True,
+)
+
+lg_turn_blobs = Table(
+    "lg_turn_blobs",
+    metadata,
+    Column("turn_ref", Integer, ForeignKey("lg_turns.id"), primary_key=True),
+    Column("blob_id", Integer, primary_key=True, index=True),
+    comment="The blobs a closed LangGraph turn's states and pending writes refer to (0011).",
     sqlite_with_rowid=False,
 )
 
