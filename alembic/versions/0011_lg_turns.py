@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 import sqlalchemy as sa
@@ -192,7 +193,7 @@ def _fold_thread(conn: Connection, codec: _Codec, ref: int) -> None:
         (ref,),
     ):
         writes[bytes(w[1])].append(w)
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in pairwise(bounds):
         if not _fold_group(conn, codec, ref, steps[lo:hi], states[lo:hi], writes, items):
             return
 
