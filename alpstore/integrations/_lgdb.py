@@ -150,8 +150,22 @@ def head_row(row: Any) -> HeadRow:
 def find_latest(
     conn: Connection, thread_id: str, ns: str, checkpoint_id: str | None
 ) -> tuple[HeadRow, CheckpointRow] | None:
-    """A checkpoint (the newest without an id) with its thread's head, in one statement."""
-    return latest_row(rsql.fetchone(conn, *latest_query(thread_id, ns, checkpoint_id)))
+    """A checkpoint (the newest without an id) with its thread's head, in one statement; a
+    step a turn row holds (0011), in three.
+    """
+    found = latest_row(rsql.fetchone(conn, *latest_query(thread_id, ns, checkpoint_id)))
+    if found is None and checkpoint_id is not None:
+        head = read_head(conn, thread_id, ns)
+        row = None if head is None else _folded().folded_step(conn, head.ref, str(checkpoint_id))
+        return None if head is None or row is None else (head, row)
+    return found
+
+
+def _folded() -> Any:
+    """``_lgturns`` (it builds this module's rows: imported when first needed)."""
+    from alpstore.integrations import _lgturns
+
+    return _lgturns
 
 
 def latest_query(thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, list[Any]]:
@@ -274,6 +288,15 @@ def _message_entry(doc: Any) -> tuple[type[BaseMessage], State]:
     return entry_state(BLOB_MESSAGE, doc)
 
 
+IN_TURN = (
+    "EXISTS (SELECT 1 FROM (SELECT u.last_checkpoint_id FROM lg_turns u "
+    "WHERE u.thread_ref = t.id AND u.first_checkpoint_id <= ? "
+    "ORDER BY u.first_checkpoint_id DESC LIMIT 1) x WHERE x.last_checkpoint_id >= ?)"
+)
+"""Whether a turn row of thread ``t`` holds a checkpoint id (given twice; 0011): one backward
+step of the ``(thread_ref, first_checkpoint_id)`` key, not a scan of the thread's turns."""
+
+
 def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | None:
     """``(ref, session_id)`` of a thread + namespace, or None."""
     row = rsql.fetchone(
@@ -325,6 +348,8 @@ def find_checkpoint(conn: Connection, ref: int, checkpoint_id: str | None) -> Ch
     else:
         sql = f"SELECT {_CK_COLUMNS} {CK_FROM} WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
         row = rsql.fetchone(conn, sql, (ref, id_bytes(str(checkpoint_id))))
+        if row is None:
+            return _folded().folded_step(conn, ref, str(checkpoint_id))  # type: ignore[no-any-return]
     return None if row is None else _ck_row(row)
 
 
@@ -395,15 +420,31 @@ def list_checkpoints(
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY lc.checkpoint_id DESC"
     )
-    return [(str(r[0]), str(r[1]), _ck_row(r[2:])) for r in rsql.fetchall(conn, sql, params)]
+    rows = [(str(r[0]), str(r[1]), _ck_row(r[2:])) for r in rsql.fetchall(conn, sql, params)]
+    where = where[: (thread_id is not None) + (ns is not None)]  # the thread's clauses
+    sql = "SELECT t.id, t.thread_id, t.checkpoint_ns FROM lg_threads t WHERE EXISTS (SELECT 1 "
+    sql += "FROM lg_turns u WHERE u.thread_ref = t.id)" + "".join(f" AND {w}" for w in where)
+    folded = [
+        (str(tid), str(tns), row)
+        for ref, tid, tns in rsql.fetchall(conn, sql, params[: len(where)])
+        for row in _folded().folded_rows(conn, int(ref), checkpoint_id, before)
+    ]
+    if not folded:
+        return rows
+    return sorted(rows + folded, key=lambda r: id_bytes(r[2].checkpoint_id), reverse=True)
 
 
 # ---------------------------------------------------------------- pending writes
 def find_writes(
-    conn: Connection, ref: int, checkpoint_id: str, task_id: str | None = None
+    conn: Connection,
+    ref: int,
+    checkpoint_id: str,
+    task_id: str | None = None,
+    *,
+    folded: bool = True,
 ) -> list[tuple[int, str, tuple[int, int | None, int, bytes], list[int]]]:
     """``(write id, task id, packed doc, item blob ids)`` of a checkpoint (or one task), in one
-    statement.
+    statement; ``folded``: with those a turn row holds for tasks with no loose row (one more).
     """
     sql = (
         "SELECT w.id, w.task_id, w.codec, w.dict_id, w.raw_size, w.state, i.blob_id "
@@ -423,7 +464,11 @@ def find_writes(
             found[write_id] = entry
         if r[6] is not None:
             entry[3].append(int(r[6]))
-    return list(found.values())
+    loose = list(found.values())
+    if folded:  # a folded step's tasks with no loose row keep their folded writes (0011)
+        but = {w[1] for w in loose}
+        loose += _folded().folded_writes(conn, ref, checkpoint_id, task_id, but=but)
+    return loose
 
 
 def save_writes(
@@ -514,15 +559,17 @@ def insert_new_writes(
     blob_ids: Sequence[int],
 ) -> bool:
     """Insert a task's writes in one statement when the thread exists and the task has none
-    yet (the common case); False otherwise (nothing written: the caller merges).
+    yet (the common case); False otherwise (nothing written: the caller merges), also when a
+    turn row holds the checkpoint (0011: its tasks' folded writes are merged with).
     """
+    cid = id_bytes(checkpoint_id)
     row = rsql.fetchone(
         conn,
         "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
         "state) SELECT t.id, ?, ?, ?, ?, ?, ? FROM lg_threads t "
-        "WHERE t.thread_id = ? AND t.checkpoint_ns = ? "
+        f"WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND NOT {IN_TURN} "
         "ON CONFLICT (thread_ref, checkpoint_id, task_id) DO NOTHING RETURNING id",
-        (id_bytes(checkpoint_id), id_bytes(task_id), *packed, thread_id, ns),
+        (id_bytes(checkpoint_id), id_bytes(task_id), *packed, thread_id, ns, *[cid] * 2),
     )
     if row is None:
         return False

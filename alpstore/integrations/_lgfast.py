@@ -131,19 +131,24 @@ def find_latest_with_writes(
 
 _TASK_FREE = (
     "SELECT t.id, EXISTS (SELECT 1 FROM lg_writes w WHERE w.thread_ref = t.id "
-    "AND w.checkpoint_id = ? AND w.task_id = ?) FROM lg_threads t "
+    f"AND w.checkpoint_id = ? AND w.task_id = ?) OR {lgdb.IN_TURN} FROM lg_threads t "
     "WHERE t.thread_id = ? AND t.checkpoint_ns = ?"
 )
-"""A thread namespace's row, and whether a task of a checkpoint has writes already."""
+"""A thread namespace's row, and whether a task of a checkpoint has writes already (or a turn
+row holds the checkpoint: its folded writes are merged with on the plain path, 0011)."""
 
 _INSERT_WRITES = (
     "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
     "state) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
-_THREAD_REF = "(SELECT id FROM lg_threads WHERE thread_id = ? AND checkpoint_ns = ?)"
+_THREAD_REF = (
+    "(SELECT t.id FROM lg_threads t WHERE t.thread_id = ? AND t.checkpoint_ns = ? "
+    f"AND NOT {lgdb.IN_TURN})"
+)
 """The thread namespace's row id, named in the statement (NULL when there is none: the NOT
-NULL ``thread_ref`` then fails the insert, and the plain path creates the thread)."""
+NULL ``thread_ref`` then fails the insert, and the plain path creates the thread; NULL too
+when a turn row holds the checkpoint, whose folded writes the plain path merges with)."""
 
 _INSERT_WRITES_BY_NAME = _INSERT_WRITES.replace("VALUES (?,", f"VALUES ({_THREAD_REF},", 1)
 """:data:`_INSERT_WRITES` naming the thread by its id and namespace."""
@@ -197,10 +202,10 @@ def put_writes_later(saver: SaverState, req: WriteRequest) -> bool:
     cid, tid = id_bytes(req.checkpoint_id), id_bytes(req.task_id)
     with store.db.atomic() as conn:
         if rsql.begin_later(conn, []):
-            thread: list[Any] = [req.thread_id, req.ns]
+            thread: list[Any] = [req.thread_id, req.ns, cid, cid]
             writes = _INSERT_WRITES_BY_NAME
         else:
-            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, req.thread_id, req.ns))
+            found = rsql.fetchone(conn, _TASK_FREE, (cid, tid, cid, cid, req.thread_id, req.ns))
             if found is None or found[1]:
                 return False
             thread, writes = [int(found[0])], _INSERT_WRITES
@@ -273,9 +278,11 @@ _TIP_OF_THREAD = (
 """``views.OWN_TIP`` for a thread namespace's session (run after its row is locked)."""
 
 _CHECKPOINT_STORED = (
-    "SELECT 1 FROM lg_checkpoints lc JOIN lg_threads t ON t.id = lc.thread_ref "
-    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND lc.checkpoint_id = ?"
+    "SELECT 1 FROM lg_threads t WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND (EXISTS "
+    "(SELECT 1 FROM lg_checkpoints lc WHERE lc.thread_ref = t.id AND lc.checkpoint_id = ?) "
+    f"OR {lgdb.IN_TURN})"
 )
+"""Whether the thread holds a checkpoint id: loose, or inside a turn row's range (0011)."""
 
 
 def lock_thread_at_tip(
@@ -292,7 +299,7 @@ def lock_thread_at_tip(
             (BLOBS_FIRST, ()),
             (lgdb.LOCK_THREAD, (thread_id, ns)),
             (_TIP_OF_THREAD, (thread_id, ns)),
-            (_CHECKPOINT_STORED, (thread_id, ns, id_bytes(checkpoint_id))),
+            (_CHECKPOINT_STORED, (thread_id, ns, *[id_bytes(checkpoint_id)] * 3)),
         ],
     )
     row = lgdb.head_row(locked[0]) if locked else None

@@ -70,6 +70,8 @@ def _read_tuple(
         if read is None:
             return _NOT_ENDED
         found, writes = read
+        if found is None and checkpoint_id is not None:  # a step a turn row holds (0011)
+            found, writes = lgdb.find_latest(conn, thread_id, ns, checkpoint_id), None
     else:
         found = lgdb.find_latest(conn, thread_id, ns, checkpoint_id)
     if found is None:

@@ -191,6 +191,7 @@ _PARENT_CK = (
     "FROM lg_checkpoints lc JOIN checkpoints c ON c.id = lc.alp_checkpoint_id "
     "WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
 )
+_ALP_CK = "SELECT id, seq, segment_id, length, turn, covering_digest FROM checkpoints WHERE id = ?"
 _LATEST_CK = "SELECT id, seq FROM checkpoints WHERE session_id = ? ORDER BY seq DESC LIMIT 1"
 
 
@@ -204,6 +205,10 @@ def branch_point(conn: Any, row: lgdb.HeadRow, parent: str, cid: str) -> BranchP
     if newest is None or id_text(bytes(newest[0])) in (parent, cid):
         return None
     found = rsql.fetchone(conn, _PARENT_CK, (row.ref, id_bytes(parent)))
+    if found is None:  # a step a turn row holds (0011)
+        folded = lgdb.find_checkpoint(conn, row.ref, parent)
+        if folded is not None:
+            found = rsql.fetchone(conn, _ALP_CK, (folded.alp_id,))
     latest = rsql.fetchone(conn, _LATEST_CK, (row.session_id,))
     if found is None or latest is None or int(found[0]) == int(latest[0]):
         return None  # the parent is not stored (deleted), or it is the session's head

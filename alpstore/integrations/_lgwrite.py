@@ -19,6 +19,7 @@ from alpstore.errors import SessionStateError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgfast as lgfast
 from alpstore.integrations import _lgmaint as lgmaint
+from alpstore.integrations import _lgturns as lgturns
 from alpstore.integrations._lgbuild import doc_state
 from alpstore.integrations._lgcodec import (
     FrozenMessages,
@@ -220,6 +221,9 @@ def _put_checkpoint(
             if run is not None and run not in saver._runs:
                 lgdb.intern_run(conn, run)
             packed = saver._packer.pack(state)
+            folded = lgturns.turn_holding(conn, row.ref, cid)
+            if folded is not None:  # the id again, inside a turn row: its steps loose first
+                lgturns.unfold(conn, row.ref, folded)
             new = lgdb.insert_checkpoint_row(conn, row.ref, cid, parent_id, ck.id, run, packed)
             if new is None:  # the same checkpoint id again: it replaces the stored one
                 lgmaint.drop_checkpoints(conn, row.ref, row.session_id, [cid], writes=False)

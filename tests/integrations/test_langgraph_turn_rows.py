@@ -1,0 +1,120 @@
+"""A LangGraph thread's closed turns folded into ``lg_turns`` rows read back the same (0011).
+
+A thread written with every step loose (as the saver writes today), its closed turns then folded
+one row each (``_lgturns.fold``, what migration 0011 and the coming writer do): ``list`` (with
+``before``, ``limit``, a metadata filter), ``get_tuple`` of every step with its pending writes,
+``get_state_history`` and a fresh saver's reads give what they gave before; the thread goes on;
+time travel from a folded step, and pending writes put on one, behave as on a twin thread whose
+steps stay loose.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpstore[langgraph])")
+
+from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations import _lgturns as lgturns
+from alpstore.integrations._lgpack import id_bytes
+from alpstore.integrations.langgraph import AlpstoreSaver
+from alpstore.maintenance import verify
+from tests.conftest import Backend
+from tests.integrations.test_langgraph_saver import build_graph, user
+
+TURNS = 6
+
+
+def _config(thread: str, checkpoint_id: str | None = None) -> Any:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _shape(t: Any) -> Any:
+    return (t.config, t.checkpoint, t.metadata, t.parent_config, t.pending_writes)
+
+
+def _fold_closed_turns(saver: AlpstoreSaver, thread: str) -> int:
+    """Each turn before the thread's newest input step as one turn row (as 0011 folds)."""
+    steps = list(saver.list(_config(thread)))
+    inputs = sorted(
+        id_bytes(t.checkpoint["id"]) for t in steps if t.metadata.get("source") == "input"
+    )
+    made = 0
+    with saver.store.db.atomic() as conn:
+        found = lgdb.find_thread(conn, thread, "")
+        assert found is not None
+        for start, below in pairwise(inputs):
+            made += lgturns.fold(conn, found[0], start, below) is not None
+    return made
+
+
+def _turn_rows(saver: AlpstoreSaver) -> int:
+    with saver.store.db.read() as conn:
+        return int(conn.exec_driver_sql("SELECT count(*) FROM lg_turns").scalar_one())
+
+
+def test_folded_turns_read_back_the_same(backend: Backend) -> None:
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        for n in range(TURNS):
+            graph.invoke({"messages": [user(n)]}, _config("t"))
+        before = [_shape(t) for t in saver.list(_config("t"))]
+        ids = [s[0]["configurable"]["checkpoint_id"] for s in before]
+        one_by_one = [_shape(saver.get_tuple(_config("t", i))) for i in ids]
+        cursor = saver.list(_config("t"), before=_config("t", ids[3]), limit=4)
+        paged = [_shape(t) for t in cursor]
+        loops = [_shape(t) for t in saver.list(_config("t"), filter={"source": "loop"})]
+        history = list(graph.get_state_history(_config("t")))
+        assert _fold_closed_turns(saver, "t") == TURNS - 1
+        assert _turn_rows(saver) == TURNS - 1
+        assert [_shape(t) for t in saver.list(_config("t"))] == before
+        assert [_shape(saver.get_tuple(_config("t", i))) for i in ids] == one_by_one
+        cursor = saver.list(_config("t"), before=_config("t", ids[3]), limit=4)
+        assert [_shape(t) for t in cursor] == paged
+        assert [_shape(t) for t in saver.list(_config("t"), filter={"source": "loop"})] == loops
+        assert list(graph.get_state_history(_config("t"))) == history
+    with AlpstoreSaver.open(backend.root, url=backend.url) as again:  # nothing in memory
+        assert [_shape(t) for t in again.list(_config("t"))] == before
+        assert [_shape(again.get_tuple(_config("t", i))) for i in ids] == one_by_one
+        graph = build_graph(again)
+        graph.invoke({"messages": [user(TURNS)]}, _config("t"))  # and goes on
+        assert len(list(again.list(_config("t")))) > len(before)
+    assert verify(backend.open_store()).ok
+    backend.close_all()
+
+
+def test_time_travel_and_writes_on_a_folded_step_as_on_a_loose_one(backend: Backend) -> None:
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        for thread in ("loose", "folded"):
+            for n in range(TURNS):
+                graph.invoke({"messages": [user(n)]}, _config(thread))
+        assert _fold_closed_turns(saver, "folded") == TURNS - 1
+        results = {}
+        for thread in ("loose", "folded"):
+            old = [
+                t
+                for t in graph.get_state_history(_config(thread))
+                if t.metadata and t.metadata.get("source") == "input"
+            ][-3]  # the input step of the third turn: folded in "folded"
+            forked = graph.update_state(old.config, {"messages": [user(90)]})
+            graph.invoke(None, forked)
+            resumed = [t for t in graph.get_state_history(_config(thread)) if t.next == ("agent",)][
+                -2
+            ]
+            graph.invoke(None, resumed.config)  # a run resumed from an old step: its writes
+            state = graph.get_state(_config(thread))
+            results[thread] = (
+                [m.content for m in state.values["messages"]],
+                len(list(graph.get_state_history(_config(thread)))),
+                [len(t.pending_writes) for t in saver.list(_config(thread))],
+            )
+        assert results["folded"] == results["loose"]
+    assert verify(backend.open_store()).ok
+    backend.close_all()
