@@ -431,7 +431,8 @@ def list_checkpoints(
     ]
     if not folded:
         return rows
-    return sorted(rows + folded, key=lambda r: id_bytes(r[2].checkpoint_id), reverse=True)
+    every = {(r[0], r[1], r[2].checkpoint_id): r for r in folded + rows}  # folded meanwhile: once
+    return sorted(every.values(), key=lambda r: id_bytes(r[2].checkpoint_id), reverse=True)
 
 
 # ---------------------------------------------------------------- pending writes

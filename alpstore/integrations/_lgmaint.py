@@ -11,6 +11,7 @@ from sqlalchemy import Connection, delete, select, update
 from alpstore.db import raw as rsql
 from alpstore.db.tables import checkpoints, sessions
 from alpstore.errors import UsageError
+from alpstore.integrations import _lgturns as lgturns
 from alpstore.integrations._lgdb import CHUNK, CK_FROM, session_name
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.integrations._lgspaces import link_namespace
@@ -30,7 +31,10 @@ def thread_rows(conn: Connection, thread_id: str) -> list[tuple[int, int]]:
 
 
 def checkpoint_ids(conn: Connection, ref: int) -> list[str]:
-    """A thread namespace's checkpoint ids, oldest first."""
+    """A thread namespace's checkpoint ids, oldest first (its turn rows unfolded first: the
+    caller drops steps, 0011).
+    """
+    lgturns.unfold_all(conn, ref)
     sql = "SELECT checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? ORDER BY checkpoint_id"
     return [id_text(bytes(r[0])) for r in rsql.fetchall(conn, sql, (ref,))]
 
@@ -40,6 +44,7 @@ def checkpoints_of_runs(
 ) -> list[tuple[int, int, list[str]]]:
     """``(ref, session_id, checkpoint ids)`` per thread namespace for the given runs."""
     found: dict[tuple[int, int], list[str]] = {}
+    lgturns.unfold_runs(conn, run_ids)  # their folded steps loose first (0011)
     for start in range(0, len(run_ids), CHUNK):
         part = list(run_ids[start : start + CHUNK])
         sql = (
@@ -135,6 +140,7 @@ def drop_thread(store: Store, conn: Connection, ref: int, session_id: int) -> No
     )
     for table in ("lg_writes", "lg_checkpoints"):
         rsql.execute(conn, f"DELETE FROM {table} WHERE thread_ref = ?", (ref,))
+    lgturns.drop_all(conn, ref)
     rsql.execute(conn, "DELETE FROM lg_threads WHERE id = ?", (ref,))
     session = Session(store, store.session_info(session_id, conn=conn))
     info = session.info(refresh=False)
@@ -166,6 +172,8 @@ def copy_thread(store: Store, conn: Connection, source: str, target: str) -> Non
     spaces = rsql.fetchall(
         conn, "SELECT id, checkpoint_ns FROM lg_threads WHERE thread_id = ?", (source,)
     )
+    for ref, _ in spaces:  # the source's folded steps loose first (0011), copied as rows
+        lgturns.unfold_all(conn, int(ref))
     for ref, ns in spaces:
         cks = rsql.fetchall(
             conn,

@@ -18,6 +18,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from alpstore.integrations._lgcodec import FrozenMessages
 from alpstore.integrations._lgdb import HeadRow
+from alpstore.integrations._lgfold import Folder
 from alpstore.integrations._lgpack import Packer
 from alpstore.live import LiveSession
 from alpstore.policy.recorded import SessionPolicy
@@ -165,6 +166,7 @@ class SaverState(BaseCheckpointSaver[int]):
         self._packer = Packer()
         self._policy = policy
         self._live: dict[tuple[str, str], LiveSession] = {}
+        self._folder = Folder(store)  # closed turns into lg_turns rows (0011)
 
     def _state(self, thread_id: str, ns: str) -> ThreadState:
         """This process's state of a thread namespace (the ``max_threads`` most recently used

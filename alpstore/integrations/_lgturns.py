@@ -16,6 +16,7 @@ unfolding (what the migration does, for the saver's own use).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -182,12 +183,19 @@ def _below(row: lgdb.CheckpointRow, before: str) -> bool:
 
 
 # ---------------------------------------------------------------- folding and unfolding
-def fold(conn: Connection, ref: int, start: bytes | None, below: bytes) -> int | None:
-    """The thread's loose steps with ids from ``start`` (inclusive) to ``below`` (exclusive) and
-    their pending writes as one turn row (their loose rows deleted); its id, or None when there
-    is none to fold. The caller keeps the invariant (no turn row's range overlaps the new one:
-    folding only above the thread's newest turn row) and holds the thread (its session row
-    locked, or SQLite's write transaction).
+def fold(
+    conn: Connection,
+    ref: int,
+    start: bytes | None,
+    below: bytes,
+    *,
+    above: bytes | None = None,
+) -> int | None:
+    """The thread's loose steps with ids from ``start`` (inclusive) or above ``above`` to
+    ``below`` (exclusive) and their pending writes as one turn row (their loose rows deleted);
+    its id, or None when there is none to fold. The caller keeps the invariant (no turn row's
+    range overlaps the new one: ``above`` the thread's newest turn row's last id) and holds the
+    thread (its session row locked, or SQLite's write transaction).
     """
     sql = (
         "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, "
@@ -197,6 +205,9 @@ def fold(conn: Connection, ref: int, start: bytes | None, below: bytes) -> int |
     if start is not None:
         sql += " AND checkpoint_id >= ?"
         params.append(start)
+    if above is not None:
+        sql += " AND checkpoint_id > ?"
+        params.append(above)
     steps = rsql.fetchall(conn, sql + " ORDER BY checkpoint_id", params)
     if not steps:
         return None
@@ -278,3 +289,62 @@ def unfold(conn: Connection, ref: int, turn: Turn) -> None:
         lgdb.save_writes(conn, ref, cid, id_text(bytes.fromhex(task)), None, pack_doc(doc), items)
     rsql.execute(conn, "DELETE FROM lg_turn_blobs WHERE turn_ref = ?", (turn.id,))
     rsql.execute(conn, "DELETE FROM lg_turns WHERE id = ?", (turn.id,))
+
+
+def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int | None:
+    """Fold the turn that ended before ``checkpoint_id`` (a new invoke's input step): the
+    thread's loose steps above its newest turn row and below that id (the caller holds the
+    thread).
+    """
+    newest = rsql.fetchone(
+        conn,
+        "SELECT last_checkpoint_id FROM lg_turns WHERE thread_ref = ? "
+        "ORDER BY first_checkpoint_id DESC LIMIT 1",
+        (ref,),
+    )
+    above = None if newest is None else bytes(newest[0])
+    below = id_bytes(checkpoint_id)
+    if above is not None and above >= below:
+        return None  # the input lies below a turn row (an id out of order): nothing to fold
+    return fold(conn, ref, None, below, above=above)
+
+
+def unfold_all(conn: Connection, ref: int) -> int:
+    """Every turn row of a thread namespace back as loose rows (what the maintenance calls that
+    rewrite a thread's steps run first); how many there were.
+    """
+    rows = rsql.fetchall(
+        conn, f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE thread_ref = ? ORDER BY id", (ref,)
+    )
+    for row in rows:
+        unfold(conn, ref, _turn(row))
+    return len(rows)
+
+
+def unfold_runs(conn: Connection, run_ids: Sequence[str]) -> None:
+    """Every turn row holding a step of one of these runs back as loose rows."""
+    wanted: set[int] = set()
+    for at in range(0, len(run_ids), lgdb.CHUNK):
+        part = list(run_ids[at : at + lgdb.CHUNK])
+        sql = f"SELECT id FROM lg_runs WHERE run_id IN ({rsql.placeholders(len(part))})"
+        wanted.update(int(r[0]) for r in rsql.fetchall(conn, sql, part))
+    if not wanted:
+        return
+    for turn_id, ref, runs in rsql.fetchall(conn, "SELECT id, thread_ref, run_refs FROM lg_turns"):
+        stored = json.loads(runs) if isinstance(runs, str) else list(runs)
+        if wanted.intersection(int(r) for r in stored):
+            row = rsql.fetchone(
+                conn, f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE id = ?", (turn_id,)
+            )
+            unfold(conn, int(ref), _turn(row))
+
+
+def drop_all(conn: Connection, ref: int) -> None:
+    """Delete a thread namespace's turn rows (``delete_thread``)."""
+    rsql.execute(
+        conn,
+        "DELETE FROM lg_turn_blobs WHERE turn_ref IN "
+        "(SELECT id FROM lg_turns WHERE thread_ref = ?)",
+        (ref,),
+    )
+    rsql.execute(conn, "DELETE FROM lg_turns WHERE thread_ref = ?", (ref,))

@@ -175,6 +175,7 @@ class AlpstoreSaver(SaverState):
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+        self._folder.close()
         if self._owns_store:
             self.store.close()
 
@@ -266,6 +267,7 @@ class AlpstoreSaver(SaverState):
                 # a new invoke's input: the thread's last turn is over, its messages cold
                 # (packed on the archive's packer thread, never in this put)
                 store.archive.pack_at_turn_end()
+                self._folder.after_input(thread_id, ns, str(checkpoint["id"]))  # off this thread
             if self._policy is not None and split:
                 messages = checkpoint["channel_values"][self.messages_key]
                 lgpolicy.policy_events(self, (thread_id, ns), session_id, messages)

@@ -10,6 +10,7 @@ steps stay loose.
 
 from __future__ import annotations
 
+import uuid
 from itertools import pairwise
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpstore[langgraph])")
 
 from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations import _lgfold as lgfold
 from alpstore.integrations import _lgturns as lgturns
 from alpstore.integrations._lgpack import id_bytes
 from alpstore.integrations.langgraph import AlpstoreSaver
@@ -116,5 +118,76 @@ def test_time_travel_and_writes_on_a_folded_step_as_on_a_loose_one(backend: Back
                 [len(t.pending_writes) for t in saver.list(_config(thread))],
             )
         assert results["folded"] == results["loose"]
+    assert verify(backend.open_store()).ok
+    backend.close_all()
+
+
+def _unfold_all(saver: AlpstoreSaver, thread: str) -> int:
+    with saver.store.db.atomic() as conn:
+        found = lgdb.find_thread(conn, thread, "")
+        assert found is not None
+        return lgturns.unfold_all(conn, found[0])
+
+
+def test_the_writer_folds_each_closed_turn_off_the_callers_thread(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lgfold, "FOLD", True)
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        for n in range(TURNS):
+            graph.invoke({"messages": [user(n)]}, _config("t"))
+        saver._folder.wait()
+        assert saver._folder.error is None
+        assert saver._folder.folded == _turn_rows(saver) == TURNS - 1
+        with saver.store.db.read() as conn:  # the open turn's steps only stay loose
+            loose = conn.exec_driver_sql("SELECT count(*) FROM lg_checkpoints").scalar_one()
+        steps = list(saver.list(_config("t")))
+        assert int(loose) < len(steps) // 2
+        folded = [_shape(t) for t in steps]
+        state = graph.get_state(_config("t"))
+        assert _unfold_all(saver, "t") == TURNS - 1  # loose again: the same reads
+        assert [_shape(t) for t in saver.list(_config("t"))] == folded
+        assert graph.get_state(_config("t")) == state
+    assert verify(backend.open_store()).ok
+    backend.close_all()
+
+
+def test_maintenance_on_folded_turns_as_on_loose_ones(backend: Backend) -> None:
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        runs: dict[str, list[str]] = {}
+        for thread in ("loose", "folded", "loose-2", "folded-2"):
+            for n in range(TURNS):
+                run = str(uuid.uuid4())
+                runs.setdefault(thread, []).append(run)
+                graph.invoke(
+                    {"messages": [user(n)]}, {**_config(thread), "metadata": {"run_id": run}}
+                )
+        for thread in ("folded", "folded-2"):
+            assert _fold_closed_turns(saver, thread) == TURNS - 1
+        results = {}
+        for a, b in (("loose", "loose-2"), ("folded", "folded-2")):
+            saver.copy_thread(a, f"{a}-copy")
+            copied = [_shape(t)[1:3] for t in saver.list(_config(f"{a}-copy"))]
+            original = [_shape(t)[1:3] for t in saver.list(_config(a))]
+            saver.delete_for_runs([runs[a][2], runs[a][-1]])
+            after_runs = len(list(saver.list(_config(a))))
+            saver.prune([b], strategy="keep_latest")
+            pruned = len(list(saver.list(_config(b))))
+            assert after_runs < len(original) and pruned == 1  # each call did something
+            saver.delete_thread(a)
+            results[a] = (
+                [c[1] for c in copied] == [o[1] for o in original],
+                len(copied),
+                after_runs,
+                pruned,
+                list(saver.list(_config(a))),
+            )
+        assert results["folded"] == results["loose"]
+    with AlpstoreSaver.open(backend.root, url=backend.url) as again:
+        assert _turn_rows(again) == 0 or all(
+            list(again.list(_config(t))) != [] for t in ("folded-copy",)
+        )
     assert verify(backend.open_store()).ok
     backend.close_all()
