@@ -20,6 +20,7 @@ from alpstore.archive.batch import decode_lean
 from alpstore.archive.reading import parse_documents
 from alpstore.db import raw as rsql
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE, BLOB_SUMMARY
+from alpstore.integrations import _lgturnread as turnread
 from alpstore.integrations._lgbuild import State, assemble, doc_messages, doc_state, message_state
 from alpstore.integrations._lgcodec import KIND_MESSAGE, FrozenMessages
 from alpstore.integrations._lgpack import id_bytes, id_text
@@ -156,16 +157,9 @@ def find_latest(
     found = latest_row(rsql.fetchone(conn, *latest_query(thread_id, ns, checkpoint_id)))
     if found is None and checkpoint_id is not None:
         head = read_head(conn, thread_id, ns)
-        row = None if head is None else _folded().folded_step(conn, head.ref, str(checkpoint_id))
-        return None if head is None or row is None else (head, row)
+        step = None if head is None else turnread.folded_step(conn, head.ref, str(checkpoint_id))
+        return None if head is None or step is None else (head, CheckpointRow(0, *step))
     return found
-
-
-def _folded() -> Any:
-    """``_lgturns`` (it builds this module's rows: imported when first needed)."""
-    from alpstore.integrations import _lgturns
-
-    return _lgturns
 
 
 def latest_query(thread_id: str, ns: str, checkpoint_id: str | None) -> tuple[str, list[Any]]:
@@ -288,15 +282,6 @@ def _message_entry(doc: Any) -> tuple[type[BaseMessage], State]:
     return entry_state(BLOB_MESSAGE, doc)
 
 
-IN_TURN = (
-    "EXISTS (SELECT 1 FROM (SELECT u.last_checkpoint_id FROM lg_turns u "
-    "WHERE u.thread_ref = t.id AND u.first_checkpoint_id <= ? "
-    "ORDER BY u.first_checkpoint_id DESC LIMIT 1) x WHERE x.last_checkpoint_id >= ?)"
-)
-"""Whether a turn row of thread ``t`` holds a checkpoint id (given twice; 0011): one backward
-step of the ``(thread_ref, first_checkpoint_id)`` key, not a scan of the thread's turns."""
-
-
 def find_thread(conn: Connection, thread_id: str, ns: str) -> tuple[int, int] | None:
     """``(ref, session_id)`` of a thread + namespace, or None."""
     row = rsql.fetchone(
@@ -349,7 +334,8 @@ def find_checkpoint(conn: Connection, ref: int, checkpoint_id: str | None) -> Ch
         sql = f"SELECT {_CK_COLUMNS} {CK_FROM} WHERE lc.thread_ref = ? AND lc.checkpoint_id = ?"
         row = rsql.fetchone(conn, sql, (ref, id_bytes(str(checkpoint_id))))
         if row is None:
-            return _folded().folded_step(conn, ref, str(checkpoint_id))  # type: ignore[no-any-return]
+            step = turnread.folded_step(conn, ref, str(checkpoint_id))
+            return None if step is None else CheckpointRow(0, *step)
     return None if row is None else _ck_row(row)
 
 
@@ -425,9 +411,9 @@ def list_checkpoints(
     sql = "SELECT t.id, t.thread_id, t.checkpoint_ns FROM lg_threads t WHERE EXISTS (SELECT 1 "
     sql += "FROM lg_turns u WHERE u.thread_ref = t.id)" + "".join(f" AND {w}" for w in where)
     folded = [
-        (str(tid), str(tns), row)
+        (str(tid), str(tns), CheckpointRow(0, *step))
         for ref, tid, tns in rsql.fetchall(conn, sql, params[: len(where)])
-        for row in _folded().folded_rows(conn, int(ref), checkpoint_id, before)
+        for step in turnread.folded_rows(conn, int(ref), checkpoint_id, before)
     ]
     if not folded:
         return rows
@@ -468,7 +454,7 @@ def find_writes(
     loose = list(found.values())
     if folded:  # a folded step's tasks with no loose row keep their folded writes (0011)
         but = {w[1] for w in loose}
-        loose += _folded().folded_writes(conn, ref, checkpoint_id, task_id, but=but)
+        loose += turnread.folded_writes(conn, ref, checkpoint_id, task_id, but=but)
     return loose
 
 
@@ -568,7 +554,7 @@ def insert_new_writes(
         conn,
         "INSERT INTO lg_writes (thread_ref, checkpoint_id, task_id, codec, dict_id, raw_size, "
         "state) SELECT t.id, ?, ?, ?, ?, ?, ? FROM lg_threads t "
-        f"WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND NOT {IN_TURN} "
+        f"WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND NOT {turnread.IN_TURN} "
         "ON CONFLICT (thread_ref, checkpoint_id, task_id) DO NOTHING RETURNING id",
         (id_bytes(checkpoint_id), id_bytes(task_id), *packed, thread_id, ns, *[cid] * 2),
     )

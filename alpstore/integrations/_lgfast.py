@@ -19,6 +19,7 @@ from alpstore.errors import DatabaseError, IntegrityError
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.integrations._lgthread import SaverState
+from alpstore.integrations._lgturnread import IN_TURN
 from alpstore.views import BLOBS_FIRST
 
 WritesFound = list[tuple[int, str, tuple[int, int | None, int, bytes], list[int]]]
@@ -131,7 +132,7 @@ def find_latest_with_writes(
 
 _TASK_FREE = (
     "SELECT t.id, EXISTS (SELECT 1 FROM lg_writes w WHERE w.thread_ref = t.id "
-    f"AND w.checkpoint_id = ? AND w.task_id = ?) OR {lgdb.IN_TURN} FROM lg_threads t "
+    f"AND w.checkpoint_id = ? AND w.task_id = ?) OR {IN_TURN} FROM lg_threads t "
     "WHERE t.thread_id = ? AND t.checkpoint_ns = ?"
 )
 """A thread namespace's row, and whether a task of a checkpoint has writes already (or a turn
@@ -144,7 +145,7 @@ _INSERT_WRITES = (
 
 _THREAD_REF = (
     "(SELECT t.id FROM lg_threads t WHERE t.thread_id = ? AND t.checkpoint_ns = ? "
-    f"AND NOT {lgdb.IN_TURN})"
+    f"AND NOT {IN_TURN})"
 )
 """The thread namespace's row id, named in the statement (NULL when there is none: the NOT
 NULL ``thread_ref`` then fails the insert, and the plain path creates the thread; NULL too
@@ -280,7 +281,7 @@ _TIP_OF_THREAD = (
 _CHECKPOINT_STORED = (
     "SELECT 1 FROM lg_threads t WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND (EXISTS "
     "(SELECT 1 FROM lg_checkpoints lc WHERE lc.thread_ref = t.id AND lc.checkpoint_id = ?) "
-    f"OR {lgdb.IN_TURN})"
+    f"OR {IN_TURN})"
 )
 """Whether the thread holds a checkpoint id: loose, or inside a turn row's range (0011)."""
 
