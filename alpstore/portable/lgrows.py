@@ -133,3 +133,33 @@ def thread_of(conn: Any, session_id: int) -> tuple[str, str] | None:
         (session_id,),
     )
     return None if row is None else (str(row[0]), str(row[1]))
+
+
+def folded_steps(conn: Any, ref: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """A thread namespace's steps and pending writes that its ``lg_turns`` rows hold (0011), as
+    loose rows would give them: steps ``(checkpoint id, parent id, run ref, alp checkpoint id,
+    packed state)`` and writes ``(checkpoint id, task id, packed doc, item blob ids)``, ids as
+    stored (bytes), states packed raw, in checkpoint-id order (writes in their stored order).
+    """
+    steps: list[tuple[Any, ...]] = []
+    writes: list[tuple[Any, ...]] = []
+    for turn_id, codec, dict_id, size, payload in rsql.fetchall(
+        conn,
+        "SELECT id, codec, dict_id, raw_size, doc FROM lg_turns WHERE thread_ref = ? "
+        "ORDER BY first_checkpoint_id",
+        (ref,),
+    ):
+        doc = unpack_doc(
+            (int(codec), dict_id, int(size), bytes(payload)), f"lg_turns row {turn_id}"
+        )
+        for cid, parent, alp, run, state in doc["k"]:
+            raw = canonical_json(state)
+            parent_id = None if parent is None else bytes.fromhex(parent)
+            steps.append(
+                (bytes.fromhex(cid), parent_id, run, int(alp), (CODEC_RAW, None, len(raw), raw))
+            )
+        for index, task, wdoc, items in doc["w"]:
+            raw = canonical_json(wdoc)
+            packed = (CODEC_RAW, None, len(raw), raw)
+            writes.append((bytes.fromhex(doc["k"][index][0]), bytes.fromhex(task), packed, items))
+    return steps, writes

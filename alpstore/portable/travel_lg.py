@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any, Final
 from alpstore.db import raw as rsql
 from alpstore.errors import CheckpointFileError, IntegrityError, UsageError
 from alpstore.portable.files import MAX_INT
-from alpstore.portable.lgrows import id_bytes, id_text, pack_doc, session_name, unpack_doc
+from alpstore.portable.lgrows import (
+    folded_steps,
+    id_bytes,
+    id_text,
+    pack_doc,
+    session_name,
+    unpack_doc,
+)
 from alpstore.views import EMPTY, EMPTY_COVER, View
 
 if TYPE_CHECKING:
@@ -123,6 +130,29 @@ def digest_doc(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
+def _folded_rows(conn: Any, folded: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Folded steps (``lgrows.folded_steps``) in the shape of the export's checkpoint rows."""
+    alp = [int(f[3]) for f in folded]
+    cks: dict[int, tuple[Any, ...]] = {}
+    runs: dict[int, str] = {}
+    for at in range(0, len(alp), 500):
+        part = alp[at : at + 500]
+        sql = (
+            "SELECT id, session_id, segment_id, length, turn, label, trigger, abandoned, "
+            f"created_at FROM checkpoints WHERE id IN ({rsql.placeholders(len(part))})"
+        )
+        cks.update({int(r[0]): tuple(r) for r in rsql.fetchall(conn, sql, part)})
+    refs = sorted({int(f[2]) for f in folded if f[2] is not None})
+    if refs:
+        sql = f"SELECT id, run_id FROM lg_runs WHERE id IN ({rsql.placeholders(len(refs))})"
+        runs = {int(r[0]): str(r[1]) for r in rsql.fetchall(conn, sql, refs)}
+    return [
+        (cid, parent, None if run is None else runs.get(int(run)), *packed, *cks[a])
+        for cid, parent, run, a, packed in folded
+        if a in cks
+    ]
+
+
 def _state_blob_ids(state: Any) -> list[int]:
     refs = state.get("v", {}) if isinstance(state, dict) else {}
     return [int(r[2]) for r in refs.values() if isinstance(r, list) and r[:1] == ["b"]]
@@ -189,6 +219,9 @@ def thread_records(
             "ORDER BY lc.checkpoint_id",
             (ref,),
         )
+        folded, folded_writes = folded_steps(conn, ref)
+        if folded:  # the steps its turn rows hold (0011), as loose rows give them
+            rows = sorted(rows + _folded_rows(conn, folded), key=lambda r: bytes(r[0]))
         docs = [
             unpack_doc(
                 (int(r[3]), r[4], int(r[5]), bytes(r[6])),
@@ -241,6 +274,11 @@ def thread_records(
             (ref,),
         )
         items: dict[int, list[int]] = {}
+        # the folded writes first (older), in their order, numbered below every row id
+        folded_rows = [(-n, *w[:2], *w[2]) for n, w in enumerate(folded_writes, 1)]
+        wrows = folded_rows[::-1] + list(wrows)
+        for n, w in enumerate(folded_writes, 1):
+            items[-n] = [int(b) for b in w[3]]
         for wid, _pos, blob_id in rsql.fetchall(
             conn,
             "SELECT i.write_id, i.position, i.blob_id FROM lg_write_items i JOIN lg_writes w "

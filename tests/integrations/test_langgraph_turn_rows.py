@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from alpstore.integrations._lgpack import id_bytes
 from alpstore.integrations.langgraph import AlpstoreSaver
 from alpstore.maintenance import verify
 from tests.conftest import Backend
+from tests.integrations._framework_cli import ok, sqlite_url
 from tests.integrations.test_langgraph_saver import build_graph, user
 
 TURNS = 6
@@ -191,3 +193,21 @@ def test_maintenance_on_folded_turns_as_on_loose_ones(backend: Backend) -> None:
         )
     assert verify(backend.open_store()).ok
     backend.close_all()
+
+
+def test_a_thread_with_folded_turns_exports_and_imports_whole(tmp_path: Path) -> None:
+    """``session export`` of a thread whose closed turns are turn rows writes every step and
+    pending write (the import, on another run root, gives the same reads as the source)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    urls = (sqlite_url(src), sqlite_url(dst))
+    with AlpstoreSaver.open(src, url=urls[0]) as saver:
+        graph = build_graph(saver)
+        for n in range(TURNS):
+            graph.invoke({"messages": [user(n)]}, _config("t"))
+        before = [_shape(t) for t in saver.list(_config("t"))]
+        assert _fold_closed_turns(saver, "t") == TURNS - 1
+    out = tmp_path / "t.jsonl.zst"
+    ok(src, urls[0], "session", "export", "langgraph:t", "-o", str(out))
+    ok(dst, urls[1], "session", "import", str(out))
+    with AlpstoreSaver.open(dst, url=urls[1]) as moved:
+        assert [_shape(t) for t in moved.list(_config("t"))] == before
