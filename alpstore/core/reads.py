@@ -11,6 +11,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any, cast
 
+from alpstore.archive.lgstate import folded_alp_of
 from alpstore.codec import Digest
 from alpstore.core.parts import StoreParts
 from alpstore.core.rows import CHECKPOINT_COLUMNS, SESSION_COLUMNS, CheckpointRow, SessionRow
@@ -361,6 +362,9 @@ class StoreReads(StoreParts):
                     "ORDER BY id DESC LIMIT 1",
                     (uuid.UUID(ref).bytes,),  # stored as a UUID's 16 bytes
                 )
+                if found is None:  # a step a turn row holds (0011)
+                    alp = folded_alp_of(conn, uuid.UUID(ref).bytes)
+                    found = None if alp is None else (alp,)
             if found is None:
                 raise NotFoundError(f"checkpoint {ref!r}: no LangGraph checkpoint with that id")
             return self.get_checkpoint(int(found[0]))

@@ -4,18 +4,21 @@ interrupts and errors, and the pending writes no later step consumed.
 
 Read with plain SQL (:mod:`alpstore.db.raw`) from what ``AlpstoreSaver`` stored: the trigger
 ``langgraph:<source>[:<nodes>]`` of each alpstore checkpoint, the ``lg_checkpoints`` /
-``lg_writes`` rows (ids and counts only, nothing unpacked) and the ``interrupt`` / ``error``
-session events. No LangGraph and no SQLAlchemy import: ``session log`` stays fast.
+``lg_writes`` rows (ids and counts only, nothing unpacked; a closed turn's ``lg_turns`` row,
+0011, unpacked) and the ``interrupt`` / ``error`` session events. No LangGraph and no
+SQLAlchemy import: ``session log`` stays fast.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from alpstore.archive.lgstate import folded_steps
 from alpstore.db import raw as rsql
 from alpstore.sessions import CheckpointInfo
 
@@ -114,6 +117,16 @@ def _rows(store: Store, session_id: int) -> tuple[dict[int, str], dict[int, int]
             "GROUP BY w.thread_ref, w.checkpoint_id",
             (session_id,),
         )
+        for (ref,) in rsql.fetchall(  # the steps turn rows hold (0011), unpacked
+            conn,
+            "SELECT DISTINCT u.thread_ref FROM lg_turns u JOIN lg_threads t "
+            "ON t.id = u.thread_ref WHERE t.session_id = ?",
+            (session_id,),
+        ):
+            steps, folded = folded_steps(conn, int(ref))
+            cks += [(alp, cid, parent, ref) for cid, parent, _, alp, _ in steps]
+            tasks = Counter(cid for cid, *_ in folded)
+            writes += [(ref, cid, n) for cid, n in tasks.items()]
     ids: dict[int, str] = {}
     by_lg: dict[tuple[int, bytes], int] = {}
     parents: set[tuple[int, bytes]] = set()

@@ -118,19 +118,21 @@ def note_writes(
         with store.db.atomic() as conn:
             found = rsql.fetchone(
                 conn,
-                "SELECT t.session_id, lc.alp_checkpoint_id FROM lg_threads t "
+                "SELECT t.session_id, lc.alp_checkpoint_id, t.id FROM lg_threads t "
                 "LEFT JOIN lg_checkpoints lc ON lc.thread_ref = t.id AND lc.checkpoint_id = ? "
                 "WHERE t.thread_id = ? AND t.checkpoint_ns = ?",
                 (id_bytes(str(checkpoint_id)), thread_id, ns),
             )
             if found is None:
                 return
+            alp = None if found[1] is None else int(found[1])
+            if alp is None:  # a step a turn row holds (0011)
+                step = lgdb.find_checkpoint(conn, int(found[2]), str(checkpoint_id))
+                alp = None if step is None else step.alp_id
             for kind, value in marked:
                 detail = {"node": node, "checkpoint_id": str(checkpoint_id)}
                 detail["value"] = marked_value(kind, value)
-                store.record_event(
-                    conn, int(found[0]), kind, None if found[1] is None else int(found[1]), detail
-                )
+                store.record_event(conn, int(found[0]), kind, alp, detail)
 
     store.db.retrying(attempt, what=f"the interrupt of LangGraph thread {thread_id!r}")
 

@@ -16,6 +16,7 @@ Here: the readers' fallbacks (a step, its writes, the steps for ``list``), as th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -176,3 +177,25 @@ def folded_rows(
 
 def _below(row: StepRow, before: str) -> bool:
     return id_bytes(row[0]) < id_bytes(before)
+
+
+def folded_step_of_alp(conn: Connection, alp_id: int) -> tuple[str, str, bytes, Any] | None:
+    """``(thread_id, ns, checkpoint id bytes, state)`` of the newest folded step whose alpstore
+    checkpoint is ``alp_id`` (the threads of its session, their turn rows' ``alp_ids``).
+    """
+    rows = rsql.fetchall(
+        conn,
+        "SELECT t.thread_id, t.checkpoint_ns, u.id, u.alp_ids FROM lg_turns u "
+        "JOIN lg_threads t ON t.id = u.thread_ref JOIN checkpoints c ON c.session_id = "
+        "t.session_id WHERE c.id = ? ORDER BY u.first_checkpoint_id DESC",
+        (alp_id,),
+    )
+    for thread_id, ns, turn_id, alp_ids in rows:
+        stored = json.loads(alp_ids) if isinstance(alp_ids, str) else list(alp_ids)
+        if alp_id not in [int(a) for a in stored]:
+            continue
+        row = rsql.fetchone(conn, f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE id = ?", (turn_id,))
+        for step in reversed(_turn(row).doc["k"]):
+            if int(step[2]) == alp_id:
+                return str(thread_id), str(ns), bytes.fromhex(step[0]), step[4]
+    return None

@@ -27,6 +27,8 @@ except ImportError as err:
 from alpstore.db import raw as rsql
 from alpstore.errors import NotFoundError, UsageError
 from alpstore.integrations import _lgdb as lgdb
+from alpstore.integrations import _lgturnread as turnread
+from alpstore.integrations import _lgturns as lgturns
 from alpstore.integrations.langgraph import AlpstoreSaver
 from alpstore.portable.lgrows import id_bytes, id_text, session_name, unpack_doc
 from alpstore.sessions import CheckpointInfo, steering_message
@@ -72,7 +74,12 @@ def _step_of(store: Store, checkpoint: CheckpointInfo) -> tuple[str, str, str, s
             "ORDER BY lc.checkpoint_id DESC LIMIT 1",
             (checkpoint.id,),
         )
-    if row is None:
+    if row is None:  # a step a turn row holds (0011)
+        with store.db.read() as conn:
+            folded = turnread.folded_step_of_alp(conn, int(checkpoint.id))
+        if folded is not None:
+            key = folded[3].get("s") if isinstance(folded[3], dict) else None
+            return folded[0], folded[1], id_text(folded[2]), str(key or "messages")
         raise NotFoundError(
             f"checkpoint {checkpoint.id} is no LangGraph checkpoint of its thread "
             "(alpstore made it, not the saver)",
@@ -201,6 +208,7 @@ def fork_thread(
             raise UsageError(f"LangGraph thread {target!r} already exists")
         source = lgdb.find_thread(conn, thread_id, ns)
         assert source is not None
+        lgturns.unfold_all(conn, source[0])  # its folded steps loose first (0011), copied as rows
         chain = _ancestors(conn, source[0], cid)
         child = store.fork_checkpoint(
             checkpoint, session_id=session_id, name=store.available_name(conn, name)

@@ -10,38 +10,18 @@ its position among the write's items for writes) or ``["l", position, n]`` (n me
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any, Final
 
-import zstandard
-
-from alpstore.codec import canonical_json, pool_give, pool_take
+from alpstore.archive.lgstate import CODEC_LG_DICT as CODEC_LG_DICT
+from alpstore.archive.lgstate import CODEC_RAW as CODEC_RAW
+from alpstore.archive.lgstate import STATE_DICTIONARY as STATE_DICTIONARY
+from alpstore.archive.lgstate import Packed as Packed
+from alpstore.archive.lgstate import folded_steps as folded_steps
+from alpstore.archive.lgstate import pack_doc as pack_doc
+from alpstore.archive.lgstate import state_contexts as state_contexts
+from alpstore.archive.lgstate import unpack_doc as unpack_doc
 from alpstore.db import raw as rsql
-from alpstore.errors import IntegrityError
-
-CODEC_RAW: Final = 0
-CODEC_LG_DICT: Final = 10
-"""zstd with :data:`STATE_DICTIONARY` (a fixed raw-content dictionary shipped in the code)."""
-
-STATE_DICTIONARY: Final = (
-    b'{"c":{"json":{"channel_versions":{"__start__":1,"branch:to:agent":2,"branch:to:tools":3,'
-    b'"messages":4},"ts":"2026-01-01T00:00:00.000000+00:00","updated_channels":["messages"],'
-    b'"v":4,"versions_seen":{"__input__":{},"__start__":{"__start__":1},"agent":{"branch:to:'
-    b'agent":2},"tools":{"branch:to:tools":3}}}},"m":{"json":{"parents":{},"source":"loop",'
-    b'"step":1}},"s":"messages","v":{"branch:to:agent":["i",0,null],"branch:to:tools":["i",0,'
-    b'null],"__start__":["i",1,{"b64":"gahtZXNzYWdlc5HHtQWUvWxhbmdjaGFpbl9jb3JlLm1lc3NhZ2VzLm'
-    b'h1bWFurEh1bWFuTWVzc2FnZYanY29udGVudA","serde":"msgpack"}]}}'
-    b'{"p":"~__pregel_pull, agent","w":[[0,"messages",["l",0,1]],[1,"branch:to:tools",'
-    b'["i",0,null]]]}{"p":"~__pregel_pull, tools","w":[[0,"messages",["l",0,1]],[1,'
-    b'"branch:to:agent",["i",0,null]]]}{"p":"~__pregel_pull, __start__","w":[[0,"messages",'
-    b'["l",0,1]],[1,"branch:to:agent",["i",0,null]]]}"source":"input","step":-1'
-)
-"""What LangGraph checkpoint states and task writes look like: small packed rows compress
-against it to a fraction of what zstd alone reaches (changing it needs a new codec number)."""
-
-Packed = tuple[int, int | None, int, bytes]
-"""``(codec, dict_id, raw_size, payload)``."""
 
 
 def id_bytes(text: str) -> bytes:
@@ -73,58 +53,6 @@ def session_name(thread_id: str, ns: str) -> str:
     return name[:200]
 
 
-_FREE: list[tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]] = []
-"""Context pairs no call is using (python-zstandard's contexts are one thread's at a time)."""
-
-
-def state_contexts() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
-    """A compressor and decompressor on :data:`STATE_DICTIONARY`."""
-    state_dict = zstandard.ZstdCompressionDict(
-        STATE_DICTIONARY, dict_type=zstandard.DICT_TYPE_RAWCONTENT
-    )
-    return (
-        zstandard.ZstdCompressor(
-            level=3,
-            dict_data=state_dict,
-            write_content_size=False,
-            write_checksum=False,
-            write_dict_id=False,
-        ),
-        zstandard.ZstdDecompressor(dict_data=state_dict),
-    )
-
-
-def pack_doc(doc: Any) -> Packed:
-    """Canonical JSON of ``doc``, compressed (or raw when that is smaller), as the saver packs."""
-    raw = canonical_json(doc)
-    contexts = pool_take(_FREE, state_contexts)
-    payload = contexts[0].compress(raw)
-    pool_give(_FREE, contexts)
-    if len(payload) >= len(raw):
-        return CODEC_RAW, None, len(raw), raw
-    return CODEC_LG_DICT, None, len(raw), payload
-
-
-def unpack_doc(packed: Packed, what: str) -> Any:
-    """The document of a row the saver packed (codec 0 or 10, the only ones it writes).
-
-    Raises:
-        IntegrityError: another codec, or damaged bytes (``what`` names the row).
-    """
-    codec, dict_id, size, payload = packed
-    try:
-        if codec == CODEC_RAW and dict_id is None:
-            return json.loads(payload)
-        if codec == CODEC_LG_DICT:
-            contexts = pool_take(_FREE, state_contexts)
-            raw = contexts[1].decompress(payload, max_output_size=size)
-            pool_give(_FREE, contexts)  # a call that raised drops its pair
-            return json.loads(raw)
-    except (zstandard.ZstdError, ValueError) as exc:
-        raise IntegrityError(f"{what}: its packed state is damaged ({exc})") from exc
-    raise IntegrityError(f"{what}: packed with codec {codec}, which this alpstore does not read")
-
-
 def thread_of(conn: Any, session_id: int) -> tuple[str, str] | None:
     """``(thread_id, checkpoint_ns)`` of the LangGraph thread namespace a session holds."""
     row = rsql.fetchone(
@@ -133,33 +61,3 @@ def thread_of(conn: Any, session_id: int) -> tuple[str, str] | None:
         (session_id,),
     )
     return None if row is None else (str(row[0]), str(row[1]))
-
-
-def folded_steps(conn: Any, ref: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """A thread namespace's steps and pending writes that its ``lg_turns`` rows hold (0011), as
-    loose rows would give them: steps ``(checkpoint id, parent id, run ref, alp checkpoint id,
-    packed state)`` and writes ``(checkpoint id, task id, packed doc, item blob ids)``, ids as
-    stored (bytes), states packed raw, in checkpoint-id order (writes in their stored order).
-    """
-    steps: list[tuple[Any, ...]] = []
-    writes: list[tuple[Any, ...]] = []
-    for turn_id, codec, dict_id, size, payload in rsql.fetchall(
-        conn,
-        "SELECT id, codec, dict_id, raw_size, doc FROM lg_turns WHERE thread_ref = ? "
-        "ORDER BY first_checkpoint_id",
-        (ref,),
-    ):
-        doc = unpack_doc(
-            (int(codec), dict_id, int(size), bytes(payload)), f"lg_turns row {turn_id}"
-        )
-        for cid, parent, alp, run, state in doc["k"]:
-            raw = canonical_json(state)
-            parent_id = None if parent is None else bytes.fromhex(parent)
-            steps.append(
-                (bytes.fromhex(cid), parent_id, run, int(alp), (CODEC_RAW, None, len(raw), raw))
-            )
-        for index, task, wdoc, items in doc["w"]:
-            raw = canonical_json(wdoc)
-            packed = (CODEC_RAW, None, len(raw), raw)
-            writes.append((bytes.fromhex(doc["k"][index][0]), bytes.fromhex(task), packed, items))
-    return steps, writes

@@ -337,18 +337,13 @@ class Graph:
 
     def alp_checkpoint(self, thread: str, cid: str) -> int:
         """The alpstore checkpoint holding a LangGraph checkpoint's messages."""
-        from alpstore.db import raw as rsql
-        from alpstore.integrations._lgpack import id_bytes
+        from alpstore.integrations import _lgdb as lgdb
 
         with self.store.db.read() as conn:
-            row = rsql.fetchone(
-                conn,
-                "SELECT lc.alp_checkpoint_id FROM lg_checkpoints lc JOIN lg_threads t "
-                "ON t.id = lc.thread_ref WHERE t.thread_id = ? AND t.checkpoint_ns = '' "
-                "AND lc.checkpoint_id = ?",
-                (thread, id_bytes(cid)),
-            )
-        return int(row[0])
+            found = lgdb.find_thread(conn, thread, "")
+            step = None if found is None else lgdb.find_checkpoint(conn, found[0], cid)
+        assert step is not None, f"no LangGraph checkpoint {cid} of thread {thread!r}"
+        return step.alp_id
 
     def step(self) -> None:
         """One random operation: a run, a time-travel run, a new or a deleted thread."""

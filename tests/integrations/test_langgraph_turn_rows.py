@@ -10,6 +10,8 @@ steps stay loose.
 
 from __future__ import annotations
 
+import json
+import re
 import uuid
 from itertools import pairwise
 from pathlib import Path
@@ -26,6 +28,7 @@ from alpstore.integrations._lgpack import id_bytes
 from alpstore.integrations.langgraph import AlpstoreSaver
 from alpstore.maintenance import verify
 from tests.conftest import Backend
+from tests.integrations import _lg_travel_graph as travel
 from tests.integrations._framework_cli import ok, sqlite_url
 from tests.integrations.test_langgraph_saver import build_graph, user
 
@@ -211,3 +214,44 @@ def test_a_thread_with_folded_turns_exports_and_imports_whole(tmp_path: Path) ->
     ok(dst, urls[1], "session", "import", str(out))
     with AlpstoreSaver.open(dst, url=urls[1]) as moved:
         assert [_shape(t) for t in moved.list(_config("t"))] == before
+
+
+def _scripted(root: Path, fold: bool) -> str:
+    url = sqlite_url(root)
+    with AlpstoreSaver.open(root, url=url) as saver:
+        travel.run_script(travel.build_graph(saver))
+        if fold:
+            assert _fold_closed_turns(saver, travel.THREAD) >= 1
+    return url
+
+
+def test_session_log_backtrack_and_fork_of_a_thread_with_folded_turns(tmp_path: Path) -> None:
+    """The reading commands and issue 40's backtrack and fork see a folded step as a loose one:
+    the same ``session log`` (every step's checkpoint_id, node, pending writes), a step found by
+    its LangGraph checkpoint_id, and the same messages after ``backtrack`` / ``fork`` to one."""
+    out = {}
+    for fold in (False, True):
+        root = tmp_path / ("folded" if fold else "loose") / str(len(out))
+        url = _scripted(root, fold)
+        log = json.loads(ok(root, url, "session", "log", travel.THREAD, "--json"))
+        ids = {r["step"]: r["checkpoint_id"] for r in log if r.get("checkpoint_id")}
+        target = ids["langgraph:t1@1.4"]  # by its LangGraph checkpoint_id: resolve_checkpoint
+        ok(root, url, "session", "backtrack", "langgraph:t1", "--to", target, "check", "twice")
+        shown = ok(root, url, "session", "show", travel.THREAD, "--json")
+        doc = json.loads(ok(root, url, "session", "fork", "t1@1.2", "--json"))
+        with AlpstoreSaver.open(root, url=url) as saver:
+            graph = travel.build_graph(saver)
+            now = travel.messages(graph.get_state(travel.config()).values)
+            forked = travel.messages(graph.get_state(travel.config(doc["framework_id"])).values)
+        strip = [{k: v for k, v in r.items() if k not in ("checkpoint_id", "at")} for r in log]
+        out[len(out)] = (strip, len(ids), json.loads(shown), now, forked)
+    assert _no_ids(out[1]) == _no_ids(out[0])
+
+
+def _no_ids(value: Any) -> str:
+    """``value`` as JSON, uuids (of subgraph namespaces, sessions: random in every run), their
+    prefixes and the digests of what names them left out."""
+    text = json.dumps(value, sort_keys=True, default=str)
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "UUID", text)
+    text = re.sub(r"[0-9a-f]{64}", "DIGEST", text)  # of messages naming them
+    return re.sub(r"\(session [0-9a-f]{8}\)", "(session)", text)
