@@ -17,10 +17,9 @@ from typing import Any
 from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgturns as lgturns
 
-FOLD = False
-"""Fold closed turns. Off until every reader of a step reads turn rows (the portable export,
-``lgthreads``, ``debug/lgsteps``, ``core/reads``, ``testing/stress``: docs/ARCHITECTURE.md,
-issue 42 third step); tests and benchmarks turn it on."""
+FOLD = True
+"""Fold closed turns (off: every step stays loose, as before 0011; the tests that fold by hand
+turn it off)."""
 
 
 class Folder:

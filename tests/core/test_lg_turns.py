@@ -20,6 +20,7 @@ from sqlalchemy import text
 from alembic import command
 from alpstore.db.database import Database
 from alpstore.db.migrate import SCHEMA_HEAD, alembic_config, current_revision, upgrade
+from alpstore.integrations import _lgfold as lgfold
 from alpstore.integrations.langgraph import AlpstoreSaver
 from alpstore.maintenance import verify
 from alpstore.portable.lgrows import unpack_doc
@@ -30,7 +31,8 @@ THREADS = {"a": 6, "b": 3}
 """Invokes per thread: a turn each (an input step, then the graph's loop steps)."""
 
 
-def _write(backend: Backend) -> None:
+def _write(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lgfold, "FOLD", False)  # every step loose, as before 0011
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         saver.store.archive.auto_pack = False
         graph = build_graph(saver)
@@ -102,12 +104,14 @@ def _to(db: Database, revision: str) -> None:
     assert current_revision(db) == revision
 
 
-def test_closed_turns_fold_into_one_row_each_and_unfold_back(backend: Backend) -> None:
-    _write(backend)
+def test_closed_turns_fold_into_one_row_each_and_unfold_back(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(backend, monkeypatch)
     backend.close_all()
     db = backend.open_database()
     before = _loose(db)
-    assert _count(db, "SELECT count(*) FROM lg_turns") == 0  # the writer folds nothing yet
+    assert _count(db, "SELECT count(*) FROM lg_turns") == 0  # the writer off
     steps_per_turn = len(before["steps"]) // sum(THREADS.values())
     assert steps_per_turn >= 3 and before["writes"]
     _to(db, "0010")

@@ -173,6 +173,7 @@ def test_a_turn_is_o_delta_in_one_transaction_per_call(
     scanned: list[int] = []
     transactions: list[int] = []
     named: list[int] = []
+    folds: list[int] = []
     real_doc, real_scan = lgcodec.message_doc, lg.is_message_list
 
     def counting_doc(message: Any) -> Any:
@@ -194,13 +195,16 @@ def test_a_turn_is_o_delta_in_one_transaction_per_call(
             # background executor): the writes then name that step's node in one more short
             # transaction (`_lgsteps.name_step`), counted apart: O(1), whatever the race
             late = any(f.name == "name_step" for f in traceback.extract_stack(limit=6))
-            (named if late else transactions).append(1)
+            # the turn before an input folded into one lg_turns row (0011): on the saver's
+            # folding thread, never in a call's; counted apart, at most one a turn
+            fold = threading.current_thread().name == "alpstore-lg-folder"
+            (folds if fold else named if late else transactions).append(1)
             return real_atomic()
 
         monkeypatch.setattr(saver.store.db, "atomic", counting_atomic)
         graph = agent_graph(saver)
         for turn in range(40):
-            for seen in (encoded, scanned, transactions, named):
+            for seen in (encoded, scanned, transactions, named, folds):
                 seen.clear()
             graph.invoke({"messages": [HumanMessage(content=f"q{turn}", id=f"u{turn}")]}, cfg)
         # the last turn (80 messages in the thread): its 2 new messages encoded, each at most
@@ -210,6 +214,8 @@ def test_a_turn_is_o_delta_in_one_transaction_per_call(
         assert max(scanned) <= 2, scanned
         assert len(transactions) == 5, transactions
         assert len(named) <= 1, named
+        saver._folder.wait()
+        assert len(folds) <= 2, folds  # the last turn's, and the one before's when still due
         assert len(graph.get_state(cfg).values["messages"]) == 80
 
 

@@ -35,6 +35,13 @@ from tests.integrations.test_langgraph_saver import build_graph, user
 TURNS = 6
 
 
+@pytest.fixture(autouse=True)
+def _writer_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turns are folded by hand here (``_fold_closed_turns``), as 0011 folds them; the writer's
+    own test turns it on."""
+    monkeypatch.setattr(lgfold, "FOLD", False)
+
+
 def _config(thread: str, checkpoint_id: str | None = None) -> Any:
     conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
     if checkpoint_id is not None:
