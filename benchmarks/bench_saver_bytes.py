@@ -38,7 +38,15 @@ from benchmarks.bench_langgraph import build, conversation, invoke_turns
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "saver_bytes.md"
-SAVER_TABLES = ("lg_checkpoints", "lg_writes", "lg_write_items", "checkpoints", "blob_rows")
+SAVER_TABLES = (
+    "lg_checkpoints",
+    "lg_writes",
+    "lg_write_items",
+    "lg_turns",
+    "lg_turn_blobs",
+    "checkpoints",
+    "blob_rows",
+)
 
 
 def _marks(text: str) -> list[int]:
@@ -74,6 +82,7 @@ def sqlite_run(marks: list[int]) -> tuple[dict[int, Any], list[tuple[str, int]],
             # a frame being written holds a read open: the WAL (~8 MB at its autocheckpoint
             # size) would not fold in, and the file's size would count it
             saver.store.archive.wait_for_packing()
+            saver._folder.wait()  # the turn folded before (issue 42, 0011), as closing would
             size = checkpointed_bytes(path)
             if turn == marks[-1]:
                 con = sqlite3.connect(path)
@@ -130,6 +139,7 @@ def postgres_run(marks: list[int], parts: list[tuple[str, int]]) -> dict[int, An
             )
 
             def measure(turn: int) -> int:
+                saver._folder.wait()  # the turn folded before (0011), as closing would
                 with probe.connect() as conn:
                     conn.exec_driver_sql("VACUUM")
                     if turn == marks[-1]:

@@ -97,6 +97,7 @@ def drop_checkpoints(
             )
             rsql.execute(conn, f"DELETE FROM lg_checkpoints WHERE id IN ({rmarks})", refs)
             delete_alp_checkpoints(conn, session_id, [int(r[1]) for r in rows])
+    lgturns.keep_newest_loose(conn, ref)  # the newest left may be a folded one (0011)
 
 
 def delete_alp_checkpoints(conn: Connection, session_id: int, ids: Sequence[int]) -> None:

@@ -186,3 +186,25 @@ def drop_all(conn: Connection, ref: int) -> None:
         (ref,),
     )
     rsql.execute(conn, "DELETE FROM lg_turns WHERE thread_ref = ?", (ref,))
+
+
+def keep_newest_loose(conn: Connection, ref: int) -> None:
+    """Keep a thread's newest step loose (what the newest-step reads, ``NEWEST_OF_THREAD``,
+    rely on): after steps were deleted, the turn row ending above every loose step is unfolded.
+    """
+    row = rsql.fetchone(
+        conn,
+        f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE thread_ref = ? "
+        "ORDER BY first_checkpoint_id DESC LIMIT 1",
+        (ref,),
+    )
+    if row is None:
+        return
+    newest = rsql.fetchone(
+        conn,
+        "SELECT checkpoint_id FROM lg_checkpoints WHERE thread_ref = ? "
+        "ORDER BY checkpoint_id DESC LIMIT 1",
+        (ref,),
+    )
+    if newest is None or bytes(newest[0]) < bytes(row[2]):
+        unfold(conn, ref, _turn(row))

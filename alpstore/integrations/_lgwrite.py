@@ -30,7 +30,7 @@ from alpstore.integrations._lgcodec import (
     wrap,
 )
 from alpstore.integrations._lgfast import WriteRequest, pack_writes
-from alpstore.integrations._lgpack import value_ref
+from alpstore.integrations._lgpack import id_bytes, value_ref
 from alpstore.integrations._lgsteps import TRIGGER_PREFIX as TRIGGER_PREFIX
 from alpstore.integrations._lgsteps import branch_point, record_branch, step_nodes, step_trigger
 from alpstore.integrations._lgsteps import note_writer as note_writer
@@ -59,7 +59,14 @@ def put_checkpoint(
     """
     known, th.known = th.known, None
     args = (saver, th, thread_id, ns, parent, checkpoint, md, new_versions)
-    if known is None or known.key != th.key or not saver.store.db.is_postgresql:
+    last = th.last_put
+    if (
+        known is None
+        or known.key != th.key
+        or not saver.store.db.is_postgresql
+        or last is None
+        or id_bytes(str(checkpoint["id"])) <= id_bytes(last[0])  # not a new id: a turn row may
+    ):  # hold it (0011), which the unread put cannot see
         return _put_checkpoint(*args, None)
     return lgfast.fast_or_plain(
         lambda: _put_checkpoint(*args, known),

@@ -262,3 +262,25 @@ def _no_ids(value: Any) -> str:
     text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "UUID", text)
     text = re.sub(r"[0-9a-f]{64}", "DIGEST", text)  # of messages naming them
     return re.sub(r"\(session [0-9a-f]{8}\)", "(session)", text)
+
+
+def test_the_newest_step_left_after_a_delete_is_read_when_it_was_folded(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``delete_for_runs`` of a thread's last run leaves a folded step newest: the turn row
+    holding it is unfolded (the newest-step reads look at loose rows only). The differential
+    machine found it on PostgreSQL (get_tuple gave None)."""
+    monkeypatch.setattr(lgfold, "FOLD", True)
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        runs = [str(uuid.uuid4()) for _ in range(3)]
+        for n, run in enumerate(runs):
+            graph.invoke({"messages": [user(n)]}, {**_config("t"), "metadata": {"run_id": run}})
+        saver._folder.wait()
+        assert _turn_rows(saver) == 2
+        saver.delete_for_runs([runs[-1]])
+        steps = list(saver.list(_config("t")))
+        newest = saver.get_tuple(_config("t"))
+        assert newest is not None and _shape(newest) == _shape(steps[0])
+        graph.invoke({"messages": [user(9)]}, _config("t"))  # and goes on from it
+        assert len(list(saver.list(_config("t")))) > len(steps)
