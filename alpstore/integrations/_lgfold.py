@@ -21,6 +21,14 @@ FOLD = True
 """Fold closed turns (off: every step stays loose, as before 0011; the tests that fold by hand
 turn it off)."""
 
+FOLD_ON_POSTGRESQL = False
+"""Fold on PostgreSQL too. Off by default: a fold is a transaction of ~17 statements sent one at
+a time, holding the thread's session row, which the thread's next put waits for. Measured
+through the delay line at 2 ms one way (``bench_network.py``, 150 tool-loop turns): 85.5 ms a
+turn (14.2 round trips) without folding, 180.0 ms (31.8) with it, twice issue 45's goal. On
+PostgreSQL the writer leaves every step loose until a fold runs in one pipeline without holding
+the thread; what migration 0011 folded, and a thread folded with this on, reads the same."""
+
 
 class Folder:
     """One thread folding a saver's closed turns, in the order their inputs came."""
@@ -37,7 +45,7 @@ class Folder:
 
     def after_input(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """A thread's input step committed: fold the turn before it (on the folding thread)."""
-        if not FOLD:
+        if not FOLD or (self._store.db.is_postgresql and not FOLD_ON_POSTGRESQL):
             return
         with self._lock:
             self._pending += 1

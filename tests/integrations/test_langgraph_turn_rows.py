@@ -145,6 +145,7 @@ def test_the_writer_folds_each_closed_turn_off_the_callers_thread(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(lgfold, "FOLD", True)
+    monkeypatch.setattr(lgfold, "FOLD_ON_POSTGRESQL", True)  # the writer tested on both
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         graph = build_graph(saver)
         for n in range(TURNS):
@@ -271,6 +272,7 @@ def test_the_newest_step_left_after_a_delete_is_read_when_it_was_folded(
     holding it is unfolded (the newest-step reads look at loose rows only). The differential
     machine found it on PostgreSQL (get_tuple gave None)."""
     monkeypatch.setattr(lgfold, "FOLD", True)
+    monkeypatch.setattr(lgfold, "FOLD_ON_POSTGRESQL", True)  # the writer tested on both
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         graph = build_graph(saver)
         runs = [str(uuid.uuid4()) for _ in range(3)]
