@@ -105,23 +105,17 @@ def unfold(conn: Connection, ref: int, turn: Turn) -> None:
     deleted: what a write that changes a folded step runs first.
     """
     for cid, parent, alp, run, state in turn.doc["k"]:
-        new = rsql.fetchone(
-            conn,
-            "INSERT INTO lg_checkpoints (thread_ref, checkpoint_id, parent_checkpoint_id, "
-            "alp_checkpoint_id, run_ref, codec, dict_id, raw_size, state) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            (
-                ref,
-                bytes.fromhex(cid),
-                None if parent is None else bytes.fromhex(parent),
-                int(alp),
-                run,
-                *pack_doc(state),
-            ),
-        )[0]
         refs = state.get("v", {})
-        blobs = dict.fromkeys(int(v[2]) for v in refs.values() if v and v[0] == "b")
-        lgdb.insert_checkpoint_blobs(conn, int(new), list(blobs))
+        lgdb.insert_checkpoint(
+            conn,
+            ref,
+            id_text(bytes.fromhex(cid)),
+            None if parent is None else id_text(bytes.fromhex(parent)),
+            int(alp),
+            run,
+            pack_doc(state),
+            [int(v[2]) for v in refs.values() if v and v[0] == "b"],
+        )
     for index, task, doc, items in turn.doc["w"]:
         cid = id_text(bytes.fromhex(turn.doc["k"][index][0]))
         lgdb.save_writes(conn, ref, cid, id_text(bytes.fromhex(task)), None, pack_doc(doc), items)
