@@ -100,6 +100,21 @@ def drop_checkpoints(
     lgturns.keep_newest_loose(conn, ref)  # the newest left may be a folded one (0011)
 
 
+def keep_last(conn: Connection, ref: int, session_id: int, keep: int) -> None:
+    """A thread namespace whose session's retention keeps ``keep`` checkpoints: its older steps
+    dropped as ``prune`` drops them (their writes and alpstore checkpoints with them), so that
+    LangGraph's reads and the session's checkpoints stay one set.
+    """
+    loose = rsql.fetchone(conn, "SELECT count(*) FROM lg_checkpoints WHERE thread_ref = ?", (ref,))
+    folded = rsql.fetchone(
+        conn, "SELECT coalesce(sum(steps), 0) FROM lg_turns WHERE thread_ref = ?", (ref,)
+    )
+    if int(loose[0] if loose else 0) + int(folded[0] if folded else 0) <= keep:
+        return
+    ids = checkpoint_ids(conn, ref)
+    drop_checkpoints(conn, ref, session_id, ids[: len(ids) - keep])
+
+
 def delete_alp_checkpoints(conn: Connection, session_id: int, ids: Sequence[int]) -> None:
     """Delete a session's alpstore checkpoints; fork sources are kept, marked abandoned."""
     sources = set(

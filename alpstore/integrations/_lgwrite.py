@@ -223,8 +223,6 @@ def _put_checkpoint(
                 wm_id=None,
                 cover=cover,
             )
-            if row.retention[0] != "all":
-                store.apply_retention(conn, info)
             if run is not None and run not in saver._runs:
                 lgdb.intern_run(conn, run)
             packed = saver._packer.pack(state)
@@ -237,6 +235,9 @@ def _put_checkpoint(
                 new = lgdb.insert_checkpoint_row(conn, row.ref, cid, parent_id, ck.id, run, packed)
                 assert new is not None
             lgdb.insert_checkpoint_blobs(conn, new, blob_ids)
+            if row.retention[0] != "all":  # the thread pruned as the session's retention says
+                keep = 1 if row.retention[0] == "single" else max(1, row.retention[1])
+                lgmaint.keep_last(conn, row.ref, row.session_id, keep)
     if later is not None:
         ck = later()  # its ids came back with the COMMIT
     # committed: only now does this process's picture of the thread change
