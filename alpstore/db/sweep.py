@@ -25,8 +25,8 @@ def check_unreferenced(conn: Connection, doomed: list[int]) -> None:
     table that refers to blobs: no row left after the sweep names one of them (a summary's
     references go with it). Runs after the entries and segments are deleted, before the blobs.
 
-    Both backends: a segment run's blob ids (0009: an array / JSON text) have no foreign key
-    anywhere, and SQLite's GC runs with its foreign keys off.
+    Both backends check every column: no foreign key names a blob since 0010 (a segment run's
+    blob ids, 0009, never had one), and SQLite's GC runs with its foreign keys off.
 
     Raises:
         IntegrityError: a row still refers to a blob about to be deleted (nothing is deleted:
@@ -34,25 +34,34 @@ def check_unreferenced(conn: Connection, doomed: list[int]) -> None:
     """
     if not doomed:
         return
-    if conn.dialect.name != "sqlite":  # its foreign keys check the rest; no temp table needed
+    checks = [(t, c, "") for t, c in blob_root_columns()]
+    checks.append(("segment_entries", "blob_id", ""))
+    if conn.dialect.name != "sqlite":  # no foreign key names a blob since 0010: every column
+        for table, column, _ in checks:
+            found = conn.execute(
+                text(
+                    f"SELECT {column} FROM {table} "
+                    f"WHERE {column} = ANY(CAST(:ids AS INTEGER[])) LIMIT 1"
+                ),
+                {"ids": doomed},
+            ).first()
+            _refuse(found, table, column)
         found = conn.execute(
             text(
-                "SELECT blob_id FROM segment_entries "
-                "WHERE blob_id = ANY(CAST(:ids AS INTEGER[])) LIMIT 1"
+                "SELECT child_id FROM blob_refs WHERE child_id = ANY(CAST(:ids AS INTEGER[])) "
+                "AND NOT parent_id = ANY(CAST(:ids AS INTEGER[])) LIMIT 1"
             ),
             {"ids": doomed},
         ).first()
-        _refuse(found, "segment_entries", "blob_id")
+        _refuse(found, "blob_refs", "child_id")
         return
     conn.exec_driver_sql("CREATE TEMP TABLE IF NOT EXISTS gc_doomed (id INTEGER PRIMARY KEY)")
     try:
         conn.exec_driver_sql("DELETE FROM temp.gc_doomed")
         conn.exec_driver_sql("INSERT INTO temp.gc_doomed (id) VALUES (?)", [(i,) for i in doomed])
-        checks = [(t, c, "") for t, c in blob_root_columns()]
-        checks += [
-            ("segment_entries", "blob_id", ""),
-            ("blob_refs", "child_id", " AND parent_id NOT IN (SELECT id FROM temp.gc_doomed)"),
-        ]
+        checks.append(
+            ("blob_refs", "child_id", " AND parent_id NOT IN (SELECT id FROM temp.gc_doomed)")
+        )
         for table, column, extra in checks:
             found = conn.exec_driver_sql(
                 f"SELECT {column} FROM {table} WHERE {column} IN "
