@@ -49,25 +49,10 @@ def fold(
     steps = rsql.fetchall(conn, sql + " ORDER BY checkpoint_id", params)
     if not steps:
         return None
-    k: list[Any] = []
-    w: list[Any] = []
-    blobs: dict[int, None] = {}
-    write_ids: list[int] = []
-    for index, r in enumerate(steps):
-        cid = bytes(r[1])
-        state = unpack_doc((int(r[5]), r[6], int(r[7]), bytes(r[8])), "lg_checkpoints row")
-        parent = None if r[2] is None else bytes(r[2]).hex()
-        k.append([cid.hex(), parent, int(r[3]), None if r[4] is None else int(r[4]), state])
-        refs = state.get("v", {})
-        blobs.update(dict.fromkeys(int(v[2]) for v in refs.values() if v and v[0] == "b"))
-        for write_id, task, wdoc, items in lgdb.find_writes(conn, ref, id_text(cid), folded=False):
-            doc = unpack_doc(wdoc, "lg_writes row")
-            w.append([index, id_bytes(task).hex(), doc, items])
-            blobs.update(dict.fromkeys(items))
-            write_ids.append(write_id)
-    packed = pack_doc({"k": k, "w": w})
-    runs = sorted({int(r[4]) for r in steps if r[4] is not None})
-    alp_ids = [int(r[3]) for r in steps]
+    writes = {
+        bytes(r[1]): lgdb.find_writes(conn, ref, id_text(bytes(r[1])), folded=False) for r in steps
+    }
+    packed, runs, alp_ids, blobs, write_ids = turn_of(steps, writes)
     if rsql.dialect_of(conn) == "postgresql":
         arrays, mark = (pg_array(alp_ids), pg_array(runs)), "CAST(? AS INTEGER[])"
     else:
@@ -100,6 +85,39 @@ def fold(
     return int(turn)
 
 
+Written = tuple[int, str, tuple[int, Any, int, bytes], list[int]]
+"""A pending write as ``_lgdb.find_writes`` gives it: (write id, task id, packed doc, items)."""
+
+
+def turn_of(
+    steps: Sequence[Any], writes: dict[bytes, list[Written]]
+) -> tuple[tuple[int, Any, int, bytes], list[int], list[int], dict[int, None], list[int]]:
+    """A turn row's parts from its loose steps (``lg_checkpoints`` rows: id, checkpoint id,
+    parent, alpstore checkpoint id, run ref, codec, dict id, raw size, state; in id order) and
+    each step's writes: the packed document, its runs, its steps' alpstore ids, the blobs it
+    names and the write ids it takes.
+    """
+    k: list[Any] = []
+    w: list[Any] = []
+    blobs: dict[int, None] = {}
+    write_ids: list[int] = []
+    for index, r in enumerate(steps):
+        cid = bytes(r[1])
+        state = unpack_doc((int(r[5]), r[6], int(r[7]), bytes(r[8])), "lg_checkpoints row")
+        parent = None if r[2] is None else bytes(r[2]).hex()
+        k.append([cid.hex(), parent, int(r[3]), None if r[4] is None else int(r[4]), state])
+        refs = state.get("v", {})
+        blobs.update(dict.fromkeys(int(v[2]) for v in refs.values() if v and v[0] == "b"))
+        for write_id, task, wdoc, items in writes.get(cid, ()):
+            doc = unpack_doc(wdoc, "lg_writes row")
+            w.append([index, id_bytes(task).hex(), doc, items])
+            blobs.update(dict.fromkeys(items))
+            write_ids.append(write_id)
+    packed = pack_doc({"k": k, "w": w})
+    runs = sorted({int(r[4]) for r in steps if r[4] is not None})
+    return packed, runs, [int(r[3]) for r in steps], blobs, write_ids
+
+
 def unfold(conn: Connection, ref: int, turn: Turn) -> None:
     """A turn row's steps and writes back as loose rows (new row ids, order kept), the row
     deleted: what a write that changes a folded step runs first.
@@ -123,10 +141,32 @@ def unfold(conn: Connection, ref: int, turn: Turn) -> None:
     rsql.execute(conn, "DELETE FROM lg_turns WHERE id = ?", (turn.id,))
 
 
-def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int | None:
-    """Fold the turn that ended before ``checkpoint_id`` (a new invoke's input step): the
-    thread's loose steps above its newest turn row and below that id (the caller holds the
-    thread).
+def is_input(state: Any) -> bool:
+    """A step's state document is a new invoke's input (``source == "input"``): a turn starts
+    there (what migration 0011 cuts at too).
+    """
+    meta = state.get("m") if isinstance(state, dict) else None
+    inner = meta.get("json") if isinstance(meta, dict) else None
+    return isinstance(inner, dict) and inner.get("source") == "input"
+
+
+def cuts(steps: Sequence[Any]) -> list[list[Any]]:
+    """Loose steps (``lg_checkpoints`` rows in id order, state packed last) cut into turns: a
+    new group at every input step.
+    """
+    groups: list[list[Any]] = []
+    for r in steps:
+        state = unpack_doc((int(r[5]), r[6], int(r[7]), bytes(r[8])), "lg_checkpoints row")
+        if not groups or is_input(state):
+            groups.append([])
+        groups[-1].append(r)
+    return groups
+
+
+def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
+    """Fold the turns that ended before ``checkpoint_id`` (a new invoke's input step): the
+    thread's loose steps above its newest turn row and below that id, one turn row per turn
+    (cut at input steps); how many rows were made. The caller holds the thread.
     """
     newest = rsql.fetchone(
         conn,
@@ -137,8 +177,24 @@ def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int | None:
     above = None if newest is None else bytes(newest[0])
     below = id_bytes(checkpoint_id)
     if above is not None and above >= below:
-        return None  # the input lies below a turn row (an id out of order): nothing to fold
-    return fold(conn, ref, None, below, above=above)
+        return 0  # the input lies below a turn row (an id out of order): nothing to fold
+    sql = (
+        "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, "
+        "dict_id, raw_size, state FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id < ?"
+    )
+    params: list[Any] = [ref, below]
+    if above is not None:
+        sql += " AND checkpoint_id > ?"
+        params.append(above)
+    starts = [
+        bytes(g[0][1]) for g in cuts(rsql.fetchall(conn, sql + " ORDER BY checkpoint_id", params))
+    ]
+    made = 0
+    for j, start in enumerate(starts):
+        end = starts[j + 1] if j + 1 < len(starts) else below
+        lower = above if j == 0 else None
+        made += fold(conn, ref, None if j == 0 else start, end, above=lower) is not None
+    return made
 
 
 def unfold_all(conn: Connection, ref: int) -> int:

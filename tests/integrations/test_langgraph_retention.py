@@ -46,6 +46,7 @@ def test_a_thread_keeps_what_its_sessions_retention_keeps(
 ) -> None:
     monkeypatch.setattr(lgfold, "FOLD", fold)
     monkeypatch.setattr(lgfold, "FOLD_ON_POSTGRESQL", fold)
+    monkeypatch.setattr(lgfold, "EVERY_ON_POSTGRESQL", 1)
     keep = KEEP if mode == "last_n" else 1
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         graph = build_graph(saver)

@@ -146,6 +146,7 @@ def test_the_writer_folds_each_closed_turn_off_the_callers_thread(
 ) -> None:
     monkeypatch.setattr(lgfold, "FOLD", True)
     monkeypatch.setattr(lgfold, "FOLD_ON_POSTGRESQL", True)  # the writer tested on both
+    monkeypatch.setattr(lgfold, "EVERY_ON_POSTGRESQL", 1)  # every turn, as on SQLite
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         graph = build_graph(saver)
         for n in range(TURNS):
@@ -273,6 +274,7 @@ def test_the_newest_step_left_after_a_delete_is_read_when_it_was_folded(
     machine found it on PostgreSQL (get_tuple gave None)."""
     monkeypatch.setattr(lgfold, "FOLD", True)
     monkeypatch.setattr(lgfold, "FOLD_ON_POSTGRESQL", True)  # the writer tested on both
+    monkeypatch.setattr(lgfold, "EVERY_ON_POSTGRESQL", 1)  # every turn, as on SQLite
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         graph = build_graph(saver)
         runs = [str(uuid.uuid4()) for _ in range(3)]

@@ -37,6 +37,7 @@ from alpstore.integrations import _lgfold
 from alpstore.integrations.langgraph import AlpstoreSaver
 
 _lgfold.FOLD = _lgfold.FOLD_ON_POSTGRESQL = True
+_lgfold.EVERY_ON_POSTGRESQL = 1  # a fold at every turn, to be killed in
 root, url, log, seed = Path(sys.argv[1]), sys.argv[2] or None, sys.argv[3], int(sys.argv[4])
 
 
