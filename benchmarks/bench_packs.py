@@ -10,7 +10,8 @@ timed function). Writes ``benchmarks/results/packs.md``.
 
 Conversations from ``alpstore.samples.generate`` (seed 7), raw = the messages as JSON lines.
 SQLite sizes: the file with its WAL folded in after the store closed. PostgreSQL:
-``pg_total_relation_size`` summed over the schema's tables (heap, TOAST, indexes, maps).
+``pg_total_relation_size`` summed over the schema's tables (heap, TOAST, indexes, maps), and
+what each table's heap, TOAST and indexes add from 400 to 2,000 turns.
 """
 
 from __future__ import annotations
@@ -115,6 +116,34 @@ def hydrate(root: Path, *, packed: bool, rounds: int = 5) -> float:
     return best
 
 
+RELATIONS = (
+    "SELECT c.relname, pg_relation_size(c.oid, 'main') + pg_relation_size(c.oid, 'fsm') "
+    "+ pg_relation_size(c.oid, 'vm'), "
+    "COALESCE(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0), pg_indexes_size(c.oid) "
+    "FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+    "AND c.relkind IN ('r', 'p')"
+)
+"""PostgreSQL: each table's heap (with its maps), TOAST (with its index) and indexes; their sum
+is ``pg_total_relation_size``."""
+
+
+def growth_by_relation(pg: dict[str, Any]) -> list[str]:
+    """Table rows: where each further raw byte from 400 to 2,000 turns goes, per relation."""
+    after, long = pg["relations"]["after"], pg["relations"]["long"]
+    raw = pg["raw"]["long"] - pg["raw"]["after"]
+    lines = [
+        "",
+        "| each further raw byte, 400 → 2,000 turns | heap + maps | TOAST | indexes | all |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name in sorted(long):
+        grew = [b - a for a, b in zip(after.get(name, (0, 0, 0)), long[name], strict=True)]
+        if any(grew):
+            cells = " | ".join(f"{g / raw:.4f}×" for g in grew)
+            lines.append(f"| `{name}` | {cells} | {sum(grew) / raw:.4f}× |")
+    return lines
+
+
 def postgres_import(turns: int, long: int = 2000) -> dict[str, Any]:
     """Import a ``turns``-turn conversation on PostgreSQL, with and without the settle the
     import command runs after its transaction (on PostgreSQL the import packs its messages as
@@ -162,13 +191,12 @@ def postgres_import(turns: int, long: int = 2000) -> dict[str, Any]:
                     try:
                         with probe.connect() as conn:
                             conn.exec_driver_sql("VACUUM")  # the maps, as autovacuum leaves them
-                            out[label] = int(
-                                conn.exec_driver_sql(
-                                    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) "
-                                    "FROM pg_class c WHERE c.relnamespace = "
-                                    "current_schema()::regnamespace AND c.relkind IN ('r', 'p')"
-                                ).scalar_one()
-                            )
+                            parts = {
+                                str(name): (int(heap), int(toast), int(indexes))
+                                for name, heap, toast, indexes in conn.exec_driver_sql(RELATIONS)
+                            }
+                            out[label] = sum(map(sum, parts.values()))
+                            out.setdefault("relations", {})[label] = parts
                     finally:
                         probe.dispose()
     finally:
@@ -241,6 +269,7 @@ def run_all(postgres: bool) -> str:
             f"{pg['one'] / raw:.3f}× ({pg['one'] / 1024:.0f} KB) | "
             f"{pg['before'] / raw:.3f}× | **{pg['after'] / raw:.3f}×** | {grew:.3f}× |",
         ]
+        lines += growth_by_relation(pg)
     return "\n".join(lines) + "\n"
 
 

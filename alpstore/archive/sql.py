@@ -300,6 +300,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
             (bid, digest, kind, off)
             for bid, (digest, kind, _), off in zip(new_ids, fresh, offsets, strict=True)
         ]
+        if ahead is not None:  # the frame in flight filled in first (FramesAhead.fill)
+            ahead.fill()
         frame_id = self._insert_frame(conn, content, codec, dict_id, len(fresh), data, members)
         if ahead is not None and ahead.behind:
             ahead.compress_behind(frame_id, content)
