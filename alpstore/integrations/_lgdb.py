@@ -388,8 +388,12 @@ def list_checkpoints(
     ns: str | None,
     checkpoint_id: str | None,
     before: str | None,
+    limit: int | None = None,
 ) -> list[tuple[str, str, CheckpointRow]]:
-    """``(thread_id, ns, row)`` newest first, narrowed by what is given."""
+    """``(thread_id, ns, row)`` newest first, narrowed by what is given; the first ``limit``
+    only, when given (each source read no further than it needs: the loose rows by SQL, the
+    turn rows newest first until they hold that many steps).
+    """
     where, params = [], []
     for clause, value in (
         ("t.thread_id = ?", thread_id),
@@ -405,6 +409,7 @@ def list_checkpoints(
         "JOIN lg_threads t ON t.id = lc.thread_ref"
         + (" WHERE " + " AND ".join(where) if where else "")
         + " ORDER BY lc.checkpoint_id DESC"
+        + ("" if limit is None else f" LIMIT {max(0, int(limit))}")
     )
     rows = [(str(r[0]), str(r[1]), _ck_row(r[2:])) for r in rsql.fetchall(conn, sql, params)]
     where = where[: (thread_id is not None) + (ns is not None)]  # the thread's clauses
@@ -413,12 +418,13 @@ def list_checkpoints(
     folded = [
         (str(tid), str(tns), CheckpointRow(0, *step))
         for ref, tid, tns in rsql.fetchall(conn, sql, params[: len(where)])
-        for step in turnread.folded_rows(conn, int(ref), checkpoint_id, before)
+        for step in turnread.folded_rows(conn, int(ref), checkpoint_id, before, limit)
     ]
     if not folded:
         return rows
     every = {(r[0], r[1], r[2].checkpoint_id): r for r in folded + rows}  # folded meanwhile: once
-    return sorted(every.values(), key=lambda r: id_bytes(r[2].checkpoint_id), reverse=True)
+    out = sorted(every.values(), key=lambda r: id_bytes(r[2].checkpoint_id), reverse=True)
+    return out if limit is None else out[: max(0, limit)]
 
 
 # ---------------------------------------------------------------- pending writes

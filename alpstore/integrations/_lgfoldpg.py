@@ -31,8 +31,11 @@ _ABOVE = (
 _READ_THREAD = (
     "SELECT t.id, t.session_id, (SELECT last_checkpoint_id FROM lg_turns WHERE thread_ref = t.id "
     "ORDER BY first_checkpoint_id DESC LIMIT 1) FROM lg_threads t "
-    "WHERE t.thread_id = ? AND t.checkpoint_ns = ?"
+    "WHERE t.thread_id = ? AND t.checkpoint_ns = ? AND EXISTS (SELECT 1 FROM lg_checkpoints c "
+    "WHERE c.thread_ref = t.id AND c.checkpoint_id = ?)"
 )
+"""The thread, if the input the fold was asked for is still one of its loose steps (else the
+fold is stale: nothing to do, ``_lgturns._LOOSE_STEP``)."""
 _READ_STEPS = (
     "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, dict_id, "
     f"raw_size, state FROM lg_checkpoints WHERE thread_ref = {_REF} AND checkpoint_id < ? "
@@ -52,11 +55,13 @@ _GUARD = (
     "WHERE thread_ref = ? AND checkpoint_id > ? AND checkpoint_id < ?), '{}') "
     "= CAST(? AS INTEGER[]) AND (SELECT last_checkpoint_id FROM lg_turns WHERE thread_ref = ? "
     "ORDER BY first_checkpoint_id DESC LIMIT 1) IS NOT DISTINCT FROM CAST(? AS bytea) "
+    "AND EXISTS (SELECT 1 FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id = ?) "
     "THEN '1' ELSE ? END AS INTEGER)"
 )
 """Taken after ``_LOCK`` (a statement of its own, so that its snapshot is taken once the lock is
 held): the loose steps and writes in the turn's range are the ones read, and no turn row came
-after the one read; else the transaction fails (a cast of :data:`FOLD_MOVED`)."""
+after the one read, and the input is still a loose step; else the transaction fails (a cast
+of :data:`FOLD_MOVED`)."""
 
 Read = tuple[int, int, bytes | None, list[Any], dict[bytes, list[Written]], list[int]]
 """What the fold read: thread ref, session id, the newest turn row's last id, the steps, their
@@ -72,7 +77,7 @@ def read(conn: Connection, thread_id: str, ns: str, below: bytes) -> Read | bool
     found = rsql.fetch_and_end(
         conn,
         [
-            (_READ_THREAD, ref_args),
+            (_READ_THREAD, (*ref_args, below)),
             (_READ_STEPS, (*ref_args, below, *ref_args, b"")),
             (_READ_WRITES, (*ref_args, below, *ref_args, b"")),
         ],
@@ -120,6 +125,8 @@ def write(conn: Connection, below: bytes, turn: Read) -> int | None:
         pg_array(all_write_ids),
         ref,
         above,
+        ref,
+        below,
         FOLD_MOVED,
     )
     if not rsql.begin_later(conn, [(_LOCK, (session_id,)), (_GUARD, guard)]):

@@ -150,25 +150,42 @@ def folded_writes(
     return out
 
 
+_LIST_BATCH = 8
+"""Turn rows read at a time by a ``list`` with a limit (newest first)."""
+
+
 def folded_rows(
-    conn: Connection, ref: int, checkpoint_id: str | None, before: str | None
+    conn: Connection,
+    ref: int,
+    checkpoint_id: str | None,
+    before: str | None,
+    limit: int | None = None,
 ) -> list[StepRow]:
     """A thread's folded steps for ``list``: the one step ``checkpoint_id`` (when given), those
-    below ``before`` (when given), newest first.
+    below ``before`` (when given), newest first; with ``limit``, at least the newest ``limit``
+    of them (turn rows read newest first, no further than they need).
     """
     if checkpoint_id is not None:
         one = folded_step(conn, ref, checkpoint_id)
         return [] if one is None or (before is not None and not _below(one, before)) else [one]
-    sql = f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE thread_ref = ?"
+    where = "thread_ref = ?"
     params: list[Any] = [ref]
-    if before is not None:
-        sql += " AND first_checkpoint_id < ?"
-        params.append(id_bytes(before))
-    turns = [_turn(r) for r in rsql.fetchall(conn, sql + " ORDER BY first_checkpoint_id", params)]
-    steps = [step for turn in turns for step in turn.doc["k"]]
-    if before is not None:
-        limit = id_bytes(before).hex()
-        steps = [s for s in steps if bytes.fromhex(s[0]) < bytes.fromhex(limit)]
+    bound = None if before is None else id_bytes(before)
+    if bound is not None:
+        where += " AND first_checkpoint_id < ?"
+        params.append(bound)
+    sql = f"SELECT id FROM lg_turns WHERE {where} ORDER BY first_checkpoint_id DESC"
+    ids = [int(r[0]) for r in rsql.fetchall(conn, sql, params)]
+    batch = len(ids) if limit is None else _LIST_BATCH
+    steps: list[Any] = []
+    for at in range(0, len(ids), max(1, batch)):
+        part = ids[at : at + batch]
+        sql = f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE id IN ({rsql.placeholders(len(part))})"
+        for row in rsql.fetchall(conn, sql, part):
+            held = _turn(row).doc["k"]
+            steps += [s for s in held if bound is None or bytes.fromhex(s[0]) < bound]
+        if limit is not None and len(steps) >= limit:
+            break
     views = _views(conn, [int(s[2]) for s in steps])
     rows = [_row(s, views[int(s[2])]) for s in steps if int(s[2]) in views]
     rows.sort(key=lambda r: id_bytes(r[0]), reverse=True)

@@ -163,6 +163,12 @@ def cuts(steps: Sequence[Any]) -> list[list[Any]]:
     return groups
 
 
+_LOOSE_STEP = "SELECT 1 FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id = ?"
+"""The input a fold was asked for is still a loose step of the thread: everything the fold
+takes lies below it, so the thread's newest step is never taken, whatever happened to the
+thread between the input's put and the fold (a delete, a copy over it, a prune)."""
+
+
 def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
     """Fold the turns that ended before ``checkpoint_id`` (a new invoke's input step): the
     thread's loose steps above its newest turn row and below that id, one turn row per turn
@@ -178,6 +184,8 @@ def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
     below = id_bytes(checkpoint_id)
     if above is not None and above >= below:
         return 0  # the input lies below a turn row (an id out of order): nothing to fold
+    if not rsql.fetchone(conn, _LOOSE_STEP, (ref, below)):
+        return 0  # the input is gone (the thread deleted, copied over since): a stale fold
     sql = (
         "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, "
         "dict_id, raw_size, state FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id < ?"

@@ -353,6 +353,7 @@ class AlpstoreSaver(SaverState):
                 ns=conf.get("checkpoint_ns"),
                 checkpoint_id=conf.get("checkpoint_id"),
                 before=before_id,
+                limit=None if filter else limit,  # a filter may pass over rows: read them all
             )
         remaining = limit
         for thread_id, ns, row in rows:

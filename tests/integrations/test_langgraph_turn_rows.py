@@ -288,3 +288,73 @@ def test_the_newest_step_left_after_a_delete_is_read_when_it_was_folded(
         assert newest is not None and _shape(newest) == _shape(steps[0])
         graph.invoke({"messages": [user(9)]}, _config("t"))  # and goes on from it
         assert len(list(saver.list(_config("t")))) > len(steps)
+
+
+def test_a_list_with_a_limit_reads_only_the_newest_turn_rows(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``list(limit=n)`` (``get_state_history`` with a limit) gives the first ``n`` of the whole
+    list, and decodes the newest turn rows only, not every turn of the thread."""
+    from alpstore.integrations import _lgturnread as turnread
+
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        for n in range(3 * TURNS):
+            graph.invoke({"messages": [user(n)]}, _config("t"))
+        assert _fold_closed_turns(saver, "t") == 3 * TURNS - 1
+        whole = [_shape(t) for t in saver.list(_config("t"))]
+        ids = [s[0]["configurable"]["checkpoint_id"] for s in whole]
+        decoded: list[int] = []
+        real = turnread._turn
+
+        def counted(row: Any) -> Any:
+            decoded.append(int(row[0]))
+            return real(row)
+
+        monkeypatch.setattr(turnread, "_turn", counted)
+        for limit in (1, 5, 12, 40):
+            decoded.clear()
+            assert [_shape(t) for t in saver.list(_config("t"), limit=limit)] == whole[:limit]
+            if limit <= 5:  # the newest 8 turn rows, then one decode per folded step handed
+                # out (its writes); all 17 before, and more
+                assert len(decoded) <= 8 + limit, (limit, len(decoded))
+        page = saver.list(_config("t"), before=_config("t", ids[20]), limit=9)
+        assert [_shape(t) for t in page] == whole[21:30]
+        loops = [t for t in whole if t[2].get("source") == "loop"]
+        assert [
+            _shape(t) for t in saver.list(_config("t"), filter={"source": "loop"}, limit=7)
+        ] == loops[:7]
+    backend.close_all()
+
+
+def test_a_fold_asked_for_before_the_thread_changed_takes_nothing(backend: Backend) -> None:
+    """A fold runs after its input's put, on the folding thread: if the thread was deleted and
+    copied over meanwhile, every step of the new one may lie below that input. The fold then
+    does nothing (the input is no loose step of the thread any more); it used to fold the new
+    thread's newest step, and the thread's latest read None (the differential machine, text
+    ids, found it about one run in two)."""
+    with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
+        graph = build_graph(saver)
+        for n in range(2):
+            graph.invoke({"messages": [user(n)]}, _config("src"))
+        for n in range(3):
+            graph.invoke({"messages": [user(n)]}, _config("t"))
+        stale = max(
+            (
+                t.checkpoint["id"]
+                for t in saver.list(_config("t"))
+                if t.metadata.get("source") == "input"
+            ),
+            key=id_bytes,
+        )
+        saver.delete_thread("t")
+        saver.copy_thread("src", "t")  # every step of the new "t" lies below the stale input
+        want = saver.get_tuple(_config("t"))
+        assert want is not None
+        folder = lgfold.Folder(saver.store)
+        folder._fold("t", "", stale)  # the job as the folding thread would run it, late
+        assert folder.folded == 0 and _turn_rows(saver) == 0
+        got = saver.get_tuple(_config("t"))
+        assert got is not None and _shape(got) == _shape(want)
+    assert verify(backend.open_store()).ok
+    backend.close_all()
