@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from alpstore.db import raw as rsql
 from alpstore.db.runs import pg_array
 from alpstore.integrations._lgpack import id_text
-from alpstore.integrations._lgturns import Written, cuts, turn_of
+from alpstore.integrations._lgturns import STEP_COLUMNS, Written, cuts, turn_of
 
 FOLD_MOVED = "alpstore: the thread's loose steps changed since the fold read them"
 
@@ -37,8 +37,7 @@ _READ_THREAD = (
 """The thread, if the input the fold was asked for is still one of its loose steps (else the
 fold is stale: nothing to do, ``_lgturns._LOOSE_STEP``)."""
 _READ_STEPS = (
-    "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, dict_id, "
-    f"raw_size, state FROM lg_checkpoints WHERE thread_ref = {_REF} AND checkpoint_id < ? "
+    f"SELECT {STEP_COLUMNS} FROM lg_checkpoints WHERE thread_ref = {_REF} AND checkpoint_id < ? "
     f"AND checkpoint_id > {_ABOVE.format(ref=_REF)} ORDER BY checkpoint_id"
 )
 _READ_WRITES = (

@@ -20,6 +20,27 @@ from alpstore.integrations._lgturnread import _TURN_COLUMNS, Turn, _turn
 from alpstore.integrations._lgturnread import turn_holding as turn_holding
 from alpstore.portable.lgrows import pack_doc, unpack_doc
 
+STEP_COLUMNS = (
+    "id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, dict_id, "
+    "raw_size, state"
+)
+"""A loose step as a fold takes it (what :func:`turn_of` and :func:`cuts` read)."""
+
+
+def _loose_steps(
+    conn: Connection, ref: int, below: bytes, start: bytes | None, above: bytes | None
+) -> list[Any]:
+    """The thread's loose steps below ``below``, from ``start`` / above ``above``, in id order."""
+    sql = f"SELECT {STEP_COLUMNS} FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id < ?"
+    params: list[Any] = [ref, below]
+    if start is not None:
+        sql += " AND checkpoint_id >= ?"
+        params.append(start)
+    if above is not None:
+        sql += " AND checkpoint_id > ?"
+        params.append(above)
+    return rsql.fetchall(conn, sql + " ORDER BY checkpoint_id", params)
+
 
 def fold(
     conn: Connection,
@@ -35,18 +56,7 @@ def fold(
     range overlaps the new one: ``above`` the thread's newest turn row's last id) and holds the
     thread (its session row locked, or SQLite's write transaction).
     """
-    sql = (
-        "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, "
-        "dict_id, raw_size, state FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id < ?"
-    )
-    params: list[Any] = [ref, below]
-    if start is not None:
-        sql += " AND checkpoint_id >= ?"
-        params.append(start)
-    if above is not None:
-        sql += " AND checkpoint_id > ?"
-        params.append(above)
-    steps = rsql.fetchall(conn, sql + " ORDER BY checkpoint_id", params)
+    steps = _loose_steps(conn, ref, below, start, above)
     if not steps:
         return None
     writes = {
@@ -186,17 +196,7 @@ def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
         return 0  # the input lies below a turn row (an id out of order): nothing to fold
     if not rsql.fetchone(conn, _LOOSE_STEP, (ref, below)):
         return 0  # the input is gone (the thread deleted, copied over since): a stale fold
-    sql = (
-        "SELECT id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, "
-        "dict_id, raw_size, state FROM lg_checkpoints WHERE thread_ref = ? AND checkpoint_id < ?"
-    )
-    params: list[Any] = [ref, below]
-    if above is not None:
-        sql += " AND checkpoint_id > ?"
-        params.append(above)
-    starts = [
-        bytes(g[0][1]) for g in cuts(rsql.fetchall(conn, sql + " ORDER BY checkpoint_id", params))
-    ]
+    starts = [bytes(g[0][1]) for g in cuts(_loose_steps(conn, ref, below, None, above))]
     made = 0
     for j, start in enumerate(starts):
         end = starts[j + 1] if j + 1 < len(starts) else below
