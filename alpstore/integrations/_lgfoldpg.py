@@ -128,12 +128,12 @@ def write(conn: Connection, below: bytes, turn: Read) -> int | None:
         below,
         FOLD_MOVED,
     )
+    groups = [(group, turn_of(group, writes)) for group in cuts(steps)]  # a row per turn
+    # built before the transaction begins: its head (the lock) may go to the server at once
     if not rsql.begin_later(conn, [(_LOCK, (session_id,)), (_GUARD, guard)]):
         return None
     write_ids: list[int] = []
-    groups = cuts(steps)
-    for group in groups:  # a turn row per turn, cut at input steps
-        packed, runs, alp_ids, blobs, taken = turn_of(group, writes)
+    for group, (packed, runs, alp_ids, blobs, taken) in groups:
         write_ids += taken
         first = bytes(group[0][1])
         rsql.execute(
