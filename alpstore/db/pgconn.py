@@ -504,6 +504,25 @@ class BoundedConnection(psycopg.Connection[Any]):
                     yield from self._exec_command(b"ROLLBACK")
             raise
 
+    def rollback(self) -> None:
+        """The driver's rollback; on an idle connection with nothing queued or begun (the
+        pool's reset of every connection it takes back) none of its locking and waiting: it
+        would send nothing either.
+        """
+        if (
+            self.pgconn.transaction_status == pq.TransactionStatus.IDLE
+            and self._alp_sent is None
+            and not self.alp_deferred
+            and not self.alp_begun_later
+            and not self._pipeline
+            and not self._num_transactions
+            and not self._tpc
+        ):
+            self.alp_ended = None
+            self.alp_taken = ()
+            return
+        super().rollback()
+
     def _rollback_gen(self) -> Any:
         self.alp_ended = None
         if self._alp_sent is not None:  # begun on the server: rolled back in one wait
