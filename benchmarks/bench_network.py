@@ -3,7 +3,8 @@ that delays each direction by 0, 0.5 and 2 ms (tests/postgres/netproxy.py), as a
 the same host, the same zone, the next rack would.
 
 Run: python benchmarks/bench_network.py [--native-turns 200] [--saver-turns 40] [--rounds 2]
-     [--delays 0,0.5,2]
+     [--delays 0,0.5,2]  (or --prepared-ab TURNS / --stream-ab TURNS: native turns alternating
+     between two settings)
      (PostgreSQL from $ALPSTORE_BENCH_POSTGRES_URL or $ALPSTORE_TEST_POSTGRES_URL). Also
      collected by pytest with --benchmark-only (skipped without a server).
 
@@ -167,14 +168,23 @@ def probe(url: str, delay_s: float, n: int = 300) -> tuple[float, float, float]:
     return through, direct, commit
 
 
-def prepared_ab(url: str, delay_s: float, turns: int) -> tuple[float, float, float, float]:
+def prepared_ab(
+    url: str, delay_s: float, turns: int, *, stream: bool = False
+) -> tuple[float, float, float, float]:
     """Native turns with the pipeline's statements prepared (the default) and without
     (``alpstore_prepared=0``), two archives through one proxy, alternating turn by turn so
-    both see the same load: (median ms a turn, median CPU ms a turn) of each."""
+    both see the same load: (median ms a turn, median CPU ms a turn) of each. ``stream``:
+    instead, both prepared, the one-wait turn's head streamed at its ``BEGIN`` (the default)
+    against all of it sent at the COMMIT (``pgconn.BoundedConnection.alp_stream`` off)."""
+    from alpstore.db import pgconn
+
     msgs = list(four_message_turns(turns + WARMUP))
+    variants = (("on", ""), ("off", "" if stream else "alpstore_prepared=0"))
+    streaming_was = pgconn.BoundedConnection.alp_stream
     with delayed(url, delay_s=delay_s) as (_line, via), ExitStack() as stack:
+        stack.callback(setattr, pgconn.BoundedConnection, "alp_stream", streaming_was)
         sessions = []
-        for name, query in (("on", ""), ("off", "alpstore_prepared=0")):
+        for name, query in variants:
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             sep = "&" if "?" in via else "?"
             store = Store.open(Path(tmp), url=f"{via}{sep}{query}" if query else via)
@@ -184,6 +194,8 @@ def prepared_ab(url: str, delay_s: float, turns: int) -> tuple[float, float, flo
         cpu: list[list[float]] = [[], []]
         for i in range(turns + WARMUP):
             for which in (0, 1) if i % 2 else (1, 0):
+                if stream:
+                    pgconn.BoundedConnection.alp_stream = which == 0
                 start, start_cpu = time.perf_counter(), time.process_time()
                 sessions[which].commit_turn(msgs[i])
                 if i >= WARMUP:
@@ -318,18 +330,33 @@ def main() -> None:
         metavar="TURNS",
         help="only compare native turns with and without prepared statements, alternating",
     )
+    parser.add_argument(
+        "--stream-ab",
+        type=int,
+        default=0,
+        metavar="TURNS",
+        help="only compare native turns with their head streamed at BEGIN and without",
+    )
     args = parser.parse_args()
     delays = [float(d) for d in args.delays.split(",")]
-    if args.prepared_ab:
+    if args.prepared_ab or args.stream_ab:
         base = base_url()
         if base is None:
             raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
         admin = create_engine(base, poolclass=NullPool)
-        print("| one-way delay (ms) | prepared ms/turn | CPU | bound ms/turn | CPU | ratio |")
+        on_name, off_name = ("streamed", "at COMMIT") if args.stream_ab else ("prepared", "bound")
+        print(
+            f"| one-way delay (ms) | {on_name} ms/turn | CPU | {off_name} ms/turn | CPU | ratio |"
+        )
         print("|---:|---:|---:|---:|---:|---:|")
         for delay_ms in delays:
             with fresh_schema(admin, base, "bn_") as url:
-                on, on_cpu, off, off_cpu = prepared_ab(url, delay_ms / 1000, args.prepared_ab)
+                on, on_cpu, off, off_cpu = prepared_ab(
+                    url,
+                    delay_ms / 1000,
+                    args.stream_ab or args.prepared_ab,
+                    stream=bool(args.stream_ab),
+                )
             print(
                 f"| {delay_ms:g} | {on:.2f} | {on_cpu:.2f} | {off:.2f} | {off_cpu:.2f} |"
                 f" {on / off:.2f}× |",

@@ -149,6 +149,11 @@ class BoundedConnection(psycopg.Connection[Any]):
         transaction; ``sink``, if given, is handed its result (a ``pq.PGresult``) when that
         round trip's reply came, before the call that sent it returns (a COMMIT's too).
         """
+        if self._alp_sent is not None:  # streaming: into libpq's buffer, sent at the COMMIT
+            with self.lock:
+                self._alp_send(statement)
+            self._alp_sent.append(sink)
+            return
         if self.alp_deferred is None or self.alp_sinks is None:
             self.alp_deferred, self.alp_sinks = [], []
         self.alp_deferred.append(statement)
@@ -163,6 +168,12 @@ class BoundedConnection(psycopg.Connection[Any]):
     alp_head: int = 0
     """With ``alp_begun_later``: how many queued statements (the ``BEGIN`` and the id's read)
     the server answers at once, before it runs the rest (a flush request after them)."""
+    alp_stream: bool = True
+    """Send a transaction begun later in two client writes (:meth:`_alp_stream_start`): its
+    head at once, the rest with the COMMIT. False: all of it at the COMMIT, in one."""
+    _alp_sent: list[Sink | None] | None = None
+    """While a transaction begun later is streaming (the connection in pipeline mode, no Sync
+    sent yet): for each statement handed to libpq, what is handed its result (or None)."""
 
     def alp_begin_later(self, statements: Sequence[Queued]) -> None:
         """Open a transaction with nothing sent: its ``BEGIN`` (and, for a write that wants it,
@@ -180,6 +191,30 @@ class BoundedConnection(psycopg.Connection[Any]):
         for statement in statements:
             self.alp_defer(statement)
         self.alp_begun_later = True
+        if self.alp_stream and not select.select([self.pgconn.socket], [], [], 0)[0]:
+            with self.lock:
+                self._alp_stream_start()
+
+    def _alp_stream_start(self) -> None:
+        """Send what :meth:`alp_begin_later` queued (the ``BEGIN``, the id's read, the guard)
+        now, in pipeline mode with no Sync and no flush request: the server runs them (and
+        wakes from its idle wait) while the client still compresses and binds the turn, and
+        answers nothing yet. Each statement deferred after them goes into libpq's buffer
+        (:meth:`alp_defer`) and leaves with the COMMIT (:meth:`_alp_stream_end`): one wait.
+        Not when the server spoke first (its goodbye): the whole pipeline then goes at the
+        COMMIT, whose check reports the connection gone with nothing sent.
+        """
+        pg = self.pgconn
+        self._check_connection_ok()
+        statements, sinks = self.alp_deferred or [], self.alp_sinks or []
+        self.alp_deferred = self.alp_sinks = None
+        self._alp_to_prepare = None
+        self.alp_unsent = False
+        pg.enter_pipeline_mode()
+        self._alp_sent = list(sinks)
+        for statement in statements:
+            self._alp_send(statement)
+        pg.flush()  # what the socket takes now (all of it, but for a huge guard): no wait
 
     def _alp_note_xid(self, result: Any) -> None:
         value = result.get_value(0, 0) if result.ntuples else None
@@ -325,36 +360,93 @@ class BoundedConnection(psycopg.Connection[Any]):
                 pg.send_prepare(name, dollar[0], param_types=types)
             pg.pipeline_sync()  # one Sync: it flushes, and the client writes once
             yield from generators.send(pg)
-            ours = len(statements) + 1  # the transaction's results, its COMMIT's last
-            seen = 0
-            while True:
-                result = yield from generators.fetch(pg)
-                if result is None:
-                    continue
-                if result.status == pq.ExecStatus.PIPELINE_SYNC:
-                    break
-                seen += 1
-                if seen > ours:  # a PREPARE's, after the COMMIT: never the transaction's
-                    key, name = preparing[seen - ours - 1]
-                    if self._alp_prepared is None:
-                        continue
-                    if result.status == pq.ExecStatus.COMMAND_OK:
-                        self._alp_prepared[key] = name
-                    elif result.status == pq.ExecStatus.FATAL_ERROR:  # not those skipped after it
-                        self._alp_unpreparable.add(key)
-                    continue
-                results.append(result)
-                if len(results) <= head and result.status == pq.ExecStatus.TUPLES_OK:
-                    sink = sinks[len(results) - 1]
-                    if sink is not None:  # the id, at once: the rest may never come
-                        sink(result)
+            yield from self._alp_collect(len(statements) + 1, preparing, results, sinks, head)
         finally:
             if pg.status == pq.ConnStatus.OK:
                 with contextlib.suppress(psycopg.Error):
                     pg.exit_pipeline_mode()
+        self._alp_hand_over(results, sinks, head)
+
+    def _alp_stream_end(self, end: bytes | None) -> Any:
+        """End a streaming transaction's pipeline (:meth:`_alp_stream_start`): a flush request
+        (the statements' results, the transaction's id first, leave before ``end`` runs: a
+        COMMIT whose own reply is lost is still read back by that id), ``end`` — ``COMMIT``
+        with the PREPAREs of this transaction's new statements after it, ``ROLLBACK``, or None
+        (the transaction goes on: another statement needs its reply) — and one Sync, in one
+        client write with whatever libpq still holds, and one wait; then as
+        :meth:`_alp_pipeline`.
+        """
+        pg = self.pgconn
+        sinks, head = self._alp_sent or [], self.alp_head
+        self._alp_sent, self.alp_begun_later, self.alp_taken = None, False, ()
+        preparing = list((self._alp_to_prepare or {}).items()) if end == b"COMMIT" else []
+        self._alp_to_prepare = None
+        results: list[Any] = []
+        try:
+            self._check_connection_ok()
+            if end is not None:
+                pg.send_flush_request()
+                pg.send_query_params(end, None)
+            for (sql, types), name in preparing:
+                dollar = _dollar(sql)
+                assert dollar is not None  # it had a key
+                pg.send_prepare(name, dollar[0], param_types=types)
+            pg.pipeline_sync()
+            yield from generators.send(pg)
+            ours = len(sinks) + (end is not None)
+            yield from self._alp_collect(ours, preparing, results, sinks, head)
+        finally:
+            if pg.status == pq.ConnStatus.OK:
+                with contextlib.suppress(psycopg.Error):
+                    pg.exit_pipeline_mode()
+        self._alp_hand_over(results, sinks, head)
+
+    def _alp_collect(
+        self,
+        ours: int,
+        preparing: Sequence[tuple[tuple[str, tuple[int, ...]], bytes]],
+        results: list[Any],
+        sinks: Sequence[Sink | None],
+        head: int,
+    ) -> Any:
+        """Read a pipeline's results up to its Sync: the transaction's ``ours`` into
+        ``results`` (the first ``head`` handed to their sinks as they come: the id, at once,
+        the rest may never come), then the PREPAREs' (``preparing``), noted as prepared or
+        refused.
+        """
+        pg = self.pgconn
+        seen = 0
+        while True:
+            result = yield from generators.fetch(pg)
+            if result is None:
+                continue
+            if result.status == pq.ExecStatus.PIPELINE_SYNC:
+                break
+            seen += 1
+            if seen > ours:  # a PREPARE's, after the COMMIT: never the transaction's
+                key, name = preparing[seen - ours - 1]
+                if self._alp_prepared is None:
+                    continue
+                if result.status == pq.ExecStatus.COMMAND_OK:
+                    self._alp_prepared[key] = name
+                elif result.status == pq.ExecStatus.FATAL_ERROR:  # not those skipped after it
+                    self._alp_unpreparable.add(key)
+                continue
+            results.append(result)
+            if len(results) <= head and result.status == pq.ExecStatus.TUPLES_OK:
+                sink = sinks[len(results) - 1]
+                if sink is not None:
+                    sink(result)
+
+    def _alp_hand_over(
+        self, results: Sequence[Any], sinks: Sequence[Sink | None], head: int
+    ) -> None:
+        """Raise a pipeline's first failed result, else hand each result after the first
+        ``head`` to its sink.
+        """
         for result in results:
             if result.status == pq.ExecStatus.FATAL_ERROR:
-                raise pg_errors.error_from_result(result, encoding=pg._encoding)
+                raise pg_errors.error_from_result(result, encoding=self.pgconn._encoding)
         for sink, result in zip(sinks[head:], results[head:], strict=False):
             if sink is not None:
                 sink(result)
@@ -370,6 +462,9 @@ class BoundedConnection(psycopg.Connection[Any]):
 
     def _commit_gen(self) -> Any:
         self.alp_ended = None
+        if self._alp_sent is not None:
+            yield from self._alp_commit_or_roll_back(self._alp_stream_end(b"COMMIT"))
+            return None
         if self.alp_begun_later and self.alp_deferred and not self._pipeline and not self._tpc:
             statements, sinks = self.alp_deferred, self.alp_sinks or []
             self.alp_deferred = self.alp_sinks = None
@@ -409,8 +504,30 @@ class BoundedConnection(psycopg.Connection[Any]):
                     yield from self._exec_command(b"ROLLBACK")
             raise
 
+    def rollback(self) -> None:
+        """The driver's rollback; on an idle connection with nothing queued or begun (the
+        pool's reset of every connection it takes back) none of its locking and waiting: it
+        would send nothing either.
+        """
+        if (
+            self.pgconn.transaction_status == pq.TransactionStatus.IDLE
+            and self._alp_sent is None
+            and not self.alp_deferred
+            and not self.alp_begun_later
+            and not self._pipeline
+            and not self._num_transactions
+            and not self._tpc
+        ):
+            self.alp_ended = None
+            self.alp_taken = ()
+            return
+        super().rollback()
+
     def _rollback_gen(self) -> Any:
         self.alp_ended = None
+        if self._alp_sent is not None:  # begun on the server: rolled back in one wait
+            with contextlib.suppress(psycopg.Error):
+                yield from self._alp_stream_end(b"ROLLBACK")
         self.alp_deferred = self.alp_sinks = None  # never sent: nothing to undo
         self.alp_begun_later = False
         self.alp_taken = ()
@@ -434,6 +551,8 @@ class BoundedConnection(psycopg.Connection[Any]):
         ended = self.alp_ended
         if ended is not None and self.pgconn.transaction_status == pq.TransactionStatus.IDLE:
             raise ended("the read transaction was ended with its reads; not sent")
+        if self._alp_sent is not None:  # what was sent answers first; the transaction goes on
+            yield from self._alp_stream_end(None)
         pending = self.alp_take() if self.alp_deferred else None
         if pending is not None:  # anything else the driver sends goes after the queue
             yield from self._alp_run(pending)

@@ -87,13 +87,21 @@ def execute(
     them over at once. On PostgreSQL a statement also carries the deferred ones before it,
     and the first of a write transaction its ``BEGIN``, in one round trip.
     """
-    cur, dialect = _cursor(conn)
-    if dialect == "postgresql":
-        batched = _pg_batched(cur, _translate(sql, dialect), tuple(params), defer, then)
+    if not isinstance(conn, LiteConnection) and dialect_of(conn) == "postgresql":
+        # no cursor made for a statement that only joins the queue (most of a turn's)
+        dbapi: Any = conn.connection.dbapi_connection
+        translated = _translate(sql, "postgresql")
+        batched = _pg_batched(dbapi, translated, tuple(params), defer, then)
         if batched is not _NOT_BATCHED:
             if batched is not None and then is not None:  # sent now (with a BEGIN): its rows
                 then(list(batched.fetchall()) if batched.description is not None else [])
             return batched
+        cur = dbapi.cursor()
+        cur.execute(translated, tuple(params))
+        if then is not None:
+            then(list(cur.fetchall()) if cur.description is not None else [])
+        return cur
+    cur, dialect = _cursor(conn)
     cur.execute(_translate(sql, dialect), tuple(params))
     if then is not None:
         then(list(cur.fetchall()) if cur.description is not None else [])
@@ -114,7 +122,7 @@ def fetch_together(
         bound = [(_translate(sql, dialect), tuple(params)) for sql, params in statements]
         if _batchable(dbapi) and all(_small(params) for _, params in bound):
             first = [_bound(dbapi, sql, params) for sql, params in bound[:-1]]
-            batched = _pg_batched(cur, *bound[-1], False, before=first, found=found)
+            batched = _pg_batched(dbapi, *bound[-1], False, before=first, found=found)
             assert batched is not _NOT_BATCHED
             last = list(batched.fetchall()) if batched.description is not None else []
             return [*found, last]
@@ -232,7 +240,7 @@ def _batchable(dbapi: Any) -> bool:
 
 
 def _pg_batched(
-    cur: Any,
+    dbapi: Any,
     sql: str,
     params: tuple[Any, ...],
     defer: bool,
@@ -240,14 +248,15 @@ def _pg_batched(
     *,
     before: Sequence[bytes] = (),
     found: list[list[Any]] | None = None,
+    cur: Any = None,
 ) -> Any:
     """``execute`` on PostgreSQL through ``pgconn.BoundedConnection``'s round-trip saving:
     deferred (``defer``, inside a begun transaction), or sent with what waits before it (the
     transaction's ``BEGIN``, deferred statements) in one simple-protocol query. Returns the
     cursor on the statement's result, None when deferred, ``_NOT_BATCHED`` when nothing waits
-    (the caller runs the statement as usual: prepared, extended protocol).
+    (the caller runs the statement as usual: prepared, extended protocol). ``cur``: the
+    cursor to run it on (a new one of ``dbapi`` when None and it is sent now).
     """
-    dbapi = cur.connection
     if not _batchable(dbapi):
         return _NOT_BATCHED
     if not _small(params):
@@ -275,6 +284,8 @@ def _pg_batched(
     want_xid = idle and dbapi.alp_want_xid
     if idle:
         dbapi.alp_want_xid = False
+    if cur is None:
+        cur = dbapi.cursor()
     dbapi._autocommit = True  # the BEGIN (if any) is in the batch: the driver adds none
     try:
         cur.execute(b"; ".join(parts))
@@ -346,7 +357,7 @@ def executemany(
         statement = f"{head}{', '.join([group] * len(part))}{tail}"
         values = tuple(v for r in part for v in r)
         if dialect == "postgresql":
-            batched = _pg_batched(cur, statement, values, defer)
+            batched = _pg_batched(cur.connection, statement, values, defer, cur=cur)
             if batched is not _NOT_BATCHED:
                 continue
         cur.execute(statement, values)
