@@ -223,9 +223,10 @@ def postgres_native(turns: int, long: int = 2000) -> dict[str, Any]:
     turns, each on a fresh schema; the same ``{label: bytes}``, ``"raw"`` and
     ``"relations"`` (labels ``"after"`` and ``"long"``).
 
-    The writer's own background packer packs, as it does for an agent whose turns come
-    seconds apart: when a turn starts it (``PACK_EVERY`` new blobs beyond ``PACK_KEEP_LOOSE``),
-    the pause before the next turn lets it run (waited for here), and autovacuum then makes
+    The writer's own background threads run as they do for an agent whose turns come
+    seconds apart: when a turn starts the dictionary trainer (``AUTO_TRAIN_SAMPLES`` small
+    blobs) or the packer (``PACK_EVERY`` new blobs beyond ``PACK_KEEP_LOOSE``), the pause
+    before the next turn lets it finish (waited for here), and autovacuum then makes
     the loose rows it deleted reusable (``VACUUM blob_rows`` here, as autovacuum would in the
     minutes between). At the mark the archive is as the packer leaves it: every blob packed
     but the newest ``PACK_KEEP_LOOSE`` (``pack_cold(keep_loose=PACK_KEEP_LOOSE)``, its call;
@@ -255,7 +256,9 @@ def postgres_native(turns: int, long: int = 2000) -> dict[str, Any]:
                         session = store.create_session(name="bench")
                         for turn in written:
                             session.commit_turn(turn)
-                            if archive._packer is not None:  # the pause before the next turn
+                            if archive.training:  # the pause before the next turn
+                                archive.wait_for_training()
+                            if archive._packer is not None:  # (the same)
                                 archive.wait_for_packing()
                                 _vacuumed_sizes(url, "blob_rows")  # autovacuum, meanwhile
                                 packings += 1

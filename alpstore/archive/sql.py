@@ -70,6 +70,7 @@ __all__ = [
     "CHUNK",
     "DICT_SIZE",
     "PACK_EVERY",
+    "PACK_EVERY_POSTGRESQL",
     "PACK_KEEP_LOOSE",
     "SMALL_BLOB_MAX",
     "Encoded",
@@ -90,6 +91,14 @@ PACK_EVERY = 4000
 
 PACK_KEEP_LOOSE = 1000
 """...leaving its newest this many blobs loose: the turns a live writer reads back at once."""
+
+PACK_EVERY_POSTGRESQL = 512
+""":data:`PACK_EVERY` on PostgreSQL, where the packer packs whole frames only: a packed blob's
+row is deleted from ``blob_rows``, whose heap and two indexes keep the room of the most loose
+rows they ever held (autovacuum makes it reusable, never smaller). Packing at 4,000 left that
+high-water at ~5,000 rows: 0.09x of each further raw byte from 400 to 2,000 turns
+(``bench_packs.py --postgres``). At about a frame's worth (the newest ``PACK_KEEP_LOOSE``
+counted again after each packing), ~2,000 rows: 0.01x."""
 
 PACK_TURN_NEW = 512
 """A writer's turn ended (:meth:`SqlArchive.pack_at_turn_end`): pack at once, without waiting
@@ -137,7 +146,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
             self._pending_new += new_blobs  # counted once that write commits, if ever
             return
         self._since_pack += new_blobs
-        if self._since_pack < PACK_EVERY + PACK_KEEP_LOOSE:
+        every = PACK_EVERY_POSTGRESQL if self.db.is_postgresql else PACK_EVERY
+        if self._since_pack < every + PACK_KEEP_LOOSE:
             return
         self._start_packer(at_once=False)
 
@@ -187,7 +197,10 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 if pause():
                     self.pack_cold(pause=pause, whole=True)
             elif pause():
-                self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause)
+                often = self.db.is_postgresql  # (PACK_EVERY_POSTGRESQL): whole frames only
+                self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause, whole=often)
+                if often:  # the newest PACK_KEEP_LOOSE are still loose: counted again
+                    self._since_pack += PACK_KEEP_LOOSE
             self.packing_error = None
         except BaseException as err:  # kept for the caller to see; tried again later
             self.packing_error = err
