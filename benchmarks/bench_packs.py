@@ -135,8 +135,7 @@ def growth_by_relation(pg: dict[str, Any], path: str = "") -> list[str]:
     raw = pg["raw"]["long"] - pg["raw"]["after"]
     lines = [
         "",
-        f"| {path}each further raw byte, 400 → 2,000 turns | heap + maps | TOAST | indexes "
-        "| all |",
+        f"| {path}each further raw byte, 400 → 2,000 turns | heap + maps | TOAST | indexes | all |",
         "|---|---:|---:|---:|---:|",
     ]
     for name in sorted(long):
@@ -225,12 +224,13 @@ def postgres_native(turns: int, long: int = 2000) -> dict[str, Any]:
 
     The writer's own background threads run as they do for an agent whose turns come
     seconds apart: when a turn starts the dictionary trainer (``AUTO_TRAIN_SAMPLES`` small
-    blobs) or the packer (``PACK_EVERY`` new blobs beyond ``PACK_KEEP_LOOSE``), the pause
-    before the next turn lets it finish (waited for here), and autovacuum then makes
-    the loose rows it deleted reusable (``VACUUM blob_rows`` here, as autovacuum would in the
-    minutes between). At the mark the archive is as the packer leaves it: every blob packed
-    but the newest ``PACK_KEEP_LOOSE`` (``pack_cold(keep_loose=PACK_KEEP_LOOSE)``, its call;
-    at 400 turns, 2,401 blobs, it has not run yet), so both marks keep as many loose.
+    blobs) or the packer (on PostgreSQL ``PACK_EVERY_POSTGRESQL`` new blobs beyond
+    ``PACK_KEEP_LOOSE``; it also merges the sessions' small runs), the pause before the next
+    turn lets it finish (waited for here), and autovacuum then makes the rows it deleted
+    reusable (the loose blobs it packed, the runs it merged: ``VACUUM`` here, as autovacuum
+    would in the minutes between). At the mark the archive is as the packer leaves it: every
+    blob packed but the newest ``PACK_KEEP_LOOSE`` (``pack_cold(keep_loose=PACK_KEEP_LOOSE)``,
+    its call), so both marks keep as many loose.
     """
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
@@ -260,7 +260,7 @@ def postgres_native(turns: int, long: int = 2000) -> dict[str, Any]:
                                 archive.wait_for_training()
                             if archive._packer is not None:  # (the same)
                                 archive.wait_for_packing()
-                                _vacuumed_sizes(url, "blob_rows")  # autovacuum, meanwhile
+                                _vacuumed_sizes(url)  # autovacuum, meanwhile
                                 packings += 1
                         archive.wait_for_training()
                         archive.pack_cold(keep_loose=PACK_KEEP_LOOSE)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
+from alpstore.db import runs
 from alpstore.db.members import (
     DESCRIPTION,
     LOCK_NEW_BLOBS,
@@ -128,6 +130,10 @@ class SqlArchive(PackWriting, ArchiveWriter):
         self._pack_lock = threading.Lock()
         """Held by :meth:`pack_cold`: this process's packings run one at a time (an import's
         settle and the background packer would otherwise pack the same blobs twice)."""
+        self._runs_since = time.time()
+        """Sessions written since then have small runs to merge (:meth:`_merge_runs`)."""
+        self._runs_from: dict[int, int] = {}
+        """Per segment, the position the next merge of its runs starts from."""
 
     # ----------------------------------------------------------------- background packing
     def _maybe_auto_pack(self, new_blobs: int) -> None:
@@ -201,12 +207,27 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause, whole=often)
                 if often:  # the newest PACK_KEEP_LOOSE are still loose: counted again
                     self._since_pack += PACK_KEEP_LOOSE
+            self._merge_runs(pause)
             self.packing_error = None
         except BaseException as err:  # kept for the caller to see; tried again later
             self.packing_error = err
         finally:
             with self._trainer_lock:
                 self._packer = None
+
+    def _merge_runs(self, pause: Callable[[], bool]) -> None:
+        """The packer's other cold rows: the small runs of the sessions written since it last
+        looked (``db.runs.merge_small``: a turn's append is a row), one segment per
+        transaction, each at a pause.
+        """
+        since, self._runs_since = self._runs_since, time.time()
+        with self.db.read() as conn:
+            heads = [int(s) for (s,) in rsql.fetchall(conn, runs.HEADS_SINCE, (since,))]
+        for seg in heads:
+            if not pause():
+                return
+            with self.db.atomic() as conn:
+                _, self._runs_from[seg] = runs.merge_small(conn, seg, self._runs_from.get(seg, 0))
 
     def wait_for_packing(self, timeout: float | None = None) -> bool:
         """Block until a background packing this archive started has finished (or ``timeout``
