@@ -175,7 +175,9 @@ def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, 
     one run: the same ids at the same positions, fewer rows. Only runs wholly below the
     segment's length (fixed entries: a writer appends at the tip). On PostgreSQL the segment's
     row is locked ``FOR KEY SHARE`` first: `gc` (``exclude_writers``) cannot trim it meanwhile,
-    and a writer growing it is not held up. ``(runs removed, where the next merge may start)``.
+    and a writer growing it is not held up; the runs are read ``FOR UPDATE``, so another
+    process merging the same runs makes this one skip them (gone, a gap between groups).
+    ``(runs removed, where the next merge may start)``.
 
     Raises:
         IntegrityError: a run is damaged.
@@ -186,10 +188,10 @@ def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, 
     if row is None:
         return 0, since
     length = int(row[0])
-    rows = rsql.fetchall(
+    rows = rsql.fetchall(  # (another process merging them: their rows are gone when it ends)
         conn,
         "SELECT start, blob_ids FROM segment_runs WHERE segment_id = ? AND start >= ? "
-        "AND start < ? ORDER BY start",
+        f"AND start < ? ORDER BY start{' FOR UPDATE' if pg else ''}",
         (seg_id, since, length),
     )
     groups: list[list[tuple[int, list[int]]]] = [[]]
@@ -210,13 +212,14 @@ def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, 
     for group in groups:
         if len(group) < 2:
             continue
-        first, last = group[0][0], group[-1][0]
+        starts = [at for at, _ in group]
         rsql.execute(
             conn,
-            "DELETE FROM segment_runs WHERE segment_id = ? AND start >= ? AND start <= ?",
-            (seg_id, first, last),
+            "DELETE FROM segment_runs WHERE segment_id = ? "
+            f"AND start IN ({rsql.placeholders(len(starts))})",
+            (seg_id, *starts),
         )
-        insert_run(conn, seg_id, first, [b for _, ids in group for b in ids])
+        insert_run(conn, seg_id, starts[0], [b for _, ids in group for b in ids])
         removed += len(group) - 1
     tail = groups[-1]
     if tail and sum(len(r[1]) for r in tail) < MERGE_SMALL:

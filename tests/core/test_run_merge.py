@@ -145,3 +145,28 @@ def test_a_long_lived_writer_merges_its_runs_as_it_packs(
     reader = backend.open_store()
     assert [e.value for e in reader.get_session("live").history()] == messages
     assert verify(store).ok
+
+
+def test_two_processes_merging_one_segment_merge_it_once(backend: Backend) -> None:
+    """PostgreSQL: a second merger of the same runs waits for the first's row locks, then
+    finds those runs gone and merges nothing (it never writes a run over the first's)."""
+    import threading
+
+    if not backend.is_postgresql:
+        pytest.skip("SQLite's write lock admits one merger at a time")
+    store = backend.open_store()
+    _, seg = _write(store, "twice", 10, size=2)
+    entries = _entries(store)
+    other = backend.open_store()
+    got: list[tuple[int, int]] = []
+    with store.db.atomic() as conn:
+        assert runs.merge_small(conn, seg) == (9, 0)
+        second = threading.Thread(target=lambda: got.append(_merge(other, seg)))
+        second.start()
+        second.join(0.5)
+        assert second.is_alive(), "the second merger did not wait for the first"
+    second.join(30)
+    assert got == [(0, 0)]
+    assert [(a, len(ids)) for _, a, ids in _runs(store)] == [(0, 20)]
+    assert _entries(store) == entries
+    assert verify(store).ok
