@@ -100,7 +100,7 @@ row is deleted from ``blob_rows``, whose heap and two indexes keep the room of t
 rows they ever held (autovacuum makes it reusable, never smaller). Packing at 4,000 left that
 high-water at ~5,000 rows: 0.09x of each further raw byte from 400 to 2,000 turns
 (``bench_packs.py --postgres``). At about a frame's worth (the newest ``PACK_KEEP_LOOSE``
-counted again after each packing), ~2,000 rows: 0.017x."""
+counted again after each packing), ~2,000 rows: 0.012-0.033x."""
 
 PACK_TURN_NEW = 512
 """A writer's turn ended (:meth:`SqlArchive.pack_at_turn_end`): pack at once, without waiting
