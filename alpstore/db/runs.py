@@ -196,17 +196,18 @@ def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, 
     )
     groups: list[list[tuple[int, list[int]]]] = [[]]
     end = since
+    held = 0  # ids in the last group
     for start, stored in rows:
         at = int(start)
         ids = run_ids(stored, seg_id, at)
         if at + len(ids) > length:
             break
-        group = groups[-1]
-        held = sum(len(r[1]) for r in group)
-        if group and (at != end or held + len(ids) > MERGE_MOST or len(ids) >= MERGE_SMALL):
+        if groups[-1] and (at != end or held + len(ids) > MERGE_MOST or len(ids) >= MERGE_SMALL):
             groups.append([])
+            held = 0
         if len(ids) < MERGE_SMALL:
             groups[-1].append((at, ids))
+            held += len(ids)
         end = at + len(ids)
     removed = 0
     for group in groups:
@@ -222,6 +223,6 @@ def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, 
         insert_run(conn, seg_id, starts[0], [b for _, ids in group for b in ids])
         removed += len(group) - 1
     tail = groups[-1]
-    if tail and sum(len(r[1]) for r in tail) < MERGE_SMALL:
+    if tail and held < MERGE_SMALL:
         end = tail[0][0]  # still small: merged again with the runs that follow
     return removed, end
