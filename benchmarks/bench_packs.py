@@ -1,6 +1,7 @@
 """Pack frames (issue 33): bytes of the native `commit_turn` path before and after
 `archive pack`, PostgreSQL at 400 turns after an import (beside its schema alone, one turn
-imported, and the growth to 2,000 turns), one message read from a pack, and a
+imported, and the growth to 2,000 turns) and the same growth written turn by turn with
+`commit_turn` (its background packer's work included), one message read from a pack, and a
 10,000-message head hydrated packed vs loose — each beside its baseline in the same run.
 
 Run: ``python benchmarks/bench_packs.py [--postgres]`` (PostgreSQL from
@@ -17,6 +18,7 @@ what each table's heap, TOAST and indexes add from 400 to 2,000 turns.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -127,13 +129,13 @@ RELATIONS = (
 is ``pg_total_relation_size``."""
 
 
-def growth_by_relation(pg: dict[str, Any]) -> list[str]:
+def growth_by_relation(pg: dict[str, Any], path: str = "") -> list[str]:
     """Table rows: where each further raw byte from 400 to 2,000 turns goes, per relation."""
     after, long = pg["relations"]["after"], pg["relations"]["long"]
     raw = pg["raw"]["long"] - pg["raw"]["after"]
     lines = [
         "",
-        "| each further raw byte, 400 → 2,000 turns | heap + maps | TOAST | indexes | all |",
+        f"| {path}each further raw byte, 400 → 2,000 turns | heap + maps | TOAST | indexes | all |",
         "|---|---:|---:|---:|---:|",
     ]
     for name in sorted(long):
@@ -153,18 +155,12 @@ def postgres_import(turns: int, long: int = 2000) -> dict[str, Any]:
     has at least one 8 KB page per index and its maps) and a ``long``-turn import (what
     each further byte of conversation costs). ``{label: bytes}`` and ``{label: raw bytes}``
     under ``"raw"``."""
-    import os
-
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
     from alpstore.testing.postgres import fresh_schema
 
-    base = os.environ.get("ALPSTORE_BENCH_POSTGRES_URL") or os.environ.get(
-        "ALPSTORE_TEST_POSTGRES_URL"
-    )
-    if not base:
-        raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
+    base = _postgres_base()
     runs = (("empty", 0, False), ("one", 1, True), ("before", turns, False))
     runs += (("after", turns, True), ("long", long, True))
     out: dict[str, Any] = {"raw": {}}
@@ -185,20 +181,95 @@ def postgres_import(turns: int, long: int = 2000) -> dict[str, Any]:
                             store.archive.settle()
                     finally:
                         store.close()
-                    probe = create_engine(url, poolclass=NullPool).execution_options(
-                        isolation_level="AUTOCOMMIT"
-                    )
+                    parts = _vacuumed_sizes(url)
+                    out[label] = sum(map(sum, parts.values()))
+                    out.setdefault("relations", {})[label] = parts
+    finally:
+        admin.dispose()
+    return out
+
+
+def _postgres_base() -> str:
+    base = os.environ.get("ALPSTORE_BENCH_POSTGRES_URL") or os.environ.get(
+        "ALPSTORE_TEST_POSTGRES_URL"
+    )
+    if not base:
+        raise SystemExit("no PostgreSQL: set ALPSTORE_BENCH_POSTGRES_URL")
+    return base
+
+
+def _vacuumed_sizes(url: str, table: str = "") -> dict[str, tuple[int, int, int]]:
+    """``VACUUM`` (``table``, else every table: the maps, as autovacuum leaves them), then
+    each table's heap, TOAST and indexes (:data:`RELATIONS`)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    probe = create_engine(url, poolclass=NullPool).execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        with probe.connect() as conn:
+            conn.exec_driver_sql(f"VACUUM {table}")
+            return {
+                str(name): (int(heap), int(toast), int(indexes))
+                for name, heap, toast, indexes in conn.exec_driver_sql(RELATIONS)
+            }
+    finally:
+        probe.dispose()
+
+
+def postgres_native(turns: int, long: int = 2000) -> dict[str, Any]:
+    """The same conversation as :func:`postgres_import`, written turn by turn with
+    ``Session.commit_turn`` on PostgreSQL by one long-lived writer, ``turns`` and ``long``
+    turns, each on a fresh schema; the same ``{label: bytes}``, ``"raw"`` and
+    ``"relations"`` (labels ``"after"`` and ``"long"``).
+
+    The writer's own background threads run as they do for an agent whose turns come
+    seconds apart: when a turn starts the dictionary trainer (``AUTO_TRAIN_SAMPLES`` small
+    blobs) or the packer (on PostgreSQL ``PACK_EVERY_POSTGRESQL`` new blobs beyond
+    ``PACK_KEEP_LOOSE``; it also merges the sessions' small runs), the pause before the next
+    turn lets it finish (waited for here), and autovacuum then makes the rows it deleted
+    reusable (the loose blobs it packed, the runs it merged: ``VACUUM`` here, as autovacuum
+    would in the minutes between). At the mark the archive is as the packer leaves it: every
+    blob packed but the newest ``PACK_KEEP_LOOSE`` (``pack_cold(keep_loose=PACK_KEEP_LOOSE)``,
+    its call), so both marks keep as many loose.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    from alpstore.archive.sql import PACK_KEEP_LOOSE, SqlArchive
+    from alpstore.testing.postgres import fresh_schema
+
+    base = _postgres_base()
+    conversation = conversation_turns(long)
+    out: dict[str, Any] = {"raw": {}, "relations": {}, "packings": {}}
+    admin = create_engine(base, poolclass=NullPool)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for label, count in (("after", turns), ("long", long)):
+                written = conversation[:count]
+                out["raw"][label] = len(_raw(written))
+                with fresh_schema(admin, base, "bench_packs_") as url:
+                    store = Store.open(Path(tmp) / label, url=url)
+                    packings = 0
                     try:
-                        with probe.connect() as conn:
-                            conn.exec_driver_sql("VACUUM")  # the maps, as autovacuum leaves them
-                            parts = {
-                                str(name): (int(heap), int(toast), int(indexes))
-                                for name, heap, toast, indexes in conn.exec_driver_sql(RELATIONS)
-                            }
-                            out[label] = sum(map(sum, parts.values()))
-                            out.setdefault("relations", {})[label] = parts
+                        archive = store.archive
+                        assert isinstance(archive, SqlArchive)
+                        session = store.create_session(name="bench")
+                        for turn in written:
+                            session.commit_turn(turn)
+                            if archive.training:  # the pause before the next turn
+                                archive.wait_for_training()
+                            if archive._packer is not None:  # (the same)
+                                archive.wait_for_packing()
+                                _vacuumed_sizes(url)  # autovacuum, meanwhile
+                                packings += 1
+                        archive.wait_for_training()
+                        archive.pack_cold(keep_loose=PACK_KEEP_LOOSE)
                     finally:
-                        probe.dispose()
+                        store.close()
+                    parts = _vacuumed_sizes(url)
+                    out[label] = sum(map(sum, parts.values()))
+                    out["relations"][label] = parts
+                    out["packings"][label] = packings
     finally:
         admin.dispose()
     return out
@@ -269,7 +340,26 @@ def run_all(postgres: bool) -> str:
             f"{pg['one'] / raw:.3f}× ({pg['one'] / 1024:.0f} KB) | "
             f"{pg['before'] / raw:.3f}× | **{pg['after'] / raw:.3f}×** | {grew:.3f}× |",
         ]
-        lines += growth_by_relation(pg)
+        lines += growth_by_relation(pg, "`session import`: ")
+        nat = postgres_native(400)
+        raw = nat["raw"]["after"]
+        grew_native = (nat["long"] - nat["after"]) / (nat["raw"]["long"] - raw)
+        lines += [
+            "",
+            "| PostgreSQL, native `commit_turn` (the writer's packer as between an agent's "
+            "turns) | raw | 400 turns | 2,000 turns | each further raw byte, 400 → 2,000 turns |",
+            "|---|---:|---:|---:|---:|",
+            f"| tables + indexes + TOAST + maps, ÷ its raw ({nat['packings']['long']} "
+            f"packings at 2,000 turns, {nat['packings']['after']} at 400) | "
+            f"{raw / 1e6:.2f} MB | {nat['after'] / raw:.3f}× | "
+            f"{nat['long'] / nat['raw']['long']:.3f}× | **{grew_native:.3f}×** |",
+        ]
+        lines += growth_by_relation(nat, "`commit_turn`: ")
+        lines += [
+            "",
+            f"PostgreSQL growth per raw byte, 400 → 2,000 turns (goal ≤ 0.35×): "
+            f"`session import` **{grew:.3f}×**, `commit_turn` **{grew_native:.3f}×**.",
+        ]
     return "\n".join(lines) + "\n"
 
 

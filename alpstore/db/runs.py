@@ -150,3 +150,79 @@ def delete_segments(conn: AnyConnection, seg_ids: Sequence[int]) -> None:
         part = list(seg_ids[at : at + 500])
         marks = ", ".join("?" * len(part))
         rsql.execute(conn, f"DELETE FROM segment_runs WHERE segment_id IN ({marks})", part)
+
+
+MERGE_SMALL = 256
+"""A run of fewer ids than this is merged with its neighbours (:func:`merge_small`): an append
+of a turn's few messages is a row with its header, array header and primary-key entry, ~80 B
+on PostgreSQL beside 4 B an id (0.03x of each further raw byte of a native conversation)."""
+
+MERGE_MOST = 480
+"""The most ids a merged run holds: its PostgreSQL row (56 B + 4 B an id) stays under TOAST's
+2,032-byte threshold, four to a page. Above it the array goes out of line uncompressed (pglz
+saves too little on ascending ids): a 550-id run took 2.2 KB of TOAST in two chunks."""
+
+HEADS_SINCE = (
+    "SELECT DISTINCT head_segment_id FROM sessions WHERE updated_at >= ? "
+    "AND head_segment_id IS NOT NULL"
+)
+"""The head segments of the sessions written at or after a time: where new small runs are."""
+
+
+def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, int]:
+    """Merge ``seg_id``'s small runs (fewer than :data:`MERGE_SMALL` ids) from position
+    ``since`` on, neighbours that together hold at most :data:`MERGE_MOST`, each group into
+    one run: the same ids at the same positions, fewer rows. Only runs wholly below the
+    segment's length (fixed entries: a writer appends at the tip). On PostgreSQL the segment's
+    row is locked ``FOR KEY SHARE`` first: `gc` (``exclude_writers``) cannot trim it meanwhile,
+    and a writer growing it is not held up; the runs are read ``FOR UPDATE``, so another
+    process merging the same runs makes this one skip them (gone, a gap between groups).
+    ``(runs removed, where the next merge may start)``.
+
+    Raises:
+        IntegrityError: a run is damaged.
+    """
+    pg = rsql.dialect_of(conn) == "postgresql"
+    lock = " FOR KEY SHARE" if pg else ""
+    row = rsql.fetchone(conn, f"SELECT length FROM segments WHERE id = ?{lock}", (seg_id,))
+    if row is None:
+        return 0, since
+    length = int(row[0])
+    rows = rsql.fetchall(  # (another process merging them: their rows are gone when it ends)
+        conn,
+        "SELECT start, blob_ids FROM segment_runs WHERE segment_id = ? AND start >= ? "
+        f"AND start < ? ORDER BY start{' FOR UPDATE' if pg else ''}",
+        (seg_id, since, length),
+    )
+    groups: list[list[tuple[int, list[int]]]] = [[]]
+    end = since
+    held = 0  # ids in the last group
+    for start, stored in rows:
+        at = int(start)
+        ids = run_ids(stored, seg_id, at)
+        if at + len(ids) > length:
+            break
+        if groups[-1] and (at != end or held + len(ids) > MERGE_MOST or len(ids) >= MERGE_SMALL):
+            groups.append([])
+            held = 0
+        if len(ids) < MERGE_SMALL:
+            groups[-1].append((at, ids))
+            held += len(ids)
+        end = at + len(ids)
+    removed = 0
+    for group in groups:
+        if len(group) < 2:
+            continue
+        starts = [at for at, _ in group]
+        rsql.execute(
+            conn,
+            "DELETE FROM segment_runs WHERE segment_id = ? "
+            f"AND start IN ({rsql.placeholders(len(starts))})",
+            (seg_id, *starts),
+        )
+        insert_run(conn, seg_id, starts[0], [b for _, ids in group for b in ids])
+        removed += len(group) - 1
+    tail = groups[-1]
+    if tail and held < MERGE_SMALL:
+        end = tail[0][0]  # still small: merged again with the runs that follow
+    return removed, end

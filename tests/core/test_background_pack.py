@@ -38,6 +38,7 @@ def _codecs(store: Any) -> list[int]:
 @pytest.fixture
 def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(archive_sql, "PACK_EVERY", EVERY)
+    monkeypatch.setattr(archive_sql, "PACK_EVERY_POSTGRESQL", EVERY)
     monkeypatch.setattr(archive_sql, "PACK_KEEP_LOOSE", KEEP)
     monkeypatch.setattr(training, "RECLAIM_IDLE", 0.2)
 

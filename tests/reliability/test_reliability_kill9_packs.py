@@ -33,6 +33,7 @@ import alpstore.archive.training as training
 
 # the background packer runs beside the explicit packing: a long-lived writer's thread
 archive_sql.PACK_EVERY, archive_sql.PACK_KEEP_LOOSE = 40, 8
+archive_sql.PACK_EVERY_POSTGRESQL = 40  # (it also merges the session's small runs)
 training.RECLAIM_IDLE = 0.0
 
 root, url, log, seed = Path(sys.argv[1]), sys.argv[2] or None, sys.argv[3], int(sys.argv[4])
