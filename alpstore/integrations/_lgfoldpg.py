@@ -128,7 +128,8 @@ def write(conn: Connection, below: bytes, turn: Read) -> int | None:
         below,
         FOLD_MOVED,
     )
-    groups = [(group, turn_of(group, writes)) for group in cuts(steps)]  # a row per turn
+    states: dict[int, Any] = {}  # each step unpacked once, for the cut and for its row
+    groups = [(group, turn_of(group, writes, states)) for group in cuts(steps, states)]
     # built before the transaction begins: its head (the lock) may go to the server at once
     if not rsql.begin_later(conn, [(_LOCK, (session_id,)), (_GUARD, guard)]):
         return None

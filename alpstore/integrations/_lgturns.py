@@ -100,12 +100,12 @@ Written = tuple[int, str, tuple[int, Any, int, bytes], list[int]]
 
 
 def turn_of(
-    steps: Sequence[Any], writes: dict[bytes, list[Written]]
+    steps: Sequence[Any], writes: dict[bytes, list[Written]], states: dict[int, Any] | None = None
 ) -> tuple[tuple[int, Any, int, bytes], list[int], list[int], dict[int, None], list[int]]:
     """A turn row's parts from its loose steps (``lg_checkpoints`` rows: id, checkpoint id,
     parent, alpstore checkpoint id, run ref, codec, dict id, raw size, state; in id order) and
     each step's writes: the packed document, its runs, its steps' alpstore ids, the blobs it
-    names and the write ids it takes.
+    names and the write ids it takes (``states``: those :func:`cuts` unpacked already).
     """
     k: list[Any] = []
     w: list[Any] = []
@@ -113,7 +113,7 @@ def turn_of(
     write_ids: list[int] = []
     for index, r in enumerate(steps):
         cid = bytes(r[1])
-        state = unpack_doc((int(r[5]), r[6], int(r[7]), bytes(r[8])), "lg_checkpoints row")
+        state = step_state(r, states)
         parent = None if r[2] is None else bytes(r[2]).hex()
         k.append([cid.hex(), parent, int(r[3]), None if r[4] is None else int(r[4]), state])
         refs = state.get("v", {})
@@ -160,13 +160,23 @@ def is_input(state: Any) -> bool:
     return isinstance(inner, dict) and inner.get("source") == "input"
 
 
-def cuts(steps: Sequence[Any]) -> list[list[Any]]:
+def step_state(r: Any, states: dict[int, Any] | None = None) -> Any:
+    """A loose step row's state document, unpacked once when ``states`` keeps them by row id."""
+    if states is not None and int(r[0]) in states:
+        return states[int(r[0])]
+    state = unpack_doc((int(r[5]), r[6], int(r[7]), bytes(r[8])), "lg_checkpoints row")
+    if states is not None:
+        states[int(r[0])] = state
+    return state
+
+
+def cuts(steps: Sequence[Any], states: dict[int, Any] | None = None) -> list[list[Any]]:
     """Loose steps (``lg_checkpoints`` rows in id order, state packed last) cut into turns: a
-    new group at every input step.
+    new group at every input step (``states``: the unpacked ones kept for :func:`turn_of`).
     """
     groups: list[list[Any]] = []
     for r in steps:
-        state = unpack_doc((int(r[5]), r[6], int(r[7]), bytes(r[8])), "lg_checkpoints row")
+        state = step_state(r, states)
         if not groups or is_input(state):
             groups.append([])
         groups[-1].append(r)
