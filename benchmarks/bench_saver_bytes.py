@@ -53,10 +53,12 @@ def _marks(text: str) -> list[int]:
     return sorted({int(x) for x in text.split(",") if x.strip()})
 
 
-def tool_loop(saver: AlpstoreSaver, marks: list[int], measure: Any) -> dict[int, Any]:
+def tool_loop(
+    saver: AlpstoreSaver, marks: list[int], measure: Any, each: Any = None
+) -> dict[int, Any]:
     """Drive bench_langgraph's graph on ``saver`` to the last mark; ``measure(turn)`` at each
-    mark (the saver open, as bench_langgraph measures). ``{mark: (raw bytes, measured, ms per
-    turn over the last 50 turns)}``."""
+    mark (the saver open, as bench_langgraph measures), ``each(turn)`` after every turn when
+    given. ``{mark: (raw bytes, measured, ms per turn over the last 50 turns)}``."""
     inputs, replies, raw = conversation(marks[-1])
     script: deque[Any] = deque()
     graph = build(saver, MessagesState, script)
@@ -64,6 +66,8 @@ def tool_loop(saver: AlpstoreSaver, marks: list[int], measure: Any) -> dict[int,
     times: list[float] = []
     out: dict[int, Any] = {}
     for turn in invoke_turns(graph, config, script, (inputs, replies), marks, times):
+        if each is not None:
+            each(turn)
         if turn in marks:
             tail = times[-50:]
             out[turn] = (raw[turn - 1], measure(turn), 1000 * sum(tail) / len(tail))
@@ -118,9 +122,21 @@ PG_PARTS = (
 """Each table (heap + TOAST) and index of the schema, by its bytes."""
 
 
-def postgres_run(marks: list[int], parts: list[tuple[str, int]]) -> dict[int, Any]:
+SCHEMA_TABLES = (
+    "SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
+    "AND c.relkind = 'r' ORDER BY 1"
+)
+
+
+def postgres_run(
+    marks: list[int], parts: list[tuple[str, int]], vacuum_every: int = 0
+) -> dict[int, Any]:
     """Schema bytes (``pg_total_relation_size`` after ``VACUUM``) at each mark; the last
-    mark's bytes by relation into ``parts``."""
+    mark's bytes by relation into ``parts``. ``vacuum_every``: a plain ``VACUUM`` of the
+    schema's tables every that many turns too, standing in for autovacuum (a server's
+    default: it vacuums a table once 50 + 20 % of its rows are dead, checking every minute,
+    which at an agent's pace of seconds a turn is every few dozen turns); 0: only at the marks.
+    """
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
@@ -154,9 +170,15 @@ def postgres_run(marks: list[int], parts: list[tuple[str, int]]) -> dict[int, An
                         ).scalar_one()
                     )
 
+            def autovacuum(turn: int) -> None:
+                if vacuum_every and turn % vacuum_every == 0 and turn not in marks:
+                    with probe.connect() as conn:
+                        names = [r[0] for r in conn.exec_driver_sql(SCHEMA_TABLES).fetchall()]
+                        conn.exec_driver_sql("VACUUM " + ", ".join(names))
+
             saver = AlpstoreSaver.open(Path(tmp), url=url)
             try:
-                return tool_loop(saver, marks, measure)
+                return tool_loop(saver, marks, measure, autovacuum)
             finally:
                 saver.close()
                 probe.dispose()
@@ -164,11 +186,12 @@ def postgres_run(marks: list[int], parts: list[tuple[str, int]]) -> dict[int, An
         admin.dispose()
 
 
-def run_all(turns: list[int], pg_turns: list[int] | None) -> str:
+def run_all(turns: list[int], pg_turns: list[int] | None, vacuum_every: int = 0) -> str:
     lines = [
         "Command: `python benchmarks/bench_saver_bytes.py --turns "
         + ",".join(map(str, turns))
         + (" --postgres --pg-turns " + ",".join(map(str, pg_turns)) if pg_turns else "")
+        + (f" --vacuum-every {vacuum_every}" if pg_turns and vacuum_every else "")
         + f"` (load average {os.getloadavg()[0]:.1f} at the start)",
         "",
         "| AlpstoreSaver, SQLite | raw | archive | × raw | ms / turn (last 50) |",
@@ -187,7 +210,7 @@ def run_all(turns: list[int], pg_turns: list[int] | None) -> str:
     lines += ["", "Rows: " + ", ".join(f"{t} {n:,}" for t, n in rows.items())]
     if pg_turns:
         pg_parts: list[tuple[str, int]] = []
-        pg = postgres_run(pg_turns, pg_parts)
+        pg = postgres_run(pg_turns, pg_parts, vacuum_every)
         first, last = pg[pg_turns[0]], pg[pg_turns[-1]]
         grew = (last[1] - first[1]) / (last[0] - first[0])
         lines += [
@@ -203,7 +226,13 @@ def run_all(turns: list[int], pg_turns: list[int] | None) -> str:
         lines += [
             "",
             f"PostgreSQL growth per raw byte, {pg_turns[0]:,} → {pg_turns[-1]:,} turns: "
-            f"**{grew:.3f}×**",
+            f"**{grew:.3f}×** ("
+            + (
+                f"a plain `VACUUM` every {vacuum_every} turns, standing in for autovacuum"
+                if vacuum_every
+                else "`VACUUM` at the marks only"
+            )
+            + ")",
             "",
             f"At {pg_turns[-1]:,} turns, by relation (heap + TOAST, or index) ÷ raw:",
             "",
@@ -222,8 +251,18 @@ def main() -> None:
     parser.add_argument("--turns", default="100,400,1000", help="SQLite marks")
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--pg-turns", default="200,1000", help="PostgreSQL marks")
+    parser.add_argument(
+        "--vacuum-every",
+        type=int,
+        default=0,
+        help="PostgreSQL: VACUUM the schema's tables every N turns (autovacuum's stand-in)",
+    )
     args = parser.parse_args()
-    text = run_all(_marks(args.turns), _marks(args.pg_turns) if args.postgres else None)
+    text = run_all(
+        _marks(args.turns),
+        _marks(args.pg_turns) if args.postgres else None,
+        args.vacuum_every,
+    )
     write_results(RESULTS, text)
     print(text)
 
