@@ -27,6 +27,7 @@ from alpstore.db.tables import (
     segment_entries,
     segments,
     sessions,
+    view_metadata,
 )
 from alpstore.views import View, cover_bytes, covers_of_views
 
@@ -227,7 +228,7 @@ def _reachable_blobs(conn: Connection, keep: set[int], need: dict[int, int]) -> 
         if need[seg] > 0:
             live.update(runs.ids_below(conn, seg, need[seg]))
     for table_name, column in blob_root_columns():
-        table = metadata.tables[table_name]
+        table = _table(table_name)
         col = table.c[column]
         live.update(int(b) for b in conn.execute(select(col).where(col.is_not(None))).scalars())
     edges: dict[int, list[int]] = defaultdict(list)
@@ -489,10 +490,12 @@ def _blob_ids(conn: Connection) -> set[int]:
 
 
 def _table(name: str) -> Table:
-    """A table of the archive by name, or the ``segment_entries`` view (read only)."""
-    if name == "segment_entries":
-        return segment_entries
-    return blobs if name == "blobs" else metadata.tables[name]
+    """A table of the archive by name, or one of its views of a table's old shape
+    (``segment_entries``, ``blobs``, ``lg_turn_blobs``: read only).
+    """
+    if name in metadata.tables:
+        return metadata.tables[name]
+    return view_metadata.tables[name]
 
 
 def _view_problem(shapes: dict[int, tuple[int | None, int, int]], view: View) -> str | None:

@@ -260,6 +260,16 @@ segment_entries = Table(
 """The entries one row each, as a view over ``segment_runs`` (read only): what verify, `sql`
 and the README's examples read; alpstore's range reads go to the runs through their key."""
 
+lg_turn_blobs = Table(
+    "lg_turn_blobs",
+    view_metadata,
+    Column("turn_ref", Integer, primary_key=True),
+    Column("blob_id", Integer, primary_key=True),
+    comment="VIEW since 0012: one row per id of lg_turns.blob_ids (unnest / json_each).",
+)
+"""A closed turn's blobs one row each, as a view over ``lg_turns.blob_ids`` (read only): what
+GC's mark, its sweep's check and verify read (``BLOB_REFERENCES``)."""
+
 checkpoints = Table(
     "checkpoints",
     metadata,
@@ -407,19 +417,13 @@ lg_turns = Table(
     Column("dict_id", Integer, ForeignKey("zstd_dicts.id"), nullable=True),
     Column("raw_size", Integer, nullable=False),
     Column("doc", LargeBinary, nullable=False),
+    # the blobs its states and pending writes name, ascending; NULL: none (0012, was
+    # lg_turn_blobs rows: now a view over this column, for GC and verify)
+    Column("blob_ids", _ARRAY, nullable=True),
     UniqueConstraint("thread_ref", "first_checkpoint_id"),
     comment="A LangGraph thread's closed turn (0011): its steps' states and their pending "
     "writes as one packed document.",
     sqlite_autoincrement=True,
-)
-
-lg_turn_blobs = Table(
-    "lg_turn_blobs",
-    metadata,
-    Column("turn_ref", Integer, ForeignKey("lg_turns.id"), primary_key=True),
-    Column("blob_id", Integer, primary_key=True, index=True),
-    comment="The blobs a closed LangGraph turn's states and pending writes refer to (0011).",
-    sqlite_with_rowid=False,
 )
 
 

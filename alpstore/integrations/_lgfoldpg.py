@@ -136,32 +136,24 @@ def write(conn: Connection, below: bytes, turn: Read) -> int | None:
     write_ids: list[int] = []
     for group, (packed, runs, alp_ids, blobs, taken) in groups:
         write_ids += taken
-        first = bytes(group[0][1])
+        listed = sorted(blobs)
         rsql.execute(
             conn,
             "INSERT INTO lg_turns (thread_ref, first_checkpoint_id, last_checkpoint_id, steps, "
-            "alp_ids, run_refs, codec, dict_id, raw_size, doc) VALUES (?, ?, ?, ?, "
-            "CAST(? AS INTEGER[]), CAST(? AS INTEGER[]), ?, ?, ?, ?)",
+            "alp_ids, run_refs, codec, dict_id, raw_size, doc, blob_ids) VALUES (?, ?, ?, ?, "
+            "CAST(? AS INTEGER[]), CAST(? AS INTEGER[]), ?, ?, ?, ?, CAST(? AS INTEGER[]))",
             (
                 ref,
-                first,
+                bytes(group[0][1]),
                 bytes(group[-1][1]),
                 len(group),
                 pg_array(alp_ids),
                 pg_array(runs),
                 *packed,
+                pg_array(listed) if listed else None,
             ),
             defer=True,
         )
-        if blobs:
-            rsql.execute(
-                conn,
-                "INSERT INTO lg_turn_blobs (turn_ref, blob_id) SELECT t.id, b FROM lg_turns t "
-                "CROSS JOIN unnest(CAST(? AS INTEGER[])) AS b "
-                "WHERE t.thread_ref = ? AND t.first_checkpoint_id = ?",
-                (pg_array(list(blobs)), ref, first),
-                defer=True,
-            )
     for sql, ids in (
         ("DELETE FROM lg_write_items WHERE write_id = ANY(CAST(? AS INTEGER[]))", write_ids),
         ("DELETE FROM lg_writes WHERE id = ANY(CAST(? AS INTEGER[]))", write_ids),

@@ -63,22 +63,21 @@ def fold(
         bytes(r[1]): lgdb.find_writes(conn, ref, id_text(bytes(r[1])), folded=False) for r in steps
     }
     packed, runs, alp_ids, blobs, write_ids = turn_of(steps, writes)
+    listed = sorted(blobs) or None
     if rsql.dialect_of(conn) == "postgresql":
-        arrays, mark = (pg_array(alp_ids), pg_array(runs)), "CAST(? AS INTEGER[])"
+        arrays: tuple[Any, ...] = (pg_array(alp_ids), pg_array(runs))
+        mark = "CAST(? AS INTEGER[])"
+        named: Any = None if listed is None else pg_array(listed)
     else:
         arrays, mark = (run_text(alp_ids), run_text(runs)), "?"
+        named = None if listed is None else run_text(listed)
     turn = rsql.fetchone(
         conn,
         "INSERT INTO lg_turns (thread_ref, first_checkpoint_id, last_checkpoint_id, steps, "
-        f"alp_ids, run_refs, codec, dict_id, raw_size, doc) VALUES (?, ?, ?, ?, {mark}, {mark}, "
-        "?, ?, ?, ?) RETURNING id",
-        (ref, bytes(steps[0][1]), bytes(steps[-1][1]), len(steps), *arrays, *packed),
+        f"alp_ids, run_refs, codec, dict_id, raw_size, doc, blob_ids) VALUES (?, ?, ?, ?, "
+        f"{mark}, {mark}, ?, ?, ?, ?, {mark}) RETURNING id",
+        (ref, bytes(steps[0][1]), bytes(steps[-1][1]), len(steps), *arrays, *packed, named),
     )[0]
-    rsql.executemany(
-        conn,
-        "INSERT INTO lg_turn_blobs (turn_ref, blob_id) VALUES (?, ?)",
-        [(int(turn), b) for b in blobs],
-    )
     for at in range(0, len(write_ids), lgdb.CHUNK):
         part = write_ids[at : at + lgdb.CHUNK]
         marks = rsql.placeholders(len(part))
@@ -147,7 +146,6 @@ def unfold(conn: Connection, ref: int, turn: Turn) -> None:
     for index, task, doc, items in turn.doc["w"]:
         cid = id_text(bytes.fromhex(turn.doc["k"][index][0]))
         lgdb.save_writes(conn, ref, cid, id_text(bytes.fromhex(task)), None, pack_doc(doc), items)
-    rsql.execute(conn, "DELETE FROM lg_turn_blobs WHERE turn_ref = ?", (turn.id,))
     rsql.execute(conn, "DELETE FROM lg_turns WHERE id = ?", (turn.id,))
 
 
@@ -247,12 +245,6 @@ def unfold_runs(conn: Connection, run_ids: Sequence[str]) -> None:
 
 def drop_all(conn: Connection, ref: int) -> None:
     """Delete a thread namespace's turn rows (``delete_thread``)."""
-    rsql.execute(
-        conn,
-        "DELETE FROM lg_turn_blobs WHERE turn_ref IN "
-        "(SELECT id FROM lg_turns WHERE thread_ref = ?)",
-        (ref,),
-    )
     rsql.execute(conn, "DELETE FROM lg_turns WHERE thread_ref = ?", (ref,))
 
 

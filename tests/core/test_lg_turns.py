@@ -9,13 +9,14 @@ to 0010 again, the loose rows are what they were, byte for byte (ids aside).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 pytest.importorskip("langgraph.graph", reason="langgraph is not installed (alpstore[langgraph])")
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from alembic import command
 from alpstore.db.database import Database
@@ -99,6 +100,8 @@ def _to(db: Database, revision: str) -> None:
     """``db`` (opened at head: opening an older archive would upgrade it) to ``revision``."""
     if revision == SCHEMA_HEAD:
         upgrade(db)
+    elif int(revision) > int(current_revision(db) or 0):
+        command.upgrade(alembic_config(db), revision)
     else:
         command.downgrade(alembic_config(db), revision)
     assert current_revision(db) == revision
@@ -165,3 +168,59 @@ def test_closed_turns_fold_into_one_row_each_and_unfold_back(
     assert _loose(db) == before
     _to(db, SCHEMA_HEAD)
     assert _count(db, "SELECT count(*) FROM lg_turns") == sum(THREADS.values()) - len(THREADS)
+
+
+def _turn_blobs(db: Database) -> list[tuple[bytes, int]]:
+    """``lg_turn_blobs`` (a table at 0011, a view over ``lg_turns.blob_ids`` from 0012) by the
+    turn's first step id, which a downgrade keeps (row ids aside)."""
+    with db.read() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.first_checkpoint_id, b.blob_id FROM lg_turn_blobs b "
+                "JOIN lg_turns t ON t.id = b.turn_ref ORDER BY 1, 2"
+            )
+        ).all()
+    return [(_b(first), int(blob)) for first, blob in rows]
+
+
+def test_0012_a_turns_blobs_move_into_its_row_and_back(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """0012: the rows ``lg_turn_blobs`` held at 0011 are what its view shows at 0012 (one
+    array column, ascending, no per-blob row or index), and they are rows again at 0011."""
+    _write(backend, monkeypatch)
+    backend.close_all()
+    db = backend.open_database()
+    _to(db, "0010")
+    _to(db, "0011")  # the turns folded by 0011, their blobs as rows
+    at_0011 = _turn_blobs(db)
+    assert at_0011, "the tool loop's turns name blobs"
+    with db.read() as conn:
+        assert "blob_ids" not in {c["name"] for c in _columns(conn, "lg_turns")}
+    _to(db, SCHEMA_HEAD)
+    assert _turn_blobs(db) == at_0011
+    with db.read() as conn:
+        stored = conn.execute(text("SELECT blob_ids FROM lg_turns ORDER BY id")).scalars().all()
+        kind = conn.execute(text(_KIND[db.dialect]), {"name": "lg_turn_blobs"}).scalar_one()
+    assert str(kind).lower() == "view"
+    for ids in stored:
+        listed = json.loads(ids) if isinstance(ids, str) else list(ids)
+        assert listed == sorted(set(listed)) and listed
+    backend.close_all()
+    assert verify(backend.open_store()).ok
+    backend.close_all()
+    db = backend.open_database()
+    _to(db, "0011")
+    assert _turn_blobs(db) == at_0011
+    _to(db, SCHEMA_HEAD)
+
+
+_KIND = {
+    "sqlite": "SELECT type FROM sqlite_master WHERE name = :name",
+    "postgresql": "SELECT table_type FROM information_schema.tables "
+    "WHERE table_schema = current_schema() AND table_name = :name",
+}
+
+
+def _columns(conn: Any, table: str) -> list[dict[str, Any]]:
+    return list(inspect(conn).get_columns(table))
