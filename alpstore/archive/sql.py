@@ -229,6 +229,26 @@ class SqlArchive(PackWriting, ArchiveWriter):
             with self.db.atomic() as conn:
                 _, self._runs_from[seg] = runs.merge_small(conn, seg, self._runs_from.get(seg, 0))
 
+    def merge_runs(self) -> int:
+        """Merge the small runs of every segment that has several (``db.runs.merge_small``
+        from position 0, one segment per transaction): what ``archive pack`` runs, so an
+        archive written before the packer merged runs, or by processes that closed before it
+        looked, gets them merged too. How many runs were removed.
+
+        Raises:
+            UsageError: called inside a transaction.
+        """
+        if self.db.in_transaction():
+            raise UsageError("merging runs takes its own transactions: call it outside one")
+        with self.db.read() as conn:
+            segs = [int(s) for (s,) in rsql.fetchall(conn, runs.SEVERAL_RUNS, ())]
+        removed = 0
+        for seg in segs:
+            with self.db.atomic() as conn:
+                gone, self._runs_from[seg] = runs.merge_small(conn, seg, 0)
+            removed += gone
+        return removed
+
     def wait_for_packing(self, timeout: float | None = None) -> bool:
         """Block until a background packing this archive started has finished (or ``timeout``
         seconds passed); True when none is running any more.

@@ -122,15 +122,18 @@ def pack(
     ] = 0,
 ) -> None:
     """Rewrite cold loose blobs, in conversation order, into compressed pack frames (one
-    short transaction per frame), then compact the SQLite file.
+    short transaction per frame), merge each segment's small runs of entries, then compact the
+    SQLite file.
     """
     archive = store(ctx, create=False).archive
     report = archive.pack_cold(keep_loose=keep_loose)
-    if report.frames:
+    merged = archive.merge_runs()
+    if report.frames or merged:
         archive.compact()
     echo(
         f"packed {report.blobs} blobs ({report.raw_bytes} bytes) into {report.frames} frames: "
-        f"{report.stored_before} stored bytes became {report.stored_after}"
+        f"{report.stored_before} stored bytes became {report.stored_after}; "
+        f"{merged} small runs of entries merged"
     )
 
 

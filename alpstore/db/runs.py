@@ -169,6 +169,13 @@ HEADS_SINCE = (
 """The head segments of the sessions written at or after a time: where new small runs are."""
 
 
+SEVERAL_RUNS = (
+    "SELECT segment_id FROM segment_runs GROUP BY segment_id HAVING count(*) > 1 "
+    "ORDER BY segment_id"
+)
+"""The segments holding more than one run (where :func:`merge_small` may find neighbours)."""
+
+
 def merge_small(conn: AnyConnection, seg_id: int, since: int = 0) -> tuple[int, int]:
     """Merge ``seg_id``'s small runs (fewer than :data:`MERGE_SMALL` ids) from position
     ``since`` on, neighbours that together hold at most :data:`MERGE_MOST`, each group into

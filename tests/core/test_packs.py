@@ -4,6 +4,7 @@ verify, stats, GC's repacking and the pointer format, on both backends where the
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,7 @@ def test_cli_pack_and_stats(tmp_path: Path) -> None:
     res = run_cli("--root", root, "archive", "pack")
     assert res.code == 0, res.err
     assert res.out.startswith("packed ") and " frames: " in res.out
+    assert re.search(r"; \d+ small runs of entries merged$", res.out.rstrip()), res.out
     res = run_cli("--root", root, "archive", "stats")
     assert res.code == 0, res.err
     lines = dict(line.split(None, 1) for line in res.out.splitlines())

@@ -170,3 +170,21 @@ def test_two_processes_merging_one_segment_merge_it_once(backend: Backend) -> No
     assert [(a, len(ids)) for _, a, ids in _runs(store)] == [(0, 20)]
     assert _entries(store) == entries
     assert verify(store).ok
+
+
+def test_archive_pack_merges_the_runs_no_packer_looked_at(backend: Backend) -> None:
+    """An archive whose writers closed before their packer merged (or written before it
+    did): ``archive pack``'s ``merge_runs`` merges every segment's small runs, positions kept."""
+    store = backend.open_store()
+    store.archive.auto_pack = False
+    _, seg_a = _write(store, "a", 12)
+    _, seg_b = _write(store, "b", 5)
+    entries = _entries(store)
+    assert len([r for r in _runs(store) if r[0] == seg_a]) == 12
+    removed = store.archive.merge_runs()
+    assert removed == 12 - 1 + 5 - 1  # each segment's runs, 36 and 15 ids, now one run
+    assert sorted({s for s, _, _ in _runs(store)}) == sorted({seg_a, seg_b})
+    assert len(_runs(store)) == 2
+    assert _entries(store) == entries
+    assert verify(store).ok
+    assert store.archive.merge_runs() == 0
