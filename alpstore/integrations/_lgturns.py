@@ -59,10 +59,20 @@ def fold(
     steps = _loose_steps(conn, ref, below, start, above)
     if not steps:
         return None
+    return _fold_group(conn, ref, steps)
+
+
+def _fold_group(
+    conn: Connection, ref: int, steps: Sequence[Any], states: dict[int, Any] | None = None
+) -> int:
+    """One turn row of ``steps`` (loose rows in id order, as :data:`STEP_COLUMNS` reads them)
+    and their pending writes, their loose rows deleted; its id (``states``: the steps'
+    unpacked states, by row id, when the caller has them).
+    """
     writes = {
         bytes(r[1]): lgdb.find_writes(conn, ref, id_text(bytes(r[1])), folded=False) for r in steps
     }
-    packed, runs, alp_ids, blobs, write_ids = turn_of(steps, writes)
+    packed, runs, alp_ids, blobs, write_ids = turn_of(steps, writes, states)
     listed = sorted(blobs) or None
     if rsql.dialect_of(conn) == "postgresql":
         arrays: tuple[Any, ...] = (pg_array(alp_ids), pg_array(runs))
@@ -204,13 +214,11 @@ def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
         return 0  # the input lies below a turn row (an id out of order): nothing to fold
     if not rsql.fetchone(conn, _LOOSE_STEP, (ref, below)):
         return 0  # the input is gone (the thread deleted, copied over since): a stale fold
-    starts = [bytes(g[0][1]) for g in cuts(_loose_steps(conn, ref, below, None, above))]
-    made = 0
-    for j, start in enumerate(starts):
-        end = starts[j + 1] if j + 1 < len(starts) else below
-        lower = above if j == 0 else None
-        made += fold(conn, ref, None if j == 0 else start, end, above=lower) is not None
-    return made
+    states: dict[int, Any] = {}  # each step read and unpacked once, to cut and to fold
+    groups = cuts(_loose_steps(conn, ref, below, None, above), states)
+    for group in groups:
+        _fold_group(conn, ref, group, states)
+    return len(groups)
 
 
 def unfold_all(conn: Connection, ref: int) -> int:
