@@ -111,6 +111,9 @@ PACKED_ROWS = 100
 """Rows per insert of :meth:`SqlArchive.store_packed`: the driver parses a statement's
 placeholders into objects of its own (about 100 B each; 1,000 rows of 7 held 0.7 MB)."""
 
+RUNS_FROM_KEPT = 4096
+"""Segments whose next merge position the packer remembers (``SqlArchive._runs_from``)."""
+
 
 class SqlArchive(PackWriting, ArchiveWriter):
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary;
@@ -133,7 +136,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
         self._runs_since = time.time()
         """Sessions written since then have small runs to merge (:meth:`_merge_runs`)."""
         self._runs_from: dict[int, int] = {}
-        """Per segment, the position the next merge of its runs starts from."""
+        """Per segment, the position the next merge of its runs starts from (at most
+        :data:`RUNS_FROM_KEPT` segments: one forgotten starts again from 0, which only reads
+        its merged runs again)."""
 
     # ----------------------------------------------------------------- background packing
     def _maybe_auto_pack(self, new_blobs: int) -> None:
@@ -227,7 +232,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
             if not pause():
                 return
             with self.db.atomic() as conn:
-                _, self._runs_from[seg] = runs.merge_small(conn, seg, self._runs_from.get(seg, 0))
+                _, self._runs_from[seg] = runs.merge_small(conn, seg, self._runs_from.pop(seg, 0))
+            while len(self._runs_from) > RUNS_FROM_KEPT:  # the least recently merged first
+                del self._runs_from[next(iter(self._runs_from))]
 
     def merge_runs(self) -> int:
         """Merge the small runs of every segment that has several (``db.runs.merge_small``
@@ -245,7 +252,7 @@ class SqlArchive(PackWriting, ArchiveWriter):
         removed = 0
         for seg in segs:
             with self.db.atomic() as conn:
-                gone, self._runs_from[seg] = runs.merge_small(conn, seg, 0)
+                gone, _ = runs.merge_small(conn, seg, 0)
             removed += gone
         return removed
 

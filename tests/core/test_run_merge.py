@@ -188,3 +188,24 @@ def test_archive_pack_merges_the_runs_no_packer_looked_at(backend: Backend) -> N
     assert _entries(store) == entries
     assert verify(store).ok
     assert store.archive.merge_runs() == 0
+
+
+def test_the_packer_remembers_merge_positions_of_a_bounded_number_of_segments(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_runs_from`` keeps the newest segments' positions only; one forgotten merges from 0
+    again, which finds its merged runs and changes nothing."""
+    monkeypatch.setattr(archive_sql, "RUNS_FROM_KEPT", 2)
+    store = backend.open_store()
+    store.archive.auto_pack = False
+    segs = [_write(store, f"s{i}", 4)[1] for i in range(4)]
+    archive = store.archive
+    archive._runs_since = 0.0  # every session written since: all four heads
+    archive._merge_runs(lambda: True)
+    assert len(archive._runs_from) == 2 and set(archive._runs_from) <= set(segs)
+    entries = _entries(store)
+    assert len(_runs(store)) == 4  # one run a segment
+    archive._runs_since = 0.0
+    archive._merge_runs(lambda: True)  # the forgotten two again, from 0
+    assert _entries(store) == entries and len(_runs(store)) == 4
+    assert verify(store).ok
