@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +48,6 @@ from alpstore.codec import (
     parse_json,
 )
 from alpstore.db import raw as rsql
-from alpstore.db import runs
 from alpstore.db.members import (
     DESCRIPTION,
     LOCK_NEW_BLOBS,
@@ -59,6 +57,7 @@ from alpstore.db.members import (
     rows_by_id,
 )
 from alpstore.db.names import BLOB_MESSAGE, BLOB_SUMMARY
+from alpstore.db.runmerge import RunMerger
 from alpstore.errors import IntegrityError, UsageError
 
 if TYPE_CHECKING:
@@ -111,9 +110,6 @@ PACKED_ROWS = 100
 """Rows per insert of :meth:`SqlArchive.store_packed`: the driver parses a statement's
 placeholders into objects of its own (about 100 B each; 1,000 rows of 7 held 0.7 MB)."""
 
-RUNS_FROM_KEPT = 4096
-"""Segments whose next merge position the packer remembers (``SqlArchive._runs_from``)."""
-
 
 class SqlArchive(PackWriting, ArchiveWriter):
     """Blobs in the ``blobs`` table: stored once, zstd-compressed, optionally with a dictionary;
@@ -133,12 +129,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
         self._pack_lock = threading.Lock()
         """Held by :meth:`pack_cold`: this process's packings run one at a time (an import's
         settle and the background packer would otherwise pack the same blobs twice)."""
-        self._runs_since = time.time()
-        """Sessions written since then have small runs to merge (:meth:`_merge_runs`)."""
-        self._runs_from: dict[int, int] = {}
-        """Per segment, the position the next merge of its runs starts from (at most
-        :data:`RUNS_FROM_KEPT` segments: one forgotten starts again from 0, which only reads
-        its merged runs again)."""
+        self.runs = RunMerger()
+        """This process's merging of small runs (the packer's, and ``archive pack``'s)."""
 
     # ----------------------------------------------------------------- background packing
     def _maybe_auto_pack(self, new_blobs: int) -> None:
@@ -212,7 +204,7 @@ class SqlArchive(PackWriting, ArchiveWriter):
                 self.pack_cold(keep_loose=PACK_KEEP_LOOSE, pause=pause, whole=often)
                 if often:  # the newest PACK_KEEP_LOOSE are still loose: counted again
                     self._since_pack += PACK_KEEP_LOOSE
-            self._merge_runs(pause)
+            self.runs.merge_heads(self.db, pause)
             self.packing_error = None
         except BaseException as err:  # kept for the caller to see; tried again later
             self.packing_error = err
@@ -220,41 +212,9 @@ class SqlArchive(PackWriting, ArchiveWriter):
             with self._trainer_lock:
                 self._packer = None
 
-    def _merge_runs(self, pause: Callable[[], bool]) -> None:
-        """The packer's other cold rows: the small runs of the sessions written since it last
-        looked (``db.runs.merge_small``: a turn's append is a row), one segment per
-        transaction, each at a pause.
-        """
-        since, self._runs_since = self._runs_since, time.time()
-        with self.db.read() as conn:
-            heads = [int(s) for (s,) in rsql.fetchall(conn, runs.HEADS_SINCE, (since,))]
-        for seg in heads:
-            if not pause():
-                return
-            with self.db.atomic() as conn:
-                _, self._runs_from[seg] = runs.merge_small(conn, seg, self._runs_from.pop(seg, 0))
-            while len(self._runs_from) > RUNS_FROM_KEPT:  # the least recently merged first
-                del self._runs_from[next(iter(self._runs_from))]
-
     def merge_runs(self) -> int:
-        """Merge the small runs of every segment that has several (``db.runs.merge_small``
-        from position 0, one segment per transaction): what ``archive pack`` runs, so an
-        archive written before the packer merged runs, or by processes that closed before it
-        looked, gets them merged too. How many runs were removed.
-
-        Raises:
-            UsageError: called inside a transaction.
-        """
-        if self.db.in_transaction():
-            raise UsageError("merging runs takes its own transactions: call it outside one")
-        with self.db.read() as conn:
-            segs = [int(s) for (s,) in rsql.fetchall(conn, runs.SEVERAL_RUNS, ())]
-        removed = 0
-        for seg in segs:
-            with self.db.atomic() as conn:
-                gone, _ = runs.merge_small(conn, seg, 0)
-            removed += gone
-        return removed
+        """Merge every segment's small runs (``db.runmerge``): what ``archive pack`` runs."""
+        return self.runs.merge_every(self.db)
 
     def wait_for_packing(self, timeout: float | None = None) -> bool:
         """Block until a background packing this archive started has finished (or ``timeout``

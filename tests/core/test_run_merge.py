@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 import alpstore.archive.sql as archive_sql
 import alpstore.archive.training as training
-from alpstore.db import runs
+from alpstore.db import runmerge, runs
 from alpstore.maintenance import gc, verify
 from alpstore.samples import generate
 from alpstore.sessions import Retention
@@ -193,19 +193,19 @@ def test_archive_pack_merges_the_runs_no_packer_looked_at(backend: Backend) -> N
 def test_the_packer_remembers_merge_positions_of_a_bounded_number_of_segments(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``_runs_from`` keeps the newest segments' positions only; one forgotten merges from 0
-    again, which finds its merged runs and changes nothing."""
-    monkeypatch.setattr(archive_sql, "RUNS_FROM_KEPT", 2)
+    """A merger keeps the newest segments' positions only; one forgotten merges from 0 again,
+    which finds its merged runs and changes nothing."""
+    monkeypatch.setattr(runmerge, "POSITIONS_KEPT", 2)
     store = backend.open_store()
     store.archive.auto_pack = False
     segs = [_write(store, f"s{i}", 4)[1] for i in range(4)]
     archive = store.archive
-    archive._runs_since = 0.0  # every session written since: all four heads
-    archive._merge_runs(lambda: True)
-    assert len(archive._runs_from) == 2 and set(archive._runs_from) <= set(segs)
+    archive.runs.since = 0.0  # every session written since: all four heads
+    archive.runs.merge_heads(store.db, lambda: True)
+    assert len(archive.runs.positions) == 2 and set(archive.runs.positions) <= set(segs)
     entries = _entries(store)
     assert len(_runs(store)) == 4  # one run a segment
-    archive._runs_since = 0.0
-    archive._merge_runs(lambda: True)  # the forgotten two again, from 0
+    archive.runs.since = 0.0
+    archive.runs.merge_heads(store.db, lambda: True)  # the forgotten two again, from 0
     assert _entries(store) == entries and len(_runs(store)) == 4
     assert verify(store).ok
