@@ -439,6 +439,41 @@ def test_the_kept_head_thaws_fresh_equal_copies_through_appends_and_cuts(
         lgcodec.FROZEN_CHUNK = chunk
 
 
+def test_the_live_states_a_compare_keeps_are_its_own_and_bounded() -> None:
+    """Once compared, a kept head holds its states as objects for the next compares: never
+    the caller's (a read's objects changed in place, objects passed in and changed after),
+    through appends and cuts; only the LIVE_KEPT most recently compared heads keep them."""
+    model = [sample(i) for i in range(12)]
+    kept = lgcodec.FrozenMessages()
+    kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in model))
+    read = kept.thaw()
+    assert kept.first_difference(read) == len(model) and kept.live is not None
+    change_in_place(read[5])  # the human-in-the-loop edit of a read's object
+    assert kept.first_difference(read) == 5
+    assert kept.first_difference(read, 6) == len(model)
+    new = [sample(12), sample(13)]
+    kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in new))
+    model += [m.model_copy(deep=True) for m in new]
+    for m in new:  # the caller changes what it passed: the live states do not change
+        change_in_place(m)
+    assert kept.thaw() == model and kept.first_difference(model) == len(model)
+    assert kept.first_difference([*model[:-1], new[-1]]) == len(model) - 1
+    cut = kept.prefix(7)
+    assert cut.live is not None and cut.first_difference(model[:7]) == 7
+    assert cut.first_difference([*model[:6], new[0]]) == 6
+    others = []
+    for _ in range(lgcodec.LIVE_KEPT):
+        other = lgcodec.FrozenMessages()
+        other.extend(lgcodec.freeze([(type(model[0]), lgcodec.message_state(model[0]))]))
+        assert other.first_difference(model[:1]) == 1
+        others.append(other)
+    assert kept.live is None and cut.live is None  # let go: made anew when next compared
+    assert kept.first_difference(model) == len(model) and kept.live is not None
+    read = kept.thaw()
+    change_in_place(read[0])
+    assert kept.first_difference(read) == 0
+
+
 def test_the_saver_keeps_the_covering_digests_true(backend: Backend) -> None:
     """The saver moves session heads itself (O(delta)): the session's and every checkpoint's
     covering digest must still be those of their lists, through appends, an edit in place
