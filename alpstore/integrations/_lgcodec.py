@@ -14,6 +14,9 @@ import base64
 import copy
 import marshal
 import math
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from itertools import compress, count
 from operator import attrgetter, is_not, itemgetter, ne, or_
@@ -43,6 +46,7 @@ __all__ = [
     "KIND_MESSAGE",
     "KIND_MESSAGES",
     "KIND_SERDE",
+    "LIVE_KEPT",
     "MESSAGE_CLASSES",
     "ROLES",
     "ChatMessage",
@@ -167,6 +171,26 @@ def freeze(items: Iterable[tuple[type[BaseMessage], State]]) -> list[Frozen]:
     return out
 
 
+LIVE_KEPT = 16
+"""How many kept heads (the most recently compared) also hold their states as live objects
+for :meth:`FrozenMessages.first_difference`; the others make them anew for each compare."""
+_live_lock = threading.Lock()
+_live_heads: OrderedDict[int, weakref.ref[FrozenMessages]] = OrderedDict()
+
+
+def _hold_live(head: FrozenMessages) -> None:
+    """``head`` was just compared: it keeps its live states; the least recently compared
+    beyond :data:`LIVE_KEPT` let theirs go (made anew from the blobs when next compared).
+    """
+    with _live_lock:
+        _live_heads.pop(id(head), None)
+        _live_heads[id(head)] = weakref.ref(head)
+        while len(_live_heads) > LIVE_KEPT:
+            old = _live_heads.popitem(last=False)[1]()
+            if old is not None:
+                old.live = None
+
+
 class FrozenMessages:
     """A thread head's messages as this process keeps them: never handed out, so nothing a
     caller does to what it read can change them.
@@ -181,9 +205,22 @@ class FrozenMessages:
     A head read from the archive may be kept as its documents' canonical bytes (immutable)
     and turned into states on first use (:meth:`deferred`): a process that reads a thread
     once pays for one rebuild, not two.
+
+    ``live``: once compared (:meth:`first_difference`), the states as objects too, made from
+    the blobs (never handed out, never the caller's), extended with each append, so the next
+    compare reads no blob; kept by the :data:`LIVE_KEPT` most recently compared heads.
     """
 
-    __slots__ = ("chunks", "classes", "deferred_length", "deferred_load", "odd", "tail")
+    __slots__ = (
+        "__weakref__",
+        "chunks",
+        "classes",
+        "deferred_length",
+        "deferred_load",
+        "live",
+        "odd",
+        "tail",
+    )
 
     def __init__(self) -> None:
         self.classes: list[type[BaseMessage]] = []
@@ -192,6 +229,7 @@ class FrozenMessages:
         self.odd: dict[int, BaseMessage] = {}
         self.deferred_load: Callable[[], Sequence[tuple[type[BaseMessage], State]]] | None = None
         self.deferred_length = 0
+        self.live: list[Any] | None = None
 
     @classmethod
     def deferred(
@@ -221,9 +259,12 @@ class FrozenMessages:
     def extend(self, items: Iterable[Frozen]) -> None:
         """Append messages made ready by :func:`freeze`."""
         self._ready()
+        live = self.live
         for cls, blob, odd in items:
             if odd is not None:
                 self.odd[len(self.classes)] = odd
+            if live is not None:  # a copy of its own, from the blob
+                live.append(_loads(blob) if odd is None else message_state(odd))
             self.classes.append(cls)
             self.tail.append(blob)
             if len(self.tail) == FROZEN_CHUNK:
@@ -248,6 +289,8 @@ class FrozenMessages:
                 continue
             self.classes += [cls for cls, _ in part]
             self.chunks.append(blob)
+            if self.live is not None:
+                self.live += _loads(blob)
 
     def prefix(self, n: int) -> FrozenMessages:
         """The first ``n`` messages (a new object; the blobs, immutable, are shared)."""
@@ -262,6 +305,10 @@ class FrozenMessages:
         else:
             out.tail = self.tail[:rest]
         out.odd = {p: m for p, m in self.odd.items() if p < n}
+        live = self.live
+        if live is not None and len(live) == len(self.classes):
+            out.live = live[:n]  # the states are never changed: shared
+            _hold_live(out)
         return out
 
     def _states(self, n: int) -> list[Any]:
@@ -297,19 +344,21 @@ class FrozenMessages:
     def first_difference(self, messages: Sequence[Any], start: int = 0) -> int:
         """The first position from ``start`` on where ``messages`` (at most as long as this)
         differs from the kept ones in class or fields (compared in C), or their length when
-        none does. The kept states are made for the comparison and freed before it returns,
-        with the collector held off meanwhile (thousands of short-lived objects would
-        otherwise trigger collections that walk the whole heap).
+        none does. Compared with the live states (made from the blobs on the first compare,
+        with the collector held off, then kept and extended by appends): the compare makes
+        no objects, where making the states for each one cost twice the compare.
         """
         self._ready()
         n = len(messages)
         if n > len(self.classes):
             raise ValueError(f"{n} messages compared with {len(self.classes)} kept ones")
-        with no_gc_pause():
-            states = self._states(n)[start:]
-            found = self._first_difference(states, messages[start:n], start, n)
-            del states  # freed now, while the collector is off
-        return found
+        live = self.live
+        if live is None or len(live) != len(self.classes):
+            with no_gc_pause():
+                live = self._states(len(self.classes))
+            self.live = live
+        _hold_live(self)
+        return self._first_difference(live[start:n], messages[start:n], start, n)
 
     def _first_difference(
         self, states: list[Any], theirs: Sequence[Any], start: int, n: int

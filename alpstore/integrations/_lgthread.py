@@ -64,6 +64,12 @@ class ThreadState:
         it (the nodes of the step that follows it): only names for display, keyed by ids
         LangGraph never reuses, so it is kept across ``forget``."""
 
+        self.writing: dict[str, int] = {}
+        """LangGraph checkpoint id → this process's ``put_writes`` on it in their transactions
+        now (run outside ``lock``, beside the thread's put in flight); guarded by
+        ``settled``."""
+        self.settled = threading.Condition(threading.Lock())
+
         self.unnamed: OrderedDict[str, tuple[int, str]] = OrderedDict()
         """LangGraph checkpoint id → the alpstore checkpoint (and trigger) of a step put
         before the writes on its parent were (LangGraph saves both in the background): the
@@ -80,6 +86,31 @@ class ThreadState:
         while len(self.writers) > WRITERS_KEPT:
             self.writers.popitem(last=False)
         return list(nodes)
+
+    def writes_begin(self, checkpoint_id: str) -> None:
+        """A ``put_writes`` on ``checkpoint_id`` starts (before its transaction)."""
+        with self.settled:
+            self.writing[checkpoint_id] = self.writing.get(checkpoint_id, 0) + 1
+
+    def writes_end(self, checkpoint_id: str) -> None:
+        """That ``put_writes`` is over: committed and its node noted, or failed."""
+        with self.settled:
+            left = self.writing[checkpoint_id] - 1
+            if left:
+                self.writing[checkpoint_id] = left
+            else:
+                del self.writing[checkpoint_id]
+                self.settled.notify_all()
+
+    def writes_settled(self, checkpoint_id: str) -> None:
+        """Wait (before taking ``lock``, holding nothing) until no ``put_writes`` of this
+        process on ``checkpoint_id`` is in flight, so a put of the step after it finds their
+        nodes noted instead of reading the writes back. Only calls already running are
+        waited for (an async lane's queued call never is), at most ``WRITES_WAIT_S``: past
+        that the put reads them back, as for another process's writes.
+        """
+        with self.settled:
+            self.settled.wait_for(lambda: checkpoint_id not in self.writing, WRITES_WAIT_S)
 
     def note_unnamed(self, parent: str, ck_id: int, trigger: str) -> None:
         self.unnamed[parent] = (ck_id, trigger)
@@ -108,6 +139,9 @@ class ThreadState:
         self.handed.clear()
         self.last_put = None
 
+
+WRITES_WAIT_S = 30.0
+"""How long a put waits for this process's pending writes on its parent still in flight."""
 
 WRITERS_KEPT = 16
 """How many checkpoints' writing nodes a thread remembers (a put reads its parent's)."""

@@ -8,6 +8,7 @@ Functions of the saver (its first argument), called straight from its protocol m
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, cast
 
@@ -76,16 +77,18 @@ def put_checkpoint(
     )
 
 
-def put_writes(saver: SaverState, req: WriteRequest) -> None:
+def put_writes(saver: SaverState, req: WriteRequest, lock: AbstractContextManager[Any]) -> None:
     """``put_writes``' transaction: on PostgreSQL sent unread first
-    (``_lgfast.put_writes_later``), else (or refused: a merge, a new thread) the plain
-    :func:`store_writes`, retried on transient conflicts.
+    (``_lgfast.put_writes_later``, which reads nothing of the thread's state: run without
+    the thread's ``lock``), else (or refused: a merge, a new thread) the plain
+    :func:`store_writes` under ``lock``, retried on transient conflicts.
     """
     db = saver.store.db
 
     def plain() -> bool:
         what = f"pending writes of LangGraph thread {req.thread_id!r}"
-        db.retrying(lambda: store_writes(saver, req), what=what)
+        with lock:
+            db.retrying(lambda: store_writes(saver, req), what=what)
         return True
 
     if not db.is_postgresql:

@@ -251,6 +251,8 @@ class AlpstoreSaver(SaverState):
         md = get_checkpoint_metadata(config, metadata)
         th = self._state(thread_id, ns)
         store = self.store
+        if parent is not None:  # its pending writes noted first: the step names their nodes
+            th.writes_settled(str(parent))
         with th.lock:
             try:
                 ck, session_id, split = store.db.retrying(
@@ -308,15 +310,19 @@ class AlpstoreSaver(SaverState):
             planned[widx] = lgwrite.plan_write(self, channel, value)
         store = self.store
         th = self._state(thread_id, ns)
-        with th.lock:
-            lgwrite.put_writes(
-                self,
-                WriteRequest(
-                    thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
-                ),
-            )
-            # noted before the lock is let go: the next step's put may be waiting for it
-            noted = lgwrite.note_writer(th, checkpoint_id, task_path)
+        request = WriteRequest(
+            thread_id, ns, checkpoint_id, task_id, task_path, planned, replace_all
+        )
+        # the transaction runs beside the thread's put in flight (it reads nothing of the
+        # thread's state; a merge or a new thread takes the lock), and the next step's put
+        # waits for it before taking the lock (``writes_settled``), to find its node noted
+        th.writes_begin(checkpoint_id)
+        try:
+            lgwrite.put_writes(self, request, th.lock)
+            with th.lock:
+                noted = lgwrite.note_writer(th, checkpoint_id, task_path)
+        finally:
+            th.writes_end(checkpoint_id)
         store.archive.after_commit()
         lgwrite.note_writes(self, thread_id, ns, checkpoint_id, task_path, writes, noted)
 

@@ -439,6 +439,68 @@ def test_the_kept_head_thaws_fresh_equal_copies_through_appends_and_cuts(
         lgcodec.FROZEN_CHUNK = chunk
 
 
+def test_the_live_states_a_compare_keeps_are_its_own_and_bounded() -> None:
+    """Once compared, a kept head holds its states as objects for the next compares: never
+    the caller's (a read's objects changed in place, objects passed in and changed after),
+    through appends and cuts; only the LIVE_KEPT most recently compared heads keep them."""
+    model = [sample(i) for i in range(12)]
+    kept = lgcodec.FrozenMessages()
+    kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in model))
+    read = kept.thaw()
+    assert kept.first_difference(read) == len(model) and kept.live is not None
+    change_in_place(read[5])  # the human-in-the-loop edit of a read's object
+    assert kept.first_difference(read) == 5
+    assert kept.first_difference(read, 6) == len(model)
+    new = [sample(12), sample(13)]
+    kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in new))
+    model += [m.model_copy(deep=True) for m in new]
+    for m in new:  # the caller changes what it passed: the live states do not change
+        change_in_place(m)
+    assert kept.thaw() == model and kept.first_difference(model) == len(model)
+    assert kept.first_difference([*model[:-1], new[-1]]) == len(model) - 1
+    cut = kept.prefix(7)
+    assert cut.live is not None and cut.first_difference(model[:7]) == 7
+    assert cut.first_difference([*model[:6], new[0]]) == 6
+    others = []
+    for _ in range(lgcodec.LIVE_KEPT):
+        other = lgcodec.FrozenMessages()
+        other.extend(lgcodec.freeze([(type(model[0]), lgcodec.message_state(model[0]))]))
+        assert other.first_difference(model[:1]) == 1
+        others.append(other)
+    assert kept.live is None and cut.live is None  # let go: made anew when next compared
+    assert kept.first_difference(model) == len(model) and kept.live is not None
+    read = kept.thaw()
+    change_in_place(read[0])
+    assert kept.first_difference(read) == 0
+
+
+def test_reads_made_from_the_live_states_share_nothing_mutable() -> None:
+    """Once compared, reads are copies of the live states (strings shared, containers new):
+    values that are not plain JSON (a tuple holding a list, a set, extra fields) and
+    messages kept as objects are copied too, so no change to a read reaches the next."""
+    odd = HumanMessage(content="x", id="h", foo=[1], additional_kwargs={"t": (1, [2]), "s": {3}})
+    model = [sample(i) for i in range(9)] + [odd]
+    kept = lgcodec.FrozenMessages()
+    kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in model))
+    assert kept.first_difference(model) == len(model) and kept.live is not None
+    for _ in range(2):
+        read = kept.thaw()
+        assert read == model and [m.__pydantic_extra__ for m in read][-1] == {"foo": [1]}
+        for message in read:
+            change_in_place(message)
+        read[-1].additional_kwargs["t"][1].append(9)
+        read[-1].additional_kwargs["s"].add(4)
+        read[-1].__pydantic_extra__["foo"].append(2)
+        read[-1].__pydantic_fields_set__.add("name")
+        read[3].additional_kwargs["o"].n.append(1)  # a message kept as an object
+        fresh = kept.thaw()
+        assert fresh == model and fresh[-1].__pydantic_extra__ == {"foo": [1]}
+        assert fresh[-1].__pydantic_fields_set__ == odd.__pydantic_fields_set__
+        assert kept.first_difference(model) == len(model)
+        kept.extend(lgcodec.freeze([(type(odd), lgcodec.message_state(odd))]))
+        model.append(odd)
+
+
 def test_the_saver_keeps_the_covering_digests_true(backend: Backend) -> None:
     """The saver moves session heads itself (O(delta)): the session's and every checkpoint's
     covering digest must still be those of their lists, through appends, an edit in place
