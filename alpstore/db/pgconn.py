@@ -175,14 +175,12 @@ class BoundedConnection(psycopg.Connection[Any]):
     """While a transaction begun later is streaming (the connection in pipeline mode, no Sync
     sent yet): for each statement handed to libpq, what is handed its result (or None)."""
 
-    def alp_begin_later(self, statements: Sequence[Queued], *, send: bool = True) -> None:
+    def alp_begin_later(self, statements: Sequence[Queued]) -> None:
         """Open a transaction with nothing sent: its ``BEGIN`` (and, for a write that wants it,
         ``SELECT txid_current()``) and ``statements`` are queued, and everything deferred after
         them goes with them. At the COMMIT all of it goes in ONE pipeline (:meth:`_alp_pipeline`:
         one client write, one wait); anything the driver sends before flushes it all in one
         simple query (a round trip, as usual). Only on an idle connection with nothing queued.
-        Streamed (:attr:`alp_stream`), the head leaves now; with ``send`` False, at
-        :meth:`alp_send_begun`, with what was deferred until then.
         """
         assert not self.alp_deferred and self.pgconn.transaction_status == pq.TransactionStatus.IDLE
         self.alp_defer(self._get_tx_start_command())
@@ -193,21 +191,19 @@ class BoundedConnection(psycopg.Connection[Any]):
         for statement in statements:
             self.alp_defer(statement)
         self.alp_begun_later = True
-        if send:
-            self.alp_send_begun()
-
-    def alp_send_begun(self) -> None:
-        """Streamed (:attr:`alp_stream`), a transaction begun later and not sent yet: what is
-        queued leaves now (:meth:`_alp_stream_start`); anything else: nothing happens.
-        """
-        if (
-            self.alp_stream
-            and self.alp_begun_later
-            and self._alp_sent is None
-            and not select.select([self.pgconn.socket], [], [], 0)[0]
-        ):
+        if self.alp_stream and not select.select([self.pgconn.socket], [], [], 0)[0]:
             with self.lock:
                 self._alp_stream_start()
+
+    def alp_flush(self) -> None:
+        """A streaming transaction (:meth:`_alp_stream_start`): what was deferred since its
+        head leaves now, in one client write, and runs on the server while the client
+        prepares the rest; no wait, nothing answered yet. Otherwise nothing happens (those
+        statements wait for the transaction's next round trip, as usual).
+        """
+        if self._alp_sent is not None:
+            with self.lock:
+                self.pgconn.flush()
 
     def _alp_stream_start(self) -> None:
         """Send what :meth:`alp_begin_later` queued (the ``BEGIN``, the id's read, the guard)

@@ -178,17 +178,14 @@ def fetch_and_end(
     return [_rows_of(dbapi, result) for result in results]
 
 
-def begin_later(
-    conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]], *, send: bool = True
-) -> bool:
+def begin_later(conn: AnyConnection, statements: Sequence[tuple[str, Sequence[Any]]]) -> bool:
     """PostgreSQL, first thing in a transaction: queue its ``BEGIN`` and ``statements`` (each
     small enough to bind client-side) without sending anything, so that they, the statements
     deferred after them and the COMMIT go in one client write and one wait
     (``pgconn.BoundedConnection.alp_begin_later``). A statement whose result is needed before
     the COMMIT sends the queue as usual (one round trip more, nothing lost). False, with
     nothing queued, where this cannot be (SQLite, a transaction already under way, another
-    driver): the caller then takes its usual way. ``send`` False: the head waits in the queue
-    for :func:`send_begun` (the statements deferred until then go with it).
+    driver): the caller then takes its usual way.
     """
     if isinstance(conn, LiteConnection) or dialect_of(conn) != "postgresql":
         return False
@@ -203,21 +200,22 @@ def begin_later(
     bound = [(_translate(sql, "postgresql"), tuple(params)) for sql, params in statements]
     if not all(_small(params) for _, params in bound):
         return False
-    dbapi.alp_begin_later(bound, send=send)
+    dbapi.alp_begin_later(bound)
     return True
 
 
-def send_begun(conn: AnyConnection) -> None:
-    """PostgreSQL, a transaction :func:`begin_later` queued with ``send`` False: what is queued
-    leaves now, in one client write, and runs on the server while the caller prepares the rest
-    (``pgconn.BoundedConnection.alp_send_begun``); the rest still leaves with the COMMIT, one
-    wait. Anywhere else, nothing happens.
+def send_deferred(conn: AnyConnection) -> None:
+    """PostgreSQL, a transaction :func:`begin_later` began whose head was streamed: the
+    statements deferred since leave now, in one client write with no wait, and run on the
+    server while the caller prepares the rest (``pgconn.BoundedConnection.alp_flush``); the
+    rest still leaves with the COMMIT, one wait. Anywhere else nothing happens: they wait for
+    the transaction's next round trip, as usual.
     """
     if isinstance(conn, LiteConnection) or dialect_of(conn) != "postgresql":
         return
     dbapi: Any = conn.connection.dbapi_connection
-    if hasattr(dbapi, "alp_send_begun"):
-        dbapi.alp_send_begun()
+    if hasattr(dbapi, "alp_flush"):
+        dbapi.alp_flush()
 
 
 def _rows_of(dbapi: Any, result: Any) -> list[tuple[Any, ...]]:

@@ -174,7 +174,7 @@ class SessionBase:
             TIP_MOVED,
         )
         head_statements = [(BLOBS_FIRST, ()), (TIP_GUARD, guard), (LOCK_NEW_BLOBS_SHARED, ())]
-        if not rsql.begin_later(conn, head_statements, send=False):  # sent by _append
+        if not rsql.begin_later(conn, head_statements):
             return False
         self._info, self._cover, self._cover_view = info, cover, head
         return True
@@ -377,7 +377,7 @@ class SessionBase:
                 if checkpoint is not None and at_tip and info.retention.mode == "all":
                     later = self._checkpoint_later(conn, self._info, *checkpoint[:4])
                 if at_tip:  # all of it rides the COMMIT's round trip, the blobs last:
-                    rsql.send_begun(conn)  # what is queued (head, its move, checkpoint) goes now
+                    rsql.send_deferred(conn)  # the move and checkpoint go now, unanswered
                     store.archive.store_encoded_later(conn, items, locked=True)
                     store.views.grow_later(conn, head, digests)
                 if later is None:

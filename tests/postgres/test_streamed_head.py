@@ -70,6 +70,39 @@ def test_the_head_runs_on_the_server_before_the_commit_in_one_wait() -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False])
+def test_statements_deferred_after_the_head_leave_at_a_flush_still_one_wait(
+    stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``alp_flush``: what was deferred since the streamed head leaves at once (it runs before
+    the COMMIT, unanswered); unstreamed it waits for the COMMIT, as everything else."""
+    monkeypatch.setattr(pgconn.BoundedConnection, "alp_stream", stream)
+    with (
+        postgres_schema() as direct,
+        proxied(direct) as (proxy, url),
+        driver(url) as conn,
+        driver(direct) as other,
+    ):
+        other.autocommit = True
+        _table(conn)
+        with proxy.counting() as waits:
+            conn.alp_want_xid = True
+            conn.alp_begin_later([("INSERT INTO t VALUES (%s, %s)", ("a", 1))])
+            conn.alp_defer(("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,)))
+            conn.alp_flush()
+            deadline = time.monotonic() + (5 if stream else 0.3)
+            while not _held_by_another(other) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            held_before_commit = _held_by_another(other)
+            conn.alp_defer(("INSERT INTO t VALUES (%s, %s)", ("b", 2)))
+            conn.commit()
+        assert held_before_commit is stream
+        assert waits[0] == 1, waits
+        assert isinstance(conn.alp_xid, int)
+        assert other.execute("SELECT v FROM t ORDER BY v").fetchall() == [("a",), ("b",)]
+        assert not _held_by_another(other)
+
+
+@pytest.mark.parametrize("stream", [True, False])
 def test_a_rollback_leaves_nothing_and_the_connection_clean(
     stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
