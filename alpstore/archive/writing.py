@@ -303,17 +303,13 @@ class ArchiveWriter(DictionaryTraining):
         rows.sort()
         return rows, new_bases
 
-    def store_encoded_later(
-        self, conn: Connection, items: Sequence[Encoded], *, locked: bool = False
-    ) -> None:
+    def store_encoded_later(self, conn: Connection, items: Sequence[Encoded]) -> None:
         """PostgreSQL: store ``items`` (idempotent) in statements that ride the transaction's
         next round trip — one ``INSERT … ON CONFLICT DO NOTHING`` per :data:`INSERT_ROWS`,
         no lookup first — for a caller that names the blobs by digest in its later statements
         of the same transaction (:meth:`ViewStore.grow_later`). Every item is compressed,
         stored already or not. The insert takes ``blobs``' row-exclusive lock, which `gc`'s
         exclusive one waits for: a blob found stored stays until the transaction ends.
-        ``locked``: the transaction took ``LOCK_NEW_BLOBS_SHARED`` already (a native turn's
-        streamed head): not sent again.
         """
         fresh: dict[bytes, Encoded] = {}
         for item in items:
@@ -322,8 +318,7 @@ class ArchiveWriter(DictionaryTraining):
             return
         based: list[tuple[bytes | None, bytes | None]] = []
         rows, new_bases = self._blob_rows(conn, fresh, None, based=based)
-        if not locked:
-            rsql.execute(conn, LOCK_NEW_BLOBS_SHARED, defer=True)  # its own statement, before
+        rsql.execute(conn, LOCK_NEW_BLOBS_SHARED, defer=True)  # its own statement, before
         small = {d for d, (_, _, raw) in fresh.items() if len(raw) <= SMALL_BLOB_MAX}
         # based: empty (no delta) or one per row
         bases_of = {row[0]: b[0] for row, b in zip(rows, based, strict=False) if b[0]}

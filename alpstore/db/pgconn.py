@@ -195,16 +195,6 @@ class BoundedConnection(psycopg.Connection[Any]):
             with self.lock:
                 self._alp_stream_start()
 
-    def alp_flush(self) -> None:
-        """A streaming transaction (:meth:`_alp_stream_start`): what was deferred since its
-        head leaves now, in one client write, and runs on the server while the client
-        prepares the rest; no wait, nothing answered yet. Otherwise nothing happens (those
-        statements wait for the transaction's next round trip, as usual).
-        """
-        if self._alp_sent is not None:
-            with self.lock:
-                self.pgconn.flush()
-
     def _alp_stream_start(self) -> None:
         """Send what :meth:`alp_begin_later` queued (the ``BEGIN``, the id's read, the guard)
         now, in pipeline mode with no Sync and no flush request: the server runs them (and

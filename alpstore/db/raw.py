@@ -204,20 +204,6 @@ def begin_later(conn: AnyConnection, statements: Sequence[tuple[str, Sequence[An
     return True
 
 
-def send_deferred(conn: AnyConnection) -> None:
-    """PostgreSQL, a transaction :func:`begin_later` began whose head was streamed: the
-    statements deferred since leave now, in one client write with no wait, and run on the
-    server while the caller prepares the rest (``pgconn.BoundedConnection.alp_flush``); the
-    rest still leaves with the COMMIT, one wait. Anywhere else nothing happens: they wait for
-    the transaction's next round trip, as usual.
-    """
-    if isinstance(conn, LiteConnection) or dialect_of(conn) != "postgresql":
-        return
-    dbapi: Any = conn.connection.dbapi_connection
-    if hasattr(dbapi, "alp_flush"):
-        dbapi.alp_flush()
-
-
 def _rows_of(dbapi: Any, result: Any) -> list[tuple[Any, ...]]:
     """The rows of a ``pq.PGresult`` (a deferred statement's), loaded as the driver would."""
     from psycopg.adapt import Transformer

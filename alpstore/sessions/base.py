@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from alpstore.archive.reading import Encoded, encode
 from alpstore.codec import Digest, digest_hex
 from alpstore.db import raw as rsql
-from alpstore.db.members import LOCK_NEW_BLOBS_SHARED
 from alpstore.db.names import BLOB_MESSAGE, BLOB_STATE
 from alpstore.errors import DatabaseError, NotFoundError, SessionStateError, UsageError
 from alpstore.sessions.records import (
@@ -173,8 +172,7 @@ class SessionBase:
             head.length,
             TIP_MOVED,
         )
-        head_statements = [(BLOBS_FIRST, ()), (TIP_GUARD, guard), (LOCK_NEW_BLOBS_SHARED, ())]
-        if not rsql.begin_later(conn, head_statements):
+        if not rsql.begin_later(conn, [(BLOBS_FIRST, ()), (TIP_GUARD, guard)]):
             return False
         self._info, self._cover, self._cover_view = info, cover, head
         return True
@@ -186,14 +184,8 @@ class SessionBase:
         """
         if self._unwritten is not None:
             return self._info, False
-        _, rows, tip, _ = rsql.fetch_together(
-            conn,
-            [
-                (BLOBS_FIRST, ()),
-                (SESSION_ROW, (self.id,)),
-                (OWN_TIP, (self.id, self.id)),
-                (LOCK_NEW_BLOBS_SHARED, ()),  # store_encoded_later(locked=True)'s
-            ],
+        _, rows, tip = rsql.fetch_together(
+            conn, [(BLOBS_FIRST, ()), (SESSION_ROW, (self.id,)), (OWN_TIP, (self.id, self.id))]
         )
         info = self._take_row(conn, rows[0] if rows else None)
         at_tip = bool(tip) and int(tip[0][0]) == info.head.length and not tip[0][1]
@@ -357,9 +349,9 @@ class SessionBase:
                     if keep < head.length:  # O(dropped): the cut entries leave the digest
                         cover = cover_sub(cover, keep, store.views.read_digests(conn, head, keep))
                     head = store.views.cut(conn, head, keep)
-                digests = [d for d, _, _ in items]
-                if at_tip:  # PostgreSQL: grown in place by grow_later, below
-                    view = View(head.segment_id, head.length + len(digests))
+                if at_tip:  # PostgreSQL: all of it rides the COMMIT's round trip
+                    store.archive.store_encoded_later(conn, items)
+                    view = store.views.grow_later(conn, head, [d for d, _, _ in items])
                 else:
                     ids = store.archive.store_encoded(conn, items)
                     view = store.views.append(conn, head, info.id, ids)
@@ -371,19 +363,15 @@ class SessionBase:
                     info,
                     view,
                     turn=info.turn + count_user_turns(messages),
-                    cover=cover_add(cover, head.length, digests),
+                    cover=cover_add(cover, head.length, [d for d, _, _ in items]),
                     status="active" if info.status == "created" else None,
                 )
-                if checkpoint is not None and at_tip and info.retention.mode == "all":
-                    later = self._checkpoint_later(conn, self._info, *checkpoint[:4])
-                if at_tip:  # all of it rides the COMMIT's round trip, the blobs last:
-                    rsql.send_deferred(conn)  # the move and checkpoint go now, unanswered
-                    store.archive.store_encoded_later(conn, items, locked=True)
-                    store.views.grow_later(conn, head, digests)
-                if later is None:
-                    if checkpoint is None:
-                        return None
-                    return self._checkpoint_in(conn, self._info, *checkpoint[:4], None)
+                if checkpoint is None:
+                    return None
+                kernel, wm, label, trigger, _ = checkpoint
+                if not at_tip or info.retention.mode != "all":
+                    return self._checkpoint_in(conn, self._info, kernel, wm, label, trigger, None)
+                later = self._checkpoint_later(conn, self._info, kernel, wm, label, trigger)
             return later()  # its row came back with the COMMIT (or the savepoint's release)
 
         def attempt_or_read() -> CheckpointInfo | None:
@@ -535,13 +523,11 @@ class SessionBase:
     ) -> Callable[[], CheckpointInfo]:
         """PostgreSQL, a session whose retention keeps every checkpoint: :meth:`_checkpoint_in`
         as statements that ride the transaction's next round trip (the state blobs stored
-        and named by digest); returns what gives the checkpoint once it ended. Only in a
-        turn at its segment's tip, whose transaction took ``LOCK_NEW_BLOBS_SHARED`` first.
+        and named by digest); returns what gives the checkpoint once it ended.
         """
         store = self.store
         state = [encode(v, BLOB_STATE) if v is not None else None for v in (kernel, working_memory)]
-        stored = [item for item in state if item is not None]
-        store.archive.store_encoded_later(conn, stored, locked=True)
+        store.archive.store_encoded_later(conn, [item for item in state if item is not None])
         return store.insert_checkpoint_later(
             conn,
             info,

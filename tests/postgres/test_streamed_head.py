@@ -8,7 +8,6 @@ needs its reply, or failed, it ends as the unstreamed pipeline does.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -70,39 +69,6 @@ def test_the_head_runs_on_the_server_before_the_commit_in_one_wait() -> None:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_statements_deferred_after_the_head_leave_at_a_flush_still_one_wait(
-    stream: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``alp_flush``: what was deferred since the streamed head leaves at once (it runs before
-    the COMMIT, unanswered); unstreamed it waits for the COMMIT, as everything else."""
-    monkeypatch.setattr(pgconn.BoundedConnection, "alp_stream", stream)
-    with (
-        postgres_schema() as direct,
-        proxied(direct) as (proxy, url),
-        driver(url) as conn,
-        driver(direct) as other,
-    ):
-        other.autocommit = True
-        _table(conn)
-        with proxy.counting() as waits:
-            conn.alp_want_xid = True
-            conn.alp_begin_later([("INSERT INTO t VALUES (%s, %s)", ("a", 1))])
-            conn.alp_defer(("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,)))
-            conn.alp_flush()
-            deadline = time.monotonic() + (5 if stream else 0.3)
-            while not _held_by_another(other) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            held_before_commit = _held_by_another(other)
-            conn.alp_defer(("INSERT INTO t VALUES (%s, %s)", ("b", 2)))
-            conn.commit()
-        assert held_before_commit is stream
-        assert waits[0] == 1, waits
-        assert isinstance(conn.alp_xid, int)
-        assert other.execute("SELECT v FROM t ORDER BY v").fetchall() == [("a",), ("b",)]
-        assert not _held_by_another(other)
-
-
-@pytest.mark.parametrize("stream", [True, False])
 def test_a_rollback_leaves_nothing_and_the_connection_clean(
     stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,59 +123,3 @@ def test_a_failed_statement_fails_the_transaction_whole(
         rows = conn.execute("SELECT count(*) FROM t").fetchone()
         conn.commit()
     assert rows == (0,)
-
-
-def _locks_of_others(other: Any) -> set[tuple[str, str]]:
-    """The (table, lock mode) pairs held on this schema's tables by sessions other than
-    ``other``."""
-    rows = other.execute(
-        "SELECT c.relname, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-        "WHERE l.granted AND l.pid <> pg_backend_pid() "
-        "AND c.relnamespace = to_regnamespace(current_schema())"
-    ).fetchall()
-    return {(str(table), str(mode)) for table, mode in rows}
-
-
-def test_a_native_turn_sends_its_head_move_and_checkpoint_before_its_blobs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The head's move and the checkpoint need only the messages' digests: they leave with the
-    streamed head and run while the client still compresses and binds the blobs, whose insert
-    and the segment's growth leave with the COMMIT — still one wait, everything stored."""
-    from alpstore.archive.writing import ArchiveWriter
-    from alpstore.store import Store
-
-    seen: list[set[tuple[str, str]]] = []
-    with postgres_schema() as direct, proxied(direct) as (proxy, url), driver(direct) as other:
-        other.autocommit = True
-        store = Store.open(tmp_path, url=url)
-        try:
-            session = store.create_session(name="early")
-            session.commit_turn([{"role": "user", "content": "first"}])  # then known
-            store_later = ArchiveWriter.store_encoded_later
-
-            def watched(self: Any, conn: Any, items: Any, **kw: Any) -> None:
-                deadline, locks = time.monotonic() + 5, set()
-                while items and time.monotonic() < deadline:  # the move and checkpoint ran
-                    locks = _locks_of_others(other)
-                    if ("checkpoints", "RowExclusiveLock") in locks:
-                        break
-                    time.sleep(0.01)
-                if items:  # the messages' (the checkpoint's state blobs: none here)
-                    seen.append(locks)
-                store_later(self, conn, items, **kw)
-
-            monkeypatch.setattr(ArchiveWriter, "store_encoded_later", watched)
-            with proxy.counting() as waits:
-                ck = session.commit_turn([{"role": "user", "content": "second"}])
-            monkeypatch.undo()
-            history = [e.value["content"] for e in session.history()]
-            checkpoints = store.list_checkpoints(session.id)
-        finally:
-            store.close()
-    assert seen and ("checkpoints", "RowExclusiveLock") in seen[0], seen
-    assert ("sessions", "RowExclusiveLock") in seen[0], seen  # the head's move ran too
-    assert ("segment_runs", "RowExclusiveLock") not in seen[0], seen  # the blobs come after
-    assert waits[0] == 1, waits
-    assert history == ["first", "second"]
-    assert [c.id for c in checkpoints][-1] == ck.id
