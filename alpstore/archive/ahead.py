@@ -188,7 +188,9 @@ class FramesAhead:
         archive = self._archive
         dict_id = archive.dictionary_id
         if dict_id is None:  # one an earlier import of this process (or another) committed
-            row = rsql.fetchone(self._conn, "SELECT id FROM zstd_dicts ORDER BY id DESC LIMIT 1")
+            row = rsql.fetchone(
+                self._conn, "SELECT id FROM zstd_dicts WHERE purpose = 0 ORDER BY id DESC LIMIT 1"
+            )
             if row is not None:
                 dict_id = int(row[0])
                 archive._ensure_dictionary(self._conn, dict_id)

@@ -218,7 +218,7 @@ class ArchiveReader(FrameReading):
 
     def _load_newest_dictionary(self) -> None:
         with self.db.read() as conn:
-            found = rsql.fetchone(conn, f"{DICT_SELECT} ORDER BY id DESC LIMIT 1")
+            found = rsql.fetchone(conn, f"{DICT_SELECT} WHERE purpose = 0 ORDER BY id DESC LIMIT 1")
         row = None if found is None else DictRow(*found)
         if row is not None and int(row.id) not in (self._codec[0], self._damaged_dictionary):
             try:

@@ -361,7 +361,8 @@ class SqlArchive(PackWriting, ArchiveWriter):
             small = int(loose_n) + int(packed_n)
             small_bytes = int(loose) + int(packed_bytes)
             newest = rsql.fetchone(
-                conn, "SELECT sample_count FROM zstd_dicts ORDER BY id DESC LIMIT 1"
+                conn,
+                "SELECT sample_count FROM zstd_dicts WHERE purpose = 0 ORDER BY id DESC LIMIT 1",
             )
         # as many as fit in the trainer's memory bound, at the small blobs' average size
         fit = TRAIN_SAMPLE_BYTES * int(small) // max(1, int(small_bytes))

@@ -275,7 +275,9 @@ class DictionaryTraining(ArchiveReader):
         """
         dict_id = None
         with self.db.atomic() as conn:
-            taken = only_if_none and bool(rsql.fetchone(conn, "SELECT count(*) FROM zstd_dicts")[0])
+            taken = only_if_none and bool(
+                rsql.fetchone(conn, "SELECT count(*) FROM zstd_dicts WHERE purpose = 0")[0]
+            )
             if not taken:
                 dict_id = self._store_dictionary_row(conn, data, sample_count)
         # committed (train_dictionary refuses to run inside a caller's transaction): blobs may

@@ -13,7 +13,7 @@ from alpstore.errors import NotFoundError, SchemaVersionError, UsageError
 ARCHIVE_DIR = Path("traces") / "archive"
 ARCHIVE_FILE = "archive.db"
 
-SCHEMA_HEAD = "0012"
+SCHEMA_HEAD = "0013"
 """The newest migration this alpstore knows; a test checks it equals Alembic's head."""
 
 DIGEST_PREFIX = 4

@@ -76,6 +76,9 @@ zstd_dicts = Table(
     # how ``data`` holds the dictionary (0006): CODEC_RAW, or CODEC_ZSTD (a zstd frame of it);
     # ``size`` and ``digest`` are the dictionary's own
     Column("codec", SmallInteger, nullable=False, server_default=text("0")),
+    # what it compresses (0013): 0 the blob store's small blobs, 1 the LangGraph saver's closed
+    # turns (``lg_turns.doc``, codec 11); the blob store uses its newest row of purpose 0
+    Column("purpose", SmallInteger, nullable=False, server_default=text("0")),
     comment="Trained zstd dictionaries; a row is never changed once written.",
     sqlite_autoincrement=True,
 )

@@ -19,6 +19,13 @@ from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations import _lgfoldpg as lgfoldpg
 from alpstore.integrations import _lgturns as lgturns
 from alpstore.integrations._lgpack import id_bytes
+from alpstore.portable.lgrows import (
+    TurnDictionary,
+    store_turn_dictionary,
+    train_turn_dictionary,
+    turn_dictionary,
+    turn_samples,
+)
 
 FOLD = True
 """Fold closed turns (off: every step stays loose, as before 0011; the tests that fold by hand
@@ -32,6 +39,10 @@ against 98.5 and 94.6; 14.3–14.6 round trips against 14.2). The first fold on 
 statements sent one at a time under the thread's lock at every turn, took a turn from 85.5 to
 180.0 ms; it was off by default until the two below."""
 
+
+TRAIN_CHECK_EVERY = 16
+"""While the archive has no turn dictionary, the folding thread looks again (another process
+may have trained one, or enough turns are closed to train one) after this many turn rows."""
 
 EVERY_ON_POSTGRESQL = 8
 """On PostgreSQL a fold runs at every 8th input step of a thread (counted in this process),
@@ -57,6 +68,10 @@ class Folder:
         self.folded = 0
         """Turn rows made."""
         self._inputs: dict[tuple[str, str], int] = {}
+        self._dictionary: TurnDictionary | None = None
+        """The archive's turn dictionary (0013), once this thread has found or trained one."""
+        self._look_at = 0
+        """``folded`` at which the folding thread looks for (or trains) a dictionary again."""
 
     def after_input(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         """A thread's input step committed: fold the turns before it (on the folding thread),
@@ -99,6 +114,9 @@ class Folder:
             if job is None:
                 return
             try:
+                if self._dictionary is None and self.folded >= self._look_at:
+                    self._look_at = self.folded + TRAIN_CHECK_EVERY
+                    self._find_or_train()
                 self._store.db.retrying(
                     lambda job=job: self._fold(*job), what="a LangGraph turn's steps folded"
                 )
@@ -110,6 +128,24 @@ class Folder:
                     self._pending -= 1
                     self._idle.notify_all()
 
+    def _find_or_train(self) -> None:
+        """The archive's turn dictionary, or one trained from its newest closed turns once it
+        holds enough (outside any transaction: ~0.5 s, once an archive); the first stored wins.
+        """
+        db = self._store.db
+        with db.read() as conn:
+            self._dictionary = turn_dictionary(conn)
+            samples = [] if self._dictionary is not None else turn_samples(conn)
+        if not samples:
+            return
+        data = train_turn_dictionary(samples)
+        if data is None:  # zstd could not learn one from them: try again after more turns
+            return
+        with db.atomic() as conn:
+            store_turn_dictionary(conn, data, len(samples))
+        with db.read() as conn:
+            self._dictionary = turn_dictionary(conn)
+
     def _fold(self, thread_id: str, ns: str, checkpoint_id: str) -> None:
         if (
             self._store.db.is_postgresql
@@ -120,7 +156,7 @@ class Folder:
         with self._store.db.atomic() as conn:
             row = lgdb.lock_thread(conn, thread_id, ns)
             if row is not None:
-                self.folded += lgturns.fold_before(conn, row.ref, checkpoint_id)
+                self.folded += lgturns.fold_before(conn, row.ref, checkpoint_id, self._dictionary)
 
     def _pipelined(self, thread_id: str, ns: str, checkpoint_id: str) -> bool:
         """PostgreSQL: the fold in two round trips (``_lgfoldpg``); False when it must go the
@@ -136,7 +172,7 @@ class Folder:
         assert not isinstance(turn, bool)
         try:
             with self._store.db.atomic() as conn:
-                made = lgfoldpg.write(conn, below, turn)
+                made = lgfoldpg.write(conn, below, turn, self._dictionary)
                 if made is None:
                     raise _Plain
         except _Plain:

@@ -20,6 +20,7 @@ from alpstore.db import raw as rsql
 from alpstore.db.runs import pg_array
 from alpstore.integrations._lgpack import id_text
 from alpstore.integrations._lgturns import STEP_COLUMNS, Written, cuts, turn_of
+from alpstore.portable.lgrows import TurnDictionary
 
 FOLD_MOVED = "alpstore: the thread's loose steps changed since the fold read them"
 
@@ -104,7 +105,9 @@ def read(conn: Connection, thread_id: str, ns: str, below: bytes) -> Read | bool
     return ref, session_id, None if above is None else bytes(above), steps, writes, all_ids
 
 
-def write(conn: Connection, below: bytes, turn: Read) -> int | None:
+def write(
+    conn: Connection, below: bytes, turn: Read, dictionary: TurnDictionary | None = None
+) -> int | None:
     """Fold what :func:`read` found, one turn row per turn, in one round trip with the COMMIT
     (``conn`` a fresh write transaction, nothing sent yet); how many rows it makes. None, with
     nothing queued, when this cannot be done so. The COMMIT raises :data:`FOLD_MOVED` when the
@@ -129,7 +132,7 @@ def write(conn: Connection, below: bytes, turn: Read) -> int | None:
         FOLD_MOVED,
     )
     states: dict[int, Any] = {}  # each step unpacked once, for the cut and for its row
-    groups = [(group, turn_of(group, writes, states)) for group in cuts(steps, states)]
+    groups = [(group, turn_of(group, writes, states, dictionary)) for group in cuts(steps, states)]
     # built before the transaction begins: its head (the lock) may go to the server at once
     if not rsql.begin_later(conn, [(_LOCK, (session_id,)), (_GUARD, guard)]):
         return None

@@ -76,8 +76,10 @@ def raw_packed(doc: Any) -> Packed:
     return CODEC_RAW, None, len(raw), raw
 
 
-def _turn(row: Any) -> Turn:
-    doc = unpack_doc((int(row[3]), row[4], int(row[5]), bytes(row[6])), f"lg_turns row {row[0]}")
+def _turn(conn: Connection, row: Any) -> Turn:
+    doc = unpack_doc(
+        (int(row[3]), row[4], int(row[5]), bytes(row[6])), f"lg_turns row {row[0]}", conn
+    )
     return Turn(int(row[0]), bytes(row[1]), bytes(row[2]), doc)
 
 
@@ -87,7 +89,7 @@ def turn_holding(conn: Connection, ref: int, checkpoint_id: str) -> Turn | None:
     row = rsql.fetchone(conn, _TURN_OF, (ref, key))
     if row is None or bytes(row[2]) < key:
         return None
-    return _turn(row)
+    return _turn(conn, row)
 
 
 def _views(conn: Connection, alp_ids: Sequence[int]) -> dict[int, View]:
@@ -182,7 +184,7 @@ def folded_rows(
         part = ids[at : at + batch]
         sql = f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE id IN ({rsql.placeholders(len(part))})"
         for row in rsql.fetchall(conn, sql, part):
-            held = _turn(row).doc["k"]
+            held = _turn(conn, row).doc["k"]
             steps += [s for s in held if bound is None or bytes.fromhex(s[0]) < bound]
         if limit is not None and len(steps) >= limit:
             break
@@ -212,7 +214,7 @@ def folded_step_of_alp(conn: Connection, alp_id: int) -> tuple[str, str, bytes, 
         if alp_id not in [int(a) for a in stored]:
             continue
         row = rsql.fetchone(conn, f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE id = ?", (turn_id,))
-        for step in reversed(_turn(row).doc["k"]):
+        for step in reversed(_turn(conn, row).doc["k"]):
             if int(step[2]) == alp_id:
                 return str(thread_id), str(ns), bytes.fromhex(step[0]), step[4]
     return None

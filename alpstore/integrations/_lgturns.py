@@ -18,7 +18,7 @@ from alpstore.integrations import _lgdb as lgdb
 from alpstore.integrations._lgpack import id_bytes, id_text
 from alpstore.integrations._lgturnread import _TURN_COLUMNS, Turn, _turn
 from alpstore.integrations._lgturnread import turn_holding as turn_holding
-from alpstore.portable.lgrows import pack_doc, unpack_doc
+from alpstore.portable.lgrows import TurnDictionary, pack_doc, pack_turn, unpack_doc
 
 STEP_COLUMNS = (
     "id, checkpoint_id, parent_checkpoint_id, alp_checkpoint_id, run_ref, codec, dict_id, "
@@ -63,7 +63,11 @@ def fold(
 
 
 def _fold_group(
-    conn: Connection, ref: int, steps: Sequence[Any], states: dict[int, Any] | None = None
+    conn: Connection,
+    ref: int,
+    steps: Sequence[Any],
+    states: dict[int, Any] | None = None,
+    dictionary: TurnDictionary | None = None,
 ) -> int:
     """One turn row of ``steps`` (loose rows in id order, as :data:`STEP_COLUMNS` reads them)
     and their pending writes, their loose rows deleted; its id (``states``: the steps'
@@ -72,7 +76,7 @@ def _fold_group(
     writes = {
         bytes(r[1]): lgdb.find_writes(conn, ref, id_text(bytes(r[1])), folded=False) for r in steps
     }
-    packed, runs, alp_ids, blobs, write_ids = turn_of(steps, writes, states)
+    packed, runs, alp_ids, blobs, write_ids = turn_of(steps, writes, states, dictionary)
     listed = sorted(blobs) or None
     if rsql.dialect_of(conn) == "postgresql":
         arrays: tuple[Any, ...] = (pg_array(alp_ids), pg_array(runs))
@@ -109,12 +113,16 @@ Written = tuple[int, str, tuple[int, Any, int, bytes], list[int]]
 
 
 def turn_of(
-    steps: Sequence[Any], writes: dict[bytes, list[Written]], states: dict[int, Any] | None = None
+    steps: Sequence[Any],
+    writes: dict[bytes, list[Written]],
+    states: dict[int, Any] | None = None,
+    dictionary: TurnDictionary | None = None,
 ) -> tuple[tuple[int, Any, int, bytes], list[int], list[int], dict[int, None], list[int]]:
     """A turn row's parts from its loose steps (``lg_checkpoints`` rows: id, checkpoint id,
     parent, alpstore checkpoint id, run ref, codec, dict id, raw size, state; in id order) and
     each step's writes: the packed document, its runs, its steps' alpstore ids, the blobs it
-    names and the write ids it takes (``states``: those :func:`cuts` unpacked already).
+    names and the write ids it takes (``states``: those :func:`cuts` unpacked already;
+    ``dictionary``: the archive's turn dictionary, when it has one).
     """
     k: list[Any] = []
     w: list[Any] = []
@@ -132,7 +140,7 @@ def turn_of(
             w.append([index, id_bytes(task).hex(), doc, items])
             blobs.update(dict.fromkeys(items))
             write_ids.append(write_id)
-    packed = pack_doc({"k": k, "w": w})
+    packed = pack_turn({"k": k, "w": w}, dictionary)
     runs = sorted({int(r[4]) for r in steps if r[4] is not None})
     return packed, runs, [int(r[3]) for r in steps], blobs, write_ids
 
@@ -197,7 +205,9 @@ takes lies below it, so the thread's newest step is never taken, whatever happen
 thread between the input's put and the fold (a delete, a copy over it, a prune)."""
 
 
-def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
+def fold_before(
+    conn: Connection, ref: int, checkpoint_id: str, dictionary: TurnDictionary | None = None
+) -> int:
     """Fold the turns that ended before ``checkpoint_id`` (a new invoke's input step): the
     thread's loose steps above its newest turn row and below that id, one turn row per turn
     (cut at input steps); how many rows were made. The caller holds the thread.
@@ -217,7 +227,7 @@ def fold_before(conn: Connection, ref: int, checkpoint_id: str) -> int:
     states: dict[int, Any] = {}  # each step read and unpacked once, to cut and to fold
     groups = cuts(_loose_steps(conn, ref, below, None, above), states)
     for group in groups:
-        _fold_group(conn, ref, group, states)
+        _fold_group(conn, ref, group, states, dictionary)
     return len(groups)
 
 
@@ -229,7 +239,7 @@ def unfold_all(conn: Connection, ref: int) -> int:
         conn, f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE thread_ref = ? ORDER BY id", (ref,)
     )
     for row in rows:
-        unfold(conn, ref, _turn(row))
+        unfold(conn, ref, _turn(conn, row))
     return len(rows)
 
 
@@ -248,7 +258,7 @@ def unfold_runs(conn: Connection, run_ids: Sequence[str]) -> None:
             row = rsql.fetchone(
                 conn, f"SELECT {_TURN_COLUMNS} FROM lg_turns WHERE id = ?", (turn_id,)
             )
-            unfold(conn, int(ref), _turn(row))
+            unfold(conn, int(ref), _turn(conn, row))
 
 
 def drop_all(conn: Connection, ref: int) -> None:
@@ -275,4 +285,4 @@ def keep_newest_loose(conn: Connection, ref: int) -> None:
         (ref,),
     )
     if newest is None or bytes(newest[0]) < bytes(row[2]):
-        unfold(conn, ref, _turn(row))
+        unfold(conn, ref, _turn(conn, row))

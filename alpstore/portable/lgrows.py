@@ -17,9 +17,15 @@ from alpstore.archive.lgstate import CODEC_LG_DICT as CODEC_LG_DICT
 from alpstore.archive.lgstate import CODEC_RAW as CODEC_RAW
 from alpstore.archive.lgstate import STATE_DICTIONARY as STATE_DICTIONARY
 from alpstore.archive.lgstate import Packed as Packed
+from alpstore.archive.lgstate import TurnDictionary as TurnDictionary
 from alpstore.archive.lgstate import folded_steps as folded_steps
 from alpstore.archive.lgstate import pack_doc as pack_doc
+from alpstore.archive.lgstate import pack_turn as pack_turn
 from alpstore.archive.lgstate import state_contexts as state_contexts
+from alpstore.archive.lgstate import store_turn_dictionary as store_turn_dictionary
+from alpstore.archive.lgstate import train_turn_dictionary as train_turn_dictionary
+from alpstore.archive.lgstate import turn_dictionary as turn_dictionary
+from alpstore.archive.lgstate import turn_samples as turn_samples
 from alpstore.archive.lgstate import unpack_doc as unpack_doc
 from alpstore.db import raw as rsql
 

@@ -307,9 +307,9 @@ def test_a_list_with_a_limit_reads_only_the_newest_turn_rows(
         decoded: list[int] = []
         real = turnread._turn
 
-        def counted(row: Any) -> Any:
+        def counted(conn: Any, row: Any) -> Any:
             decoded.append(int(row[0]))
-            return real(row)
+            return real(conn, row)
 
         monkeypatch.setattr(turnread, "_turn", counted)
         for limit in (1, 5, 12, 40):
