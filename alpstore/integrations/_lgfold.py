@@ -114,13 +114,17 @@ class Folder:
             if job is None:
                 return
             try:
+                trained: BaseException | None = None
                 if self._dictionary is None and self.folded >= self._look_at:
                     self._look_at = self.folded + TRAIN_CHECK_EVERY
-                    self._find_or_train()
+                    try:
+                        self._find_or_train()
+                    except Exception as err:  # kept; folds go on with the fixed dictionary
+                        trained = err
                 self._store.db.retrying(
                     lambda job=job: self._fold(*job), what="a LangGraph turn's steps folded"
                 )
-                self.error = None
+                self.error = trained
             except BaseException as err:  # kept; the steps stay loose and read as before
                 self.error = err
             finally:

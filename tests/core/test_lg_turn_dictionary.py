@@ -113,7 +113,24 @@ def test_a_damaged_turn_dictionary_is_named(
             {"data": b"\x00" * 64, "id": dict_id},
         )
     backend.close_all()
+    folded = _count(backend.open_database(), "SELECT count(*) FROM lg_turns")
+    backend.close_all()
     with AlpstoreSaver.open(backend.root, url=backend.url) as saver:
         config: Any = {"configurable": {"thread_id": "a"}}
         with pytest.raises(IntegrityError, match=rf"lg_turns row \d+: zstd dictionary {dict_id}"):
             list(saver.list(config))
+        graph = build_graph(saver)  # folding goes on, against the fixed dictionary
+        fresh: Any = {"configurable": {"thread_id": "c"}}
+        for n in range(3):
+            graph.invoke({"messages": [user(n)]}, fresh)
+        saver._folder.wait()
+        assert isinstance(saver._folder.error, IntegrityError)
+        assert f"zstd dictionary {dict_id}" in str(saver._folder.error)
+        assert len(list(saver.list(fresh))) > 3
+    db = backend.open_database()
+    assert _count(db, "SELECT count(*) FROM lg_turns") == folded + 2
+    fixed = (
+        "SELECT count(*) FROM lg_turns u JOIN lg_threads t ON t.id = u.thread_ref "
+        f"WHERE t.thread_id = 'c' AND u.codec = {lgstate.CODEC_LG_DICT}"
+    )
+    assert _count(db, fixed) == 2
