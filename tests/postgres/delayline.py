@@ -8,8 +8,12 @@ due now waits for the switch interval (5 ms) at worst, and the delay measured th
 0.35-0.8 ms over the configured one on each round trip (more under load). A real network
 delays no client thread. ``DelayLine`` does what the benchmark needs — delay each direction by
 ``delay_s`` and count round trips — in a child process (``python -m tests.postgres.delayline``), on
-plain threads: per connection and direction one thread reads and stamps each chunk with its
-due time, one sleeps to it (1 µs timer slack, the last 30 µs yielding in a loop) and sends.
+plain threads: one per connection and direction, which reads each chunk, gives it the kernel's
+receive time plus ``delay_s`` as its due time, and sends it then (1 µs timer slack, the last
+30 µs yielding in a loop), reading on while chunks wait. The delay counts from the kernel's
+receive time, not from when the thread woke to read (late on a busy machine), as a wire's
+counts from the send; and a chunk costs one thread's wake-ups, not a reader's and a sender's
+with a queue between them (the line's CPU is spent on the benchmark's own two cores).
 
 Round trips are counted as ``NetProxy`` counts them (a client burst that follows a server
 reply, or opens a connection, is one) in total and by the client's port, so a benchmark can
@@ -24,13 +28,14 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import queue
 import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -205,63 +210,84 @@ def _accept(
         server.settimeout(None)
         for sock in (client, server):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if delay_s and KERNEL_STAMPS:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         link = _Link(client_port)
         for src, dst, upstream in ((client, server, True), (server, client, False)):
-            chunks: queue.SimpleQueue[tuple[float, bytes] | None] | None = None
-            if delay_s:  # else the reader sends each chunk itself, without a thread's wake-up
-                chunks = queue.SimpleQueue()
-                threading.Thread(target=_send, args=(dst, chunks), daemon=True).start()
             threading.Thread(
-                target=_read,
-                args=(link, src, dst, chunks, delay_s, counter, upstream),
-                daemon=True,
+                target=_carry, args=(link, src, dst, delay_s, counter, upstream), daemon=True
             ).start()
 
 
-def _read(
+def _carry(
     link: _Link,
     src: socket.socket,
     dst: socket.socket,
-    chunks: queue.SimpleQueue[tuple[float, bytes] | None] | None,
     delay_s: float,
     counter: _Counter,
     upstream: bool,
 ) -> None:
-    """Read ``src``: count the round trips, then send each chunk on (``chunks`` None) or queue it
-    with its due time for :func:`_send`."""
+    """One direction of a connection, on one thread: read ``src`` (counting the round trips),
+    and send each chunk to ``dst`` ``delay_s`` after the kernel received it. Between
+    deliveries the thread waits for whichever comes first, the next chunk or the next due
+    time, so chunks in flight together each leave on time; with a delay it sleeps to
+    ``SPIN_S`` before a due time, then yields in a loop."""
+    if delay_s:
+        _fine_timer_slack()
+    pending: deque[tuple[float, bytes]] = deque()
     try:
-        while data := src.recv(65536):
-            due = time.perf_counter() + delay_s
+        while True:
+            if pending:
+                left = pending[0][0] - time.perf_counter()
+                if left > 2 * SPIN_S and not select.select([src], [], [], left - SPIN_S)[0]:
+                    continue
+                if left <= 2 * SPIN_S:
+                    _sleep_until(pending[0][0])
+                    dst.sendall(pending.popleft()[1])
+                    continue
+            data, arrived = _receive(src, delay_s)
+            if not data:
+                break
             if upstream:
                 if not link.client_spoke_last:
                     link.client_spoke_last = True
-                    counter.add(link.client_port, due - delay_s)
+                    counter.add(link.client_port, arrived)
             else:
                 link.client_spoke_last = False
-            if chunks is None:
-                dst.sendall(data)
+            if delay_s:
+                pending.append((arrived + delay_s, data))
             else:
-                chunks.put((due, data))
-    except OSError:
-        pass
-    finally:
-        if chunks is None:
-            _close(dst)
-        else:
-            chunks.put(None)
-
-
-def _send(dst: socket.socket, chunks: queue.SimpleQueue[tuple[float, bytes] | None]) -> None:
-    """Send each chunk of ``chunks`` to ``dst`` at its due time, until None."""
-    _fine_timer_slack()
-    try:
-        while (item := chunks.get()) is not None:
-            _sleep_until(item[0])
-            dst.sendall(item[1])
+                dst.sendall(data)
+        while pending:  # the peer is gone: what it sent before still goes, on time
+            _sleep_until(pending[0][0])
+            dst.sendall(pending.popleft()[1])
     except OSError:
         pass
     finally:
         _close(dst)
+
+
+def _receive(src: socket.socket, delay_s: float) -> tuple[bytes, float]:
+    """A chunk of ``src`` and when it came (``time.perf_counter``): the kernel's receive time
+    (``SO_TIMESTAMPNS``, the last of the chunk's segments: never earlier than its first),
+    not this thread's wake-up, which may be late on a busy machine."""
+    if not (delay_s and KERNEL_STAMPS):
+        return src.recv(65536), time.perf_counter()
+    data, ancillary, _, _ = src.recvmsg(65536, _STAMP_SPACE)
+    now, wall = time.perf_counter(), time.time()
+    for level, kind, raw in ancillary:
+        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
+            sec, nsec = struct.unpack("qq", raw[:16])
+            return data, min(now, now - (wall - sec - nsec / 1e9))
+    return data, now
+
+
+KERNEL_STAMPS = sys.platform.startswith("linux")
+"""Deliveries are timed from the kernel's receive time (Linux) rather than the reading
+thread's wake-up."""
+
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+_STAMP_SPACE = socket.CMSG_SPACE(16)
 
 
 def _close(sock: socket.socket) -> None:
@@ -280,7 +306,7 @@ def _sleep_until(due: float) -> None:
 
 
 SPIN_S = 0.00003
-"""How long before a delivery's due time its sender stops sleeping and yields in a loop."""
+"""How long before a delivery's due time its thread stops sleeping and yields in a loop."""
 
 
 def _fine_timer_slack() -> None:

@@ -5,10 +5,15 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import socket
 import statistics
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from tests.postgres.delayline import DelayLine
 from tests.postgres.netproxy import NetProxy
@@ -23,7 +28,7 @@ def _sleep_until(due: float) -> None:
         time.sleep(left - 0.0002 if left > 0.0004 else 0)
 
 
-def _one_run(proxy: NetProxy, listener: socket.socket) -> list[float]:
+def _one_run(proxy: NetProxy | DelayLine, listener: socket.socket) -> list[float]:
     """Send ``BURSTS`` one-byte-tagged bursts ``GAP_S`` apart through ``proxy``; each one's
     transit time (its first byte's arrival at the receiver minus its send)."""
     arrived: dict[int, float] = {}
@@ -57,15 +62,19 @@ def _one_run(proxy: NetProxy, listener: socket.socket) -> list[float]:
     return [arrived[i] - sent[i] for i in range(BURSTS)]
 
 
-def test_bursts_in_flight_together_each_arrive_one_delay_after_their_send() -> None:
+@pytest.mark.parametrize("kind", [NetProxy, DelayLine])
+def test_bursts_in_flight_together_each_arrive_one_delay_after_their_send(
+    kind: type[NetProxy] | type[DelayLine],
+) -> None:
     """Twenty bursts 0.2 ms apart at 2 ms one way: each arrives ≈ 2 ms after it was sent. The
     proxy that waited out each delivery's last 1.5 ms on its event loop's thread read none of
     the bursts sent meanwhile, so they arrived up to 1.8 ms late (a pipeline written in
-    several bursts paid a whole delay more). The best of three runs, the machine being shared."""
+    several bursts paid a whole delay more); the delay line's one thread a direction reads
+    on while its chunks wait. The best of three runs, the machine being shared."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(4)
-        with NetProxy("127.0.0.1", listener.getsockname()[1], delay_s=DELAY_S) as proxy:
+        with kind("127.0.0.1", listener.getsockname()[1], delay_s=DELAY_S) as proxy:
             runs = [_one_run(proxy, listener) for _ in range(3)]
     late = min(runs, key=statistics.median)
     assert min(late) >= DELAY_S * 0.95, [f"{t * 1000:.2f}" for t in late]
@@ -128,3 +137,44 @@ def test_the_delay_line_passes_bytes_both_ways_and_counts_each_wait_once() -> No
     assert by_port == {port: 6}, by_port
     assert [p for p, _ in log] == [port] * 6
     assert [a < b for (_, a), (_, b) in itertools.pairwise(log)] == [True] * 5
+
+
+STALL_S = 0.04
+LONG_DELAY_S = 0.06
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux: SIGSTOP, /proc")
+def test_the_delay_line_delays_from_the_kernels_receive_time_with_one_thread_a_direction() -> None:
+    """A chunk that comes while the delay line cannot run (stopped here for 40 ms, as a busy
+    machine keeps a thread from waking) still leaves 60 ms after it came, as from a wire: its
+    due time is the kernel's receive time plus the delay, not the reading thread's wake-up
+    plus the delay (which made it 100 ms, and every chunk late by its reader's wake-up). And a
+    connection costs the line two threads, one a direction (it was four: a reader and a sender
+    with a queue between them, a wake-up more a chunk)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        server = threading.Thread(target=_echo_server, args=(listener,), daemon=True)
+        server.start()
+        with DelayLine("127.0.0.1", listener.getsockname()[1], delay_s=LONG_DELAY_S) as line:
+            assert line._child is not None
+            pid = line._child.pid
+            before = len(os.listdir(f"/proc/{pid}/task"))
+            with socket.create_connection(("127.0.0.1", line.port)) as client:
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                client.sendall(_message(b"warm"))
+                assert _read_exactly(client, 8) == _message(b"mraw")
+                threads = len(os.listdir(f"/proc/{pid}/task")) - before
+                os.kill(pid, signal.SIGSTOP)
+                try:
+                    sent = time.perf_counter()
+                    client.sendall(_message(b"ping"))
+                    time.sleep(STALL_S)
+                finally:
+                    os.kill(pid, signal.SIGCONT)
+                assert _read_exactly(client, 8) == _message(b"gnip")
+                took = time.perf_counter() - sent
+        server.join(5)
+    assert threads == 2, threads
+    # there and back: two delays from the sends (the reply's own send came after the stall)
+    assert 2 * LONG_DELAY_S <= took < 2 * LONG_DELAY_S + 0.75 * STALL_S, took
