@@ -8,12 +8,11 @@ due now waits for the switch interval (5 ms) at worst, and the delay measured th
 0.35-0.8 ms over the configured one on each round trip (more under load). A real network
 delays no client thread. ``DelayLine`` does what the benchmark needs — delay each direction by
 ``delay_s`` and count round trips — in a child process (``python -m tests.postgres.delayline``), on
-plain threads: one per connection and direction, which reads each chunk, gives it the kernel's
-receive time plus ``delay_s`` as its due time, and sends it then (1 µs timer slack, the last
-30 µs yielding in a loop), reading on while chunks wait. The delay counts from the kernel's
-receive time, not from when the thread woke to read (late on a busy machine), as a wire's
-counts from the send; and a chunk costs one thread's wake-ups, not a reader's and a sender's
-with a queue between them (the line's CPU is spent on the benchmark's own two cores).
+plain threads: one per connection and direction, which reads each chunk, gives it its read
+time plus ``delay_s`` as its due time, and sends it then (1 µs timer slack, the last 30 µs
+yielding in a loop), reading on while chunks wait: a chunk costs one thread's wake-ups, not a
+reader's and a sender's with a queue between them (the line's CPU is spent on the
+benchmark's own two cores).
 
 Round trips are counted as ``NetProxy`` counts them (a client burst that follows a server
 reply, or opens a connection, is one) in total and by the client's port, so a benchmark can
@@ -30,7 +29,6 @@ import json
 import os
 import select
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -210,8 +208,6 @@ def _accept(
         server.settimeout(None)
         for sock in (client, server):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if delay_s and KERNEL_STAMPS:
-                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
         link = _Link(client_port)
         for src, dst, upstream in ((client, server, True), (server, client, False)):
             threading.Thread(
@@ -228,7 +224,7 @@ def _carry(
     upstream: bool,
 ) -> None:
     """One direction of a connection, on one thread: read ``src`` (counting the round trips),
-    and send each chunk to ``dst`` ``delay_s`` after the kernel received it. Between
+    and send each chunk to ``dst`` ``delay_s`` after it was read. Between
     deliveries the thread waits for whichever comes first, the next chunk or the next due
     time, so chunks in flight together each leave on time; with a delay it sleeps to
     ``SPIN_S`` before a due time, then yields in a loop."""
@@ -245,7 +241,8 @@ def _carry(
                     _sleep_until(pending[0][0])
                     dst.sendall(pending.popleft()[1])
                     continue
-            data, arrived = _receive(src, delay_s)
+            data = src.recv(65536)
+            arrived = time.perf_counter()
             if not data:
                 break
             if upstream:
@@ -265,29 +262,6 @@ def _carry(
         pass
     finally:
         _close(dst)
-
-
-def _receive(src: socket.socket, delay_s: float) -> tuple[bytes, float]:
-    """A chunk of ``src`` and when it came (``time.perf_counter``): the kernel's receive time
-    (``SO_TIMESTAMPNS``, the last of the chunk's segments: never earlier than its first),
-    not this thread's wake-up, which may be late on a busy machine."""
-    if not (delay_s and KERNEL_STAMPS):
-        return src.recv(65536), time.perf_counter()
-    data, ancillary, _, _ = src.recvmsg(65536, _STAMP_SPACE)
-    now, wall = time.perf_counter(), time.time()
-    for level, kind, raw in ancillary:
-        if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
-            sec, nsec = struct.unpack("qq", raw[:16])
-            return data, min(now, now - (wall - sec - nsec / 1e9))
-    return data, now
-
-
-KERNEL_STAMPS = sys.platform.startswith("linux")
-"""Deliveries are timed from the kernel's receive time (Linux) rather than the reading
-thread's wake-up."""
-
-_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-_STAMP_SPACE = socket.CMSG_SPACE(16)
 
 
 def _close(sock: socket.socket) -> None:
