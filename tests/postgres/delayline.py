@@ -8,11 +8,8 @@ due now waits for the switch interval (5 ms) at worst, and the delay measured th
 0.35-0.8 ms over the configured one on each round trip (more under load). A real network
 delays no client thread. ``DelayLine`` does what the benchmark needs — delay each direction by
 ``delay_s`` and count round trips — in a child process (``python -m tests.postgres.delayline``), on
-plain threads: one per connection and direction, which reads each chunk, gives it its read
-time plus ``delay_s`` as its due time, and sends it then (1 µs timer slack, the last 30 µs
-yielding in a loop), reading on while chunks wait: a chunk costs one thread's wake-ups, not a
-reader's and a sender's with a queue between them (the line's CPU is spent on the
-benchmark's own two cores).
+plain threads: per connection and direction one thread reads and stamps each chunk with its
+due time, one sleeps to it (1 µs timer slack, the last 30 µs yielding in a loop) and sends.
 
 Round trips are counted as ``NetProxy`` counts them (a client burst that follows a server
 reply, or opens a connection, is one) in total and by the client's port, so a benchmark can
@@ -27,13 +24,13 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import queue
 import select
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -210,54 +207,57 @@ def _accept(
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         link = _Link(client_port)
         for src, dst, upstream in ((client, server, True), (server, client, False)):
+            chunks: queue.SimpleQueue[tuple[float, bytes] | None] | None = None
+            if delay_s:  # else the reader sends each chunk itself, without a thread's wake-up
+                chunks = queue.SimpleQueue()
+                threading.Thread(target=_send, args=(dst, chunks), daemon=True).start()
             threading.Thread(
-                target=_carry, args=(link, src, dst, delay_s, counter, upstream), daemon=True
+                target=_read,
+                args=(link, src, dst, chunks, delay_s, counter, upstream),
+                daemon=True,
             ).start()
 
 
-def _carry(
+def _read(
     link: _Link,
     src: socket.socket,
     dst: socket.socket,
+    chunks: queue.SimpleQueue[tuple[float, bytes] | None] | None,
     delay_s: float,
     counter: _Counter,
     upstream: bool,
 ) -> None:
-    """One direction of a connection, on one thread: read ``src`` (counting the round trips),
-    and send each chunk to ``dst`` ``delay_s`` after it was read. Between
-    deliveries the thread waits for whichever comes first, the next chunk or the next due
-    time, so chunks in flight together each leave on time; with a delay it sleeps to
-    ``SPIN_S`` before a due time, then yields in a loop."""
-    if delay_s:
-        _fine_timer_slack()
-    pending: deque[tuple[float, bytes]] = deque()
+    """Read ``src``: count the round trips, then send each chunk on (``chunks`` None) or queue it
+    with its due time for :func:`_send`."""
     try:
-        while True:
-            if pending:
-                left = pending[0][0] - time.perf_counter()
-                if left > 2 * SPIN_S and not select.select([src], [], [], left - SPIN_S)[0]:
-                    continue
-                if left <= 2 * SPIN_S:
-                    _sleep_until(pending[0][0])
-                    dst.sendall(pending.popleft()[1])
-                    continue
-            data = src.recv(65536)
-            arrived = time.perf_counter()
-            if not data:
-                break
+        while data := src.recv(65536):
+            due = time.perf_counter() + delay_s
             if upstream:
                 if not link.client_spoke_last:
                     link.client_spoke_last = True
-                    counter.add(link.client_port, arrived)
+                    counter.add(link.client_port, due - delay_s)
             else:
                 link.client_spoke_last = False
-            if delay_s:
-                pending.append((arrived + delay_s, data))
-            else:
+            if chunks is None:
                 dst.sendall(data)
-        while pending:  # the peer is gone: what it sent before still goes, on time
-            _sleep_until(pending[0][0])
-            dst.sendall(pending.popleft()[1])
+            else:
+                chunks.put((due, data))
+    except OSError:
+        pass
+    finally:
+        if chunks is None:
+            _close(dst)
+        else:
+            chunks.put(None)
+
+
+def _send(dst: socket.socket, chunks: queue.SimpleQueue[tuple[float, bytes] | None]) -> None:
+    """Send each chunk of ``chunks`` to ``dst`` at its due time, until None."""
+    _fine_timer_slack()
+    try:
+        while (item := chunks.get()) is not None:
+            _sleep_until(item[0])
+            dst.sendall(item[1])
     except OSError:
         pass
     finally:
@@ -280,7 +280,7 @@ def _sleep_until(due: float) -> None:
 
 
 SPIN_S = 0.00003
-"""How long before a delivery's due time its thread stops sleeping and yields in a loop."""
+"""How long before a delivery's due time its sender stops sleeping and yields in a loop."""
 
 
 def _fine_timer_slack() -> None:
