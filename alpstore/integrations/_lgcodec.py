@@ -206,8 +206,9 @@ class FrozenMessages:
     and turned into states on first use (:meth:`deferred`): a process that reads a thread
     once pays for one rebuild, not two.
 
-    ``live``: once compared (:meth:`first_difference`), the states as objects too, made from
-    the blobs (never handed out, never the caller's), extended with each append, so the next
+    ``live``: once compared (:meth:`first_difference`), the states' field dicts as objects
+    too (all a compare reads: the sets and tuples of the states are not held), made from the
+    blobs (never handed out, never the caller's), extended with each append, so the next
     compare reads no blob; kept by the :data:`LIVE_KEPT` most recently compared heads.
     """
 
@@ -229,7 +230,7 @@ class FrozenMessages:
         self.odd: dict[int, BaseMessage] = {}
         self.deferred_load: Callable[[], Sequence[tuple[type[BaseMessage], State]]] | None = None
         self.deferred_length = 0
-        self.live: list[Any] | None = None
+        self.live: list[dict[str, Any]] | None = None
 
     @classmethod
     def deferred(
@@ -264,7 +265,7 @@ class FrozenMessages:
             if odd is not None:
                 self.odd[len(self.classes)] = odd
             if live is not None:  # a copy of its own, from the blob
-                live.append(_loads(blob) if odd is None else message_state(odd))
+                live.append(_loads(blob)[0] if odd is None else odd.__dict__)
             self.classes.append(cls)
             self.tail.append(blob)
             if len(self.tail) == FROZEN_CHUNK:
@@ -290,7 +291,7 @@ class FrozenMessages:
             self.classes += [cls for cls, _ in part]
             self.chunks.append(blob)
             if self.live is not None:
-                self.live += _loads(blob)
+                self.live += map(_fields_of, _loads(blob))
 
     def prefix(self, n: int) -> FrozenMessages:
         """The first ``n`` messages (a new object; the blobs, immutable, are shared)."""
@@ -346,7 +347,8 @@ class FrozenMessages:
         differs from the kept ones in class or fields (compared in C), or their length when
         none does. Compared with the live states (made from the blobs on the first compare,
         with the collector held off, then kept and extended by appends): the compare makes
-        no objects, where making the states for each one cost twice the compare.
+        no objects, where making the states for each one cost twice the compare. When all
+        are equal (the common case) that is two list compares in C, no position sought.
         """
         self._ready()
         n = len(messages)
@@ -355,25 +357,27 @@ class FrozenMessages:
         live = self.live
         if live is None or len(live) != len(self.classes):
             with no_gc_pause():
-                live = self._states(len(self.classes))
+                live = list(map(_fields_of, self._states(len(self.classes))))
             self.live = live
         _hold_live(self)
         return self._first_difference(live[start:n], messages[start:n], start, n)
 
     def _first_difference(
-        self, states: list[Any], theirs: Sequence[Any], start: int, n: int
+        self, fields: list[dict[str, Any]], theirs: Sequence[Any], start: int, n: int
     ) -> int:
         classes = self.classes[start:n]
+        if classes == list(map(type, theirs)) and fields == list(map(_dict_of, theirs)):
+            return n  # the common case, all equal: two list compares in C, no position sought
         if not _SPLITTABLE.keys() >= set(map(type, theirs)):  # not all messages: slow path
-            pairs = zip(classes, states, theirs, strict=True)
-            for i, (cls, state, their) in enumerate(pairs, start):
-                if cls is not type(their) or state[0] != their.__dict__:
+            pairs = zip(classes, fields, theirs, strict=True)
+            for i, (cls, mine, their) in enumerate(pairs, start):
+                if cls is not type(their) or mine != their.__dict__:
                     return i
             return n
         differs = map(
             or_,
             map(is_not, classes, map(type, theirs)),
-            map(ne, map(_fields_of, states), map(_dict_of, theirs)),
+            map(ne, fields, map(_dict_of, theirs)),
         )
         return next(compress(count(start), differs), n)
 

@@ -474,6 +474,33 @@ def test_the_live_states_a_compare_keeps_are_its_own_and_bounded() -> None:
     assert kept.first_difference(read) == 0
 
 
+def test_the_live_states_are_the_field_dicts_alone() -> None:
+    """What a compare keeps live is each message's field dict (all it compares), through a
+    compare's rebuild, appends one by one and whole chunks: not the states' tuples and
+    field-name sets, objects the collector would walk turn after turn for nothing."""
+    chunk = lgcodec.FROZEN_CHUNK
+    lgcodec.FROZEN_CHUNK = 4
+    try:
+        model = [sample(i) for i in range(10)]
+        kept = lgcodec.FrozenMessages()
+        kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in model))
+        assert kept.first_difference(model) == len(model)
+        more = [sample(i) for i in range(10, 19)]
+        kept.extend(lgcodec.freeze((type(m), lgcodec.message_state(m)) for m in more[:1]))
+        kept.extend_states([(type(m), lgcodec.message_state(m)) for m in more[1:]])
+        model += more
+        live = kept.live
+        assert live is not None and len(live) == len(model)
+        assert all(type(fields) is dict for fields in live)
+        assert live == [m.__dict__ for m in model] and kept.first_difference(model) == len(model)
+        assert not any(fields is m.__dict__ for fields, m in zip(live, model, strict=True))
+        read = kept.thaw()
+        read[-2].content = "edited"  # an edit in place, behind a new class at the end
+        assert kept.first_difference([*read[:-1], HumanMessage("x")]) == len(model) - 2
+    finally:
+        lgcodec.FROZEN_CHUNK = chunk
+
+
 def test_reads_made_from_the_live_states_share_nothing_mutable() -> None:
     """Once compared, reads are copies of the live states (strings shared, containers new):
     values that are not plain JSON (a tuple holding a list, a set, extra fields) and
