@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import weakref
 from typing import Any, Final
 
 import zstandard
 
+from alpstore.archive.reading import store_dictionary_row
 from alpstore.codec import (
     Decompressor,
     canonical_json,
-    digest_bytes,
-    pack_dictionary,
+    digest_dictionary,
     pool_give,
     pool_take,
 )
@@ -138,8 +137,7 @@ class TurnDictionary:
 
     def __init__(self, dict_id: int, data: bytes) -> None:
         self.id = dict_id
-        self._dict = zstandard.ZstdCompressionDict(data)
-        self._dict.precompute_compress(level=TURN_LEVEL)
+        self._dict = digest_dictionary(data, TURN_LEVEL)
         self._cfree: list[zstandard.ZstdCompressor] = []
         self._dfree: list[zstandard.ZstdDecompressor] = []
 
@@ -245,16 +243,10 @@ def train_turn_dictionary(samples: list[bytes]) -> bytes | None:
 
 
 def store_turn_dictionary(conn: Any, data: bytes, samples: int) -> None:
-    """Insert a trained turn dictionary in the caller's transaction (compressed as the blob
+    """Insert a trained turn dictionary in the caller's transaction (stored as the blob
     store's are; the same bytes stored before: nothing).
     """
-    codec, stored = pack_dictionary(data)
-    rsql.execute(
-        conn,
-        "INSERT INTO zstd_dicts (digest, size, sample_count, created_at, data, codec, purpose) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-        (digest_bytes(data), len(data), samples, time.time(), stored, codec, PURPOSE_LG_TURNS),
-    )
+    store_dictionary_row(conn, data, samples, purpose=PURPOSE_LG_TURNS)
 
 
 def folded_steps(conn: Any, ref: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:

@@ -7,6 +7,7 @@ without SQLAlchemy) as on a ``Database``; SQLAlchemy is imported for type checki
 from __future__ import annotations
 
 import json
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
@@ -19,12 +20,14 @@ from alpstore.codec import (
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
     DICT_LEVEL,
+    DICT_STORE_LEVEL,
     Compressor,
     Decompressor,
     Digest,
     canonical_json,
     digest_bytes,
     digest_hex,
+    pack_dictionary,
     parse_json,
 )
 from alpstore.db import raw as rsql
@@ -86,6 +89,31 @@ def load_dictionary_row(dec: Decompressor, row: Any) -> bytes:
     return dec.load_dictionary(
         int(row.id), int(row.codec), bytes(row.data), int(row.size), bytes(row.digest)
     )
+
+
+def store_dictionary_row(
+    conn: Any,
+    data: bytes,
+    sample_count: int,
+    *,
+    packed: tuple[int, bytes] | None = None,
+    purpose: int = 0,
+) -> int:
+    """Insert dictionary ``data`` in the caller's transaction (the same bytes stored before:
+    that row), itself compressed at ``DICT_STORE_LEVEL`` unless ``packed`` gives its stored
+    form (``(codec, bytes)`` of :func:`pack_dictionary`); its id. ``purpose`` (0013): 0 the
+    blob store's, 1 the LangGraph saver's closed turns.
+    """
+    digest = digest_bytes(data)
+    codec, stored = packed or pack_dictionary(data, DICT_STORE_LEVEL)
+    rsql.execute(  # plain SQL: an import writes it on the sqlite3 driver alone
+        conn,
+        "INSERT INTO zstd_dicts (digest, size, sample_count, created_at, data, codec, purpose) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
+        (digest, len(data), sample_count, time.time(), stored, codec, purpose),
+    )
+    row = rsql.fetchone(conn, "SELECT id FROM zstd_dicts WHERE digest = ?", (digest,))
+    return int(row[0])
 
 
 def encode(value: Any, kind: int = BLOB_MESSAGE) -> Encoded:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alpstore.archive.frames import CODEC_PACKED
-from alpstore.archive.reading import ArchiveReader, BlobRow, chunks
+from alpstore.archive.reading import ArchiveReader, BlobRow, chunks, store_dictionary_row
 from alpstore.codec import (
     CODEC_RAW,
     CODEC_ZSTD,
@@ -22,9 +22,6 @@ from alpstore.codec import (
     CODEC_ZSTD_DICT,
     DEFAULT_LEVEL,
     DICT_LEVEL,
-    DICT_STORE_LEVEL,
-    digest_bytes,
-    pack_dictionary,
     train_dictionary,
 )
 from alpstore.db import raw as rsql
@@ -250,20 +247,10 @@ class DictionaryTraining(ArchiveReader):
         *,
         packed: tuple[int, bytes] | None = None,
     ) -> int:
-        """Insert dictionary ``data`` in the caller's transaction (the same bytes stored before:
-        that row), itself compressed at ``DICT_STORE_LEVEL`` unless ``packed`` gives its stored
-        form (``(codec, bytes)`` of :func:`pack_dictionary`); its id.
+        """Insert dictionary ``data`` in the caller's transaction; its id
+        (:func:`alpstore.archive.reading.store_dictionary_row`).
         """
-        digest = digest_bytes(data)
-        codec, stored = packed or pack_dictionary(data, DICT_STORE_LEVEL)
-        rsql.execute(  # plain SQL: an import writes it on the sqlite3 driver alone
-            conn,
-            "INSERT INTO zstd_dicts (digest, size, sample_count, created_at, data, codec) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING",
-            (digest, len(data), sample_count, time.time(), stored, codec),
-        )
-        row = rsql.fetchone(conn, "SELECT id FROM zstd_dicts WHERE digest = ?", (digest,))
-        return int(row[0])
+        return store_dictionary_row(conn, data, sample_count, packed=packed)
 
     def _install_dictionary(
         self, data: bytes, sample_count: int, *, only_if_none: bool
